@@ -1,0 +1,227 @@
+"""The component kinds plugins register, and the small value types they exchange.
+
+Every component is a class with a ``name`` and an ``Options`` pydantic model (its
+section of the run config). The registry validates a section against ``Options``
+and instantiates the class with the result, so each plugin owns its own schema and
+an error reads ``engineer.openai.model: Field required``.
+
+Task families are split the way design.md splits them: a :class:`Generator` (knobs,
+generation, projection, prompts) and a :class:`Validator` (scoring), paired by name.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+
+class NoOptions(BaseModel):
+    """Options model of a component that takes none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Component:
+    """Base of every registered component: a name, a description, an options model."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    Options: ClassVar[type[BaseModel]] = NoOptions
+
+    def __init__(self, options: BaseModel | None = None) -> None:
+        self.options = options if options is not None else self.Options()
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The validator's judgement of one response to one instance."""
+
+    valid: bool
+    optimal: bool
+    failure: str | None
+    failed_checks: tuple[str, ...] = ()
+    cost: int | None = None
+
+    @property
+    def reward(self) -> float:
+        """R_acc: 1 for a valid solution, 0 otherwise."""
+        return 1.0 if self.valid else 0.0
+
+    def to_record(self, id: str) -> dict[str, Any]:
+        return {
+            "id": id,
+            "valid": self.valid,
+            "optimal": self.optimal,
+            "failure": self.failure,
+            "failed_checks": list(self.failed_checks),
+            "cost": self.cost,
+        }
+
+
+@dataclass(frozen=True)
+class Change:
+    """One edit the projection made, or one part of a proposal it dropped."""
+
+    field: str
+    proposed: Any
+    applied: Any
+    reason: str
+
+
+@dataclass(frozen=True)
+class Projection:
+    """A proposal merged onto the current config and projected onto the constraints."""
+
+    config: BaseModel
+    changes: tuple[Change, ...] = ()
+    accepted: tuple[str, ...] = ()
+
+    @property
+    def modified(self) -> bool:
+        return bool(self.changes)
+
+
+@dataclass
+class GenerationResult:
+    """Records from a generator, and what it had to discard (the target is none)."""
+
+    records: list[dict[str, Any]]
+    discarded: dict[str, int] = field(default_factory=dict)
+
+
+class Generator(Component, abc.ABC):
+    """A task family's instance generator, its knobs, their projection, and its prompts.
+
+    ``Options`` holds what is fixed for a run (e.g. the agent count); the *generator
+    config* (``config_model``) holds the knobs the engineer rewrites each round.
+    """
+
+    config_model: ClassVar[type[BaseModel]]
+    prompt_styles: ClassVar[tuple[str, ...]] = ("full",)
+
+    @abc.abstractmethod
+    def default_config(self) -> BaseModel:
+        """The config a run starts from when the user gives none."""
+
+    @abc.abstractmethod
+    def random_config(self, seed: int) -> BaseModel:
+        """A random valid config (the paper's random round-0 start)."""
+
+    @abc.abstractmethod
+    def generate(
+        self,
+        config: BaseModel,
+        *,
+        n: int,
+        seed: int,
+        workers: int = 1,
+        progress: Any = None,
+    ) -> GenerationResult:
+        """Generate ``n`` instance records, byte-identical for the same config and seed."""
+
+    @abc.abstractmethod
+    def project(self, proposal: Mapping[str, Any], current: BaseModel) -> Projection:
+        """Merge a (partial, untrusted) proposal onto ``current`` and project it."""
+
+    @abc.abstractmethod
+    def render(self, record: Mapping[str, Any], style: str = "full") -> list[dict[str, str]] | str:
+        """The prompt for one instance: chat messages, or a plain string for compact styles."""
+
+    def group(self, record: Mapping[str, Any]) -> str:
+        """The evidence group of an instance (per-group rates feed the engineer)."""
+        return "all"
+
+    def groups(self) -> tuple[str, ...]:
+        """Every group name, in display order."""
+        return ("all",)
+
+    def guidelines(self) -> str:
+        """Task-specific text for the G context module: the task, the knobs, the rules."""
+        return ""
+
+    def reference_answer(self, record: Mapping[str, Any]) -> str:
+        """An optimal answer in the policy's answer format (for checks and warm starts)."""
+        raise NotImplementedError(f"task {self.name!r} has no reference solver")
+
+
+class Validator(Component, abc.ABC):
+    """Scores responses for the generator of the same name."""
+
+    failure_types: ClassVar[tuple[str, ...]] = ()
+
+    @abc.abstractmethod
+    def score(self, record: Mapping[str, Any], response: str) -> Verdict:
+        """Judge one response. Never raises on any string; bounded time."""
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A frozen evaluation set shipped as a JSONL file with its sha256."""
+
+    name: str
+    task: str
+    description: str
+    path: Path
+    sha256: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    subset_field: str | None = None
+    build: Any = None  # callable returning list[dict]: rebuilds the set identically
+
+
+# ---------------------------------------------------------- the loop's components
+
+
+class ContextModule(Component, abc.ABC):
+    """One block of the engineer's context (F, G, H, S, T)."""
+
+    title: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def render(self, evidence: Any) -> str:
+        """Markdown for this module, or an empty string when it has nothing to say."""
+
+
+class Engineer(Component, abc.ABC):
+    """Reads a context and proposes the next generator config."""
+
+    @abc.abstractmethod
+    def propose(self, request: Any) -> Any:
+        """Return the engineer's reply for one design step."""
+
+
+class Trainer(Component, abc.ABC):
+    """Trains a policy for one round on a training set."""
+
+    @abc.abstractmethod
+    def train(self, request: Any) -> Any:
+        """Run one round of training; return the new checkpoint and curves."""
+
+    def describe(self) -> Mapping[str, Any]:
+        """Training details for the T context module (``full``)."""
+        return {}
+
+
+class Policy(Component, abc.ABC):
+    """Samples responses from a policy (used by evaluation)."""
+
+    @abc.abstractmethod
+    def sample(self, prompts: Sequence[list[dict[str, str]] | str], *, n: int = 1) -> list[list[str]]:
+        """``n`` responses per prompt."""
+
+
+KINDS: dict[str, type[Component]] = {
+    "generator": Generator,
+    "validator": Validator,
+    "context_module": ContextModule,
+    "engineer": Engineer,
+    "trainer": Trainer,
+    "policy": Policy,
+}

@@ -1,0 +1,1 @@
+"""Built-in engineers, context modules, trainers and policies."""

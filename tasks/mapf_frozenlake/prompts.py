@@ -1,0 +1,147 @@
+"""Prompt styles for mapf-frozenlake, and the compact answer format of the tiny policy.
+
+``full``: chat messages for an LLM: the rules, the map, the agents, the answer format.
+``compact``: one short, regular line for a tiny model, e.g.
+``N4 H 1_1 2_3 S1 0_0 G1 3_3 S2 3_0 G2 0_3 P``; its answer lists every agent's cell one
+time step at a time (``| 0_0 3_0 | 0_1 2_0 | …``) so that conflicts are local in the
+sequence. :func:`compact_to_answer` turns it into the contract's answer format before
+scoring, so the validator only ever sees one format.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from envengineer.tasks.mapf_frozenlake.instance import Cell, Instance
+
+STYLES = ("full", "compact")
+
+RULES = """\
+Rules:
+- Time advances in steps t = 0, 1, 2, ... At each step every agent either moves one cell up, down, left or right, or WAITs in place.
+- An agent may never leave the grid or step onto a hole (H).
+- Two agents may never be on the same cell at the same time, and two agents may not swap cells in one step. Moving into a cell that another agent leaves in the same step is allowed.
+- An agent whose path has ended stays on its last cell for ever and still blocks it.
+- Every agent must end its path on its own goal.
+- Minimise the total cost: the sum over agents of the time each one reaches its goal for good (waiting on the goal at the end costs nothing)."""
+
+ANSWER_FORMAT = """\
+Answer format: for each agent, list the cells it occupies at t = 0, 1, 2, ..., starting with its start cell and ending on its goal; repeat a cell to WAIT. Write one line per agent inside <answer></answer>, cells as (row,col) joined by " -> ", for example:
+<answer>
+Agent 1: (0,0) -> (0,1) -> (1,1)
+Agent 2: (1,2) -> (1,2) -> (0,2)
+</answer>"""
+
+
+def render_map(instance: Instance) -> str:
+    width = len(str(instance.size - 1))
+    header = " " * (width + 2) + " ".join(str(c).rjust(1) for c in range(instance.size))
+    rows = [f"{str(r).rjust(width)}  " + " ".join(row) for r, row in enumerate(instance.grid)]
+    return "\n".join([header, *rows])
+
+
+def render_full(instance: Instance) -> list[dict[str, str]]:
+    """The chat prompt for an LLM policy."""
+    k = instance.k
+    agents = "\n".join(
+        f"- Agent {i}: start ({a.start[0]},{a.start[1]}), goal ({a.goal[0]},{a.goal[1]})"
+        for i, a in enumerate(instance.agents, start=1)
+    )
+    text = (
+        f"Plan paths for {k} agents on a frozen lake.\n\n"
+        f"The map is a {instance.size}x{instance.size} grid. Cells are (row,col), numbered from 0; "
+        "(0,0) is the top-left cell. F is frozen ice (safe), H is a hole.\n\n"
+        f"{render_map(instance)}\n\n"
+        f"Agents:\n{agents}\n\n{RULES}\n\n{ANSWER_FORMAT}"
+    )
+    return [{"role": "user", "content": text}]
+
+
+def _tok(cell: Sequence[int]) -> str:
+    return f"{cell[0]}_{cell[1]}"
+
+
+def render_compact(instance: Instance) -> str:
+    """``N<size> H <hole cells> S1 <start> G1 <goal> … P`` (single tokens, space separated)."""
+    parts = [f"N{instance.size}", "H", *(_tok(c) for c in instance.holes())]
+    for i, agent in enumerate(instance.agents, start=1):
+        parts += [f"S{i}", _tok(agent.start), f"G{i}", _tok(agent.goal)]
+    parts.append("P")
+    return " ".join(parts)
+
+
+def compact_answer(paths: Sequence[Sequence[Cell]]) -> str:
+    """A solution in the compact answer format (the supervised target of the tiny policy)."""
+    horizon = max(len(p) for p in paths)
+    steps = []
+    for t in range(horizon):
+        steps.append("| " + " ".join(_tok(p[min(t, len(p) - 1)]) for p in paths))
+    return " ".join(steps)
+
+
+_CELL_TOKEN = re.compile(r"^(-?\d{1,4})_(-?\d{1,4})$")
+MAX_COMPACT_STEPS = 512
+
+
+def compact_to_answer(text: str, agents: int) -> str:
+    """Convert a compact answer to the contract's format.
+
+    Steps are separated by ``|``; each must hold exactly one cell token per agent. Anything
+    malformed yields a response without agent lines, which the validator scores as a
+    ``parse`` failure. Bounded work: at most :data:`MAX_COMPACT_STEPS` steps are read.
+    """
+    body = text.split("</s>", 1)[0]
+    chunks = body.split("|", MAX_COMPACT_STEPS + 1)
+    if chunks and not chunks[0].strip():
+        chunks = chunks[1:]
+    if not chunks or len(chunks) > MAX_COMPACT_STEPS:
+        return "<answer>\n</answer>"
+    paths: list[list[str]] = [[] for _ in range(agents)]
+    for chunk in chunks:
+        tokens = chunk.split()
+        if len(tokens) != agents:
+            return "<answer>\n</answer>"
+        for i, token in enumerate(tokens):
+            match = _CELL_TOKEN.match(token)
+            if match is None:
+                return "<answer>\n</answer>"
+            paths[i].append(f"({int(match.group(1))},{int(match.group(2))})")
+    lines = [f"Agent {i}: " + " -> ".join(path) for i, path in enumerate(paths, start=1)]
+    return "<answer>\n" + "\n".join(lines) + "\n</answer>"
+
+
+def guidelines(agents: int, budget: int | None = None) -> str:
+    """The task-specific part of the G context module."""
+    budget_text = f"{budget}" if budget else "a fixed number of"
+    return f"""\
+Task: MAPF-FrozenLake. The policy plans collision-free paths for {agents} agents on N×N grids of
+frozen cells (F) and holes (H); a response is valid when all eight checks pass (parse, agent count,
+start, in bounds, legal moves, no hole, no conflict, goal) and optimal when its sum of costs is minimal.
+
+The training generator has one set of knobs per map size (3x3, 4x4, ..., 10x10):
+- ratio: the share of the round's {budget_text} training instances drawn at that size.
+- hole_ratio: the fraction of the map's cells that are holes (more holes: narrower passages, harder planning).
+- wait_ratio: the fraction of that size's instances whose optimal solution needs an agent to WAIT or detour
+  because of another agent (more: more coordination, more conflict practice).
+
+Rules for a new configuration:
+- Keep all eight sizes; every ratio stays at or above 0.02 and the ratios sum to 1.
+- The budget is fixed: raising one size's ratio lowers the others.
+- Keep an easy-to-hard progression across sizes; do not make every size maximally hard.
+- Change only ratio, hole_ratio and wait_ratio. hole_ratio is between 0 and 0.5; wait_ratio between 0 and 1.
+- Answer with one fenced YAML block that contains only the fields you change, for example:
+```yaml
+sizes:
+  7x7: {{ratio: 0.2, wait_ratio: 0.5}}
+  3x3: {{ratio: 0.05}}
+```"""
+
+
+def instance_from(record: Mapping[str, Any] | Instance) -> Instance:
+    if isinstance(record, Instance):
+        return record
+    from envengineer.tasks.mapf_frozenlake.instance import from_record
+
+    return from_record(record)
