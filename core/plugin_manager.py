@@ -26,6 +26,8 @@ BLOCK_ENV = "ENVENGINEER_BLOCK_PLUGINS"
 #: Built-in plugins, registered exactly like third-party ones.
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "envengineer.tasks.mapf_frozenlake.plugin",
+    "envengineer.plugins.context_modules",
+    "envengineer.plugins.engineers",
 )
 
 

@@ -1,0 +1,259 @@
+"""What an engineer may read for one design step, how a run's context is chosen, and composed.
+
+:class:`Evidence` gathers one finished round (config, validation summary, failing
+examples, training details) and the rounds before it. Context modules (F, G, H, S, T:
+registered plugins) each render a block of markdown from it; :class:`ContextSpec` (the
+run config's ``context:`` section) picks the modules, by preset or by list, and
+:func:`compose_context` joins their blocks. :func:`load_evidence` rebuilds the evidence
+of a recorded round from a run directory, so any engineer can be replayed on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from envengineer.errors import ConfigError, InputError
+
+# ---------------------------------------------------------------------- evidence
+
+
+@dataclass
+class RoundRecord:
+    """One finished round, as the H module shows it."""
+
+    round: int
+    config: dict[str, Any]
+    report: dict[str, Any]
+    fallback: bool = False
+
+
+@dataclass
+class Evidence:
+    """Everything a context module may read for one design step."""
+
+    task: Any  # the task's Generator component
+    round: int  # the round just finished (0-based)
+    rounds_total: int
+    config: dict[str, Any]  # C_n, the config that produced this round's training set
+    report: dict[str, Any]  # this round's validation Summary.to_dict()
+    failure_types: tuple[str, ...] = ()
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    history: list[RoundRecord] = field(default_factory=list)  # earlier rounds, oldest first
+    summaries: list[str] = field(default_factory=list)  # S notes of earlier rounds, latest last
+    training: dict[str, Any] = field(default_factory=dict)  # {"full": {...}, "bookkeeping": {...}}
+    budget: int = 0
+
+
+# ---------------------------------------------------------------- context choice
+
+MODULE_NAMES = ("F", "G", "H", "S", "T")
+
+#: Our reading of the paper's six context variants (paper.md): V1–V3 start from a
+#: random round-0 config and add modules one at a time; V4 is V3 with the non-random
+#: start; V5 adds the engineer's own summary S; V6 (the adopted framework) adds
+#: bookkeeping-only training details T.
+PRESETS: dict[str, dict[str, Any]] = {
+    "V1": {"modules": ["F"], "T": None, "initial_config": "random"},
+    "V2": {"modules": ["F", "G"], "T": None, "initial_config": "random"},
+    "V3": {"modules": ["F", "G", "H"], "T": None, "initial_config": "random"},
+    "V4": {"modules": ["F", "G", "H"], "T": None, "initial_config": "uniform"},
+    "V5": {"modules": ["F", "G", "H", "S"], "T": None, "initial_config": "uniform"},
+    "V6": {"modules": ["F", "G", "H", "S", "T"], "T": "bookkeeping", "initial_config": "uniform"},
+}
+DEFAULT_PRESET = "V6"
+
+
+class ContextSpec(BaseModel):
+    """The run config's ``context:`` section: ``{preset: V6}`` or ``{modules: [F, G, H, S], T: bookkeeping}``.
+
+    ``T`` given with a preset overrides the preset's T mode (``{preset: V6, T: full}``)
+    and adds T when the preset lacks it. ``options`` passes options to a module by name
+    (``{F: {examples: 5}}``).
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    preset: Literal["V1", "V2", "V3", "V4", "V5", "V6"] | None = None
+    modules: list[str] | None = Field(None, description="context modules in prompt order")
+    T: Literal["full", "bookkeeping"] | None = Field(None, description="training-detail mode; adds T to the modules")
+    initial_config: Literal["random", "uniform"] | None = Field(None, description="round-0 config (default: the preset's)")
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="per-module options by module name")
+
+    @model_validator(mode="after")
+    def _one_choice(self) -> "ContextSpec":
+        if self.preset is not None and self.modules is not None:
+            raise ValueError("give either preset or modules, not both")
+        if self.modules is not None:
+            seen = set()
+            for name in self.modules:
+                if name in seen:
+                    raise ValueError(f"module {name!r} is listed twice")
+                seen.add(name)
+        return self
+
+
+def parse_context_spec(spec: ContextSpec | dict[str, Any] | str | None) -> ContextSpec:
+    """A :class:`ContextSpec` from the section (a dict), a preset name, or None (the default preset)."""
+    if isinstance(spec, ContextSpec):
+        return spec
+    if spec is None:
+        return ContextSpec(preset=DEFAULT_PRESET)
+    if isinstance(spec, str):
+        spec = {"preset": spec}
+    from envengineer.registry import validate_options
+
+    return validate_options(ContextSpec, spec, "context")  # type: ignore[return-value]
+
+
+def resolve_context(spec: ContextSpec | dict[str, Any] | str | None) -> tuple[list[tuple[str, dict[str, Any]]], str]:
+    """The modules (name, options) in prompt order, and the round-0 start ("random" | "uniform")."""
+    spec = parse_context_spec(spec)
+    if spec.modules is None:
+        preset = PRESETS[spec.preset or DEFAULT_PRESET]
+        names = list(preset["modules"])
+        t_mode = spec.T or preset["T"]
+        initial = spec.initial_config or preset["initial_config"]
+    else:
+        names = list(spec.modules)
+        t_mode = spec.T
+        initial = spec.initial_config or "uniform"
+    if t_mode is not None and "T" not in names:
+        names.append("T")
+    resolved = []
+    for name in names:
+        options = dict(spec.options.get(name, {}))
+        if name == "T":
+            options.setdefault("mode", t_mode or "bookkeeping")
+        resolved.append((name, options))
+    unknown = set(spec.options) - set(names)
+    if unknown:
+        raise ConfigError(f"context.options: options for modules not in use: {', '.join(sorted(unknown))}")
+    return resolved, initial
+
+
+def compose_context(registry: Any, spec: ContextSpec | dict[str, Any] | str | None, evidence: Evidence) -> str:
+    """Render each chosen module and join the non-empty blocks under headings."""
+    modules, _ = resolve_context(spec)
+    blocks = []
+    for name, options in modules:
+        module = registry.create("context_module", name, options, where=f"context.options.{name}")
+        text = module.render(evidence).strip()
+        if text:
+            title = getattr(module, "title", "") or name
+            blocks.append(f"## {title} ({name})\n\n{text}")
+    return "\n\n".join(blocks) + ("\n" if blocks else "")
+
+
+# ------------------------------------------------------------- run directories
+
+
+def round_dir(run_dir: str | Path, round: int) -> Path:
+    return Path(run_dir) / f"round-{round:02d}"
+
+
+def _read_json(path: Path) -> Any:
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not valid JSON ({exc})") from None
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def _was_fallback(run_dir: Path, round: int) -> bool:
+    """Round ``round``'s config was kept by a fallback of the design step before it."""
+    if round <= 0:
+        return False
+    from envengineer.fileio import read_yaml
+
+    path = round_dir(run_dir, round - 1) / "engineer" / "projection.yaml"
+    if not path.exists():
+        return False
+    data = read_yaml(path)
+    return bool(isinstance(data, dict) and data.get("fallback"))
+
+
+def task_from_run(run: dict[str, Any], registry: Any) -> Any:
+    """The generator component of a run config's ``task:`` section."""
+    section = dict(run.get("task") or {})
+    name = section.get("name")
+    if not name:
+        raise ConfigError("task.name: field required")
+    cls = registry.get("generator", name)
+    if "name" not in cls.Options.model_fields:
+        section.pop("name", None)
+    return registry.create("generator", name, section, where="task")
+
+
+def load_evidence(run_dir: str | Path, round: int, registry: Any, *, max_examples: int | None = None) -> Evidence:
+    """The evidence of recorded round ``round`` of the run in ``run_dir`` (layout: docs/context.md)."""
+    from envengineer.fileio import read_jsonl, read_yaml
+
+    run_dir = Path(run_dir)
+    run = read_yaml(run_dir / "run.yaml")
+    if not isinstance(run, dict):
+        raise InputError(f"{run_dir / 'run.yaml'}: expected a mapping")
+    task = task_from_run(run, registry)
+    try:
+        failure_types = tuple(registry.get("validator", task.name).failure_types)
+    except Exception:
+        failure_types = ()
+
+    def config_of(n: int) -> dict[str, Any]:
+        data = read_yaml(round_dir(run_dir, n) / "config.yaml")
+        if not isinstance(data, dict):
+            raise InputError(f"{round_dir(run_dir, n) / 'config.yaml'}: expected a mapping")
+        return data
+
+    here = round_dir(run_dir, round)
+    if not here.is_dir():
+        raise InputError(f"{here}: no such round directory")
+    history = [
+        RoundRecord(
+            round=n,
+            config=config_of(n),
+            report=_read_json(round_dir(run_dir, n) / "eval" / "summary.json"),
+            fallback=_was_fallback(run_dir, n),
+        )
+        for n in range(round)
+    ]
+    summaries = [
+        note
+        for n in range(round)
+        if (note := _read_text(round_dir(run_dir, n) / "engineer" / "summary.md")) is not None
+    ]
+    examples_path = here / "eval" / "examples.jsonl"
+    examples = read_jsonl(examples_path) if examples_path.exists() else []
+    if max_examples is not None:
+        examples = examples[:max_examples]
+    details_path = here / "train" / "details.json"
+    training = _read_json(details_path) if details_path.exists() else {}
+    budget = int(run.get("budget") or 0)
+    rounds_total = int(run.get("rounds") or round + 1)
+    training.setdefault("bookkeeping", {"round": round, "rounds_total": rounds_total, "budget": budget})
+    return Evidence(
+        task=task,
+        round=round,
+        rounds_total=rounds_total,
+        config=config_of(round),
+        report=_read_json(here / "eval" / "summary.json"),
+        failure_types=failure_types,
+        examples=examples,
+        history=history,
+        summaries=summaries,
+        training=training,
+        budget=budget,
+    )

@@ -1,0 +1,187 @@
+"""The policy being trained as its own engineer (``checkpoint``), or its starting weights (``base``).
+
+On a GPU the model is served offline by vLLM (``LLM.chat``); on a CPU, or when asked,
+it runs through transformers. The model is loaded for one design step and released
+afterwards, so it does not hold memory the trainer needs. The vLLM path needs a GPU
+and is not exercised by the CPU test suite.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envengineer.components import Engineer
+from envengineer.design import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply, factual_note, load_prompt, summary_prompt
+
+
+class CheckpointOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model_path: str | None = Field(None, description="model directory (default: the policy checkpoint the loop passes)")
+    backend: Literal["auto", "vllm", "transformers"] = Field("auto", description="auto: vLLM when CUDA and vllm are available, else transformers")
+    temperature: float = Field(0.7, ge=0.0, le=2.0)
+    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(2048, ge=1)
+    enable_thinking: bool = Field(False, description="chat_template_kwargs.enable_thinking (Qwen3)")
+    seed: int = 0
+    # vLLM
+    tensor_parallel_size: int = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.55, gt=0, le=1)
+    max_model_len: int | None = Field(None, ge=256)
+    # transformers
+    device: str | None = Field(None, description="torch device for transformers (default: cuda if available, else cpu)")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    summary_prompt_file: str | None = None
+
+
+class CheckpointEngineer(Engineer):
+    name: ClassVar[str] = "checkpoint"
+    description: ClassVar[str] = "the current policy checkpoint as engineer (vLLM on GPU, transformers on CPU)"
+    Options: ClassVar[type[BaseModel]] = CheckpointOptions
+    options: CheckpointOptions
+    which: ClassVar[str] = "policy_path"
+
+    def __init__(self, options: BaseModel | None = None) -> None:
+        super().__init__(options)
+        self.last_summary_calls: list[dict[str, Any]] = []
+
+    def model_path(self, request: DesignRequest) -> str:
+        path = self.options.model_path or getattr(request, self.which, None)
+        if not path:
+            raise EngineerCallError(f"engineer.{self.name}: no model_path option and the loop passed no {self.which}")
+        return str(path)
+
+    def backend(self) -> str:
+        if self.options.backend != "auto":
+            return self.options.backend
+        try:
+            import torch
+
+            if not torch.cuda.is_available():
+                return "transformers"
+            import vllm  # noqa: F401
+        except ImportError:
+            return "transformers"
+        return "vllm"
+
+    def generate(self, path: str, conversations: list[list[dict[str, str]]]) -> list[tuple[str, dict[str, int]]]:
+        if self.backend() == "vllm":
+            return self._vllm(path, conversations)
+        return self._transformers(path, conversations)
+
+    # -- backends ------------------------------------------------------------------
+    def _vllm(self, path: str, conversations: list[list[dict[str, str]]]) -> list[tuple[str, dict[str, int]]]:
+        from vllm import LLM, SamplingParams
+
+        o = self.options
+        kwargs: dict[str, Any] = {"model": path, "tensor_parallel_size": o.tensor_parallel_size, "gpu_memory_utilization": o.gpu_memory_utilization, "seed": o.seed}
+        if o.max_model_len:
+            kwargs["max_model_len"] = o.max_model_len
+        llm = LLM(**kwargs)
+        try:
+            params = SamplingParams(temperature=o.temperature, top_p=o.top_p, max_tokens=o.max_new_tokens, seed=o.seed)
+            outputs = llm.chat(conversations, params, chat_template_kwargs={"enable_thinking": o.enable_thinking}, use_tqdm=False)
+            return [
+                (out.outputs[0].text, {"prompt_tokens": len(out.prompt_token_ids or []), "completion_tokens": len(out.outputs[0].token_ids)})
+                for out in outputs
+            ]
+        finally:
+            del llm
+            _free()
+
+    def _transformers(self, path: str, conversations: list[list[dict[str, str]]]) -> list[tuple[str, dict[str, int]]]:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        o = self.options
+        device = o.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        dtype = "auto" if o.dtype == "auto" else getattr(torch, o.dtype)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        model.eval()
+        results = []
+        try:
+            for messages in conversations:
+                if getattr(tokenizer, "chat_template", None):
+                    try:
+                        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=o.enable_thinking)
+                    except TypeError:
+                        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+                else:
+                    text = "\n\n".join(m["content"] for m in messages) + "\n\n"
+                inputs = tokenizer(text, return_tensors="pt").to(device)
+                limit = getattr(model.config, "max_position_embeddings", None)
+                if limit and inputs["input_ids"].shape[1] + o.max_new_tokens > limit:
+                    keep = max(1, limit - o.max_new_tokens)
+                    inputs = {k: v[:, -keep:] for k, v in inputs.items()}  # keep the end: the instructions and the question
+                torch.manual_seed(o.seed)
+                with torch.no_grad():
+                    out = model.generate(
+                        **inputs,
+                        max_new_tokens=o.max_new_tokens,
+                        do_sample=o.temperature > 0,
+                        temperature=o.temperature if o.temperature > 0 else None,
+                        top_p=o.top_p if o.temperature > 0 else None,
+                        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+                    )
+                new = out[0, inputs["input_ids"].shape[1]:]
+                results.append((tokenizer.decode(new, skip_special_tokens=True), {"prompt_tokens": int(inputs["input_ids"].shape[1]), "completion_tokens": int(new.shape[0])}))
+        finally:
+            del model
+            _free()
+        return results
+
+    # -- engineer interface --------------------------------------------------------
+    def _run(self, request: DesignRequest, messages: list[dict[str, str]]) -> EngineerReply:
+        path = self.model_path(request)
+        started = time.monotonic()
+        try:
+            [(text, usage)] = self.generate(path, [messages])
+        except EngineerCallError:
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            raise EngineerCallError(error, [{"model": path, "attempt": 1, "usage": {}, "latency_s": round(time.monotonic() - started, 3), "error": error}]) from None
+        latency = time.monotonic() - started
+        call = {"model": path, "attempt": 1, "usage": usage, "latency_s": round(latency, 3), "error": None, "backend": self.backend()}
+        return EngineerReply(text=text, usage=usage, latency_s=latency, model=path, attempts=1, calls=[call])
+
+    def propose(self, request: DesignRequest) -> EngineerReply:
+        return self._run(request, request.messages)
+
+    def summarize(self, request: DesignRequest, outcome: DesignOutcome) -> str | None:
+        self.last_summary_calls = []
+        if outcome.fallback and outcome.reason.startswith("engineer call failed"):
+            return factual_note(request, outcome)
+        prompt = summary_prompt(request, outcome, load_prompt("summary", self.options.summary_prompt_file))
+        try:
+            reply = self._run(request, [{"role": "user", "content": prompt}])
+        except EngineerCallError as exc:
+            self.last_summary_calls = exc.calls
+            return factual_note(request, outcome)
+        self.last_summary_calls = reply.calls
+        return reply.text.strip() or factual_note(request, outcome)
+
+
+class BaseEngineer(CheckpointEngineer):
+    name: ClassVar[str] = "base"
+    description: ClassVar[str] = "the starting weights (not the trained checkpoint) as engineer"
+    which: ClassVar[str] = "base_policy_path"
+
+
+def _free() -> None:
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:
+        pass
+
+
+ENGINEERS = (CheckpointEngineer, BaseEngineer)
