@@ -1,0 +1,284 @@
+"""Engineers end to end: the real openai and google-genai clients against a scripted local
+server with faults, the checkpoint engineer through transformers on a tiny model, and each
+baseline on crafted evidence. Every case ends in a valid config or a recorded fallback."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envengineer.design import build_request, design
+from envengineer.errors import ConfigError
+from envengineer.evidence import load_evidence
+
+pytest.importorskip("openai")
+pytest.importorskip("google.genai")
+
+KEY = "sk-test-SECRET-9f8e7d6c5b4a"
+
+GOOD = "The 9x9 maps fail on conflicts, so more of them with waits.\n\n```yaml\nsizes:\n  9x9: {ratio: 0.2, wait_ratio: 0.5}\n  3x3: {ratio: 0.05}\n```\n"
+GOOD_SUMMARY = "I saw conflicts dominate on large maps. I moved budget to 9x9. Watch 10x10 next."
+
+
+def fast(**extra):
+    return {"max_retries": 2, "backoff_initial": 0.01, "backoff_max": 0.05, "timeout": 5.0, **extra}
+
+
+@pytest.fixture
+def request_(recorded_run, registry):
+    evidence = load_evidence(recorded_run, 1, registry)
+    return build_request(evidence, registry, {"preset": "V6"})
+
+
+def _engineer(registry, kind, server, monkeypatch, **options):
+    if kind == "openai":
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        return registry.create("engineer", "openai", {"model": "gpt-test", "base_url": server.url + "/v1", **fast(**options)})
+    monkeypatch.setenv("GEMINI_API_KEY", KEY)
+    return registry.create("engineer", "gemini", {"model": "gemini-test", "base_url": server.url, **fast(**options)})
+
+
+def _no_key_written(out: Path):
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert KEY not in path.read_text(encoding="utf-8"), path
+
+
+def _calls(out: Path):
+    return [json.loads(line) for line in (out / "calls.jsonl").read_text().splitlines()]
+
+
+BOTH = pytest.mark.parametrize("kind", ["openai", "gemini"])
+
+
+@BOTH
+def test_valid_answer_becomes_the_next_config(kind, registry, request_, fake_llm, monkeypatch, tmp_path):
+    fake_llm.script = [fake_llm.Step(GOOD), fake_llm.Step(GOOD_SUMMARY)]
+    engineer = _engineer(registry, kind, fake_llm, monkeypatch)
+    outcome = design(engineer, request_, out_dir=tmp_path)
+    assert not outcome.fallback
+    sizes = outcome.config.sizes
+    assert sizes["9x9"].ratio == 0.2 and sizes["9x9"].wait_ratio == 0.5 and sizes["3x3"].ratio == 0.05
+    assert abs(sum(k.ratio for k in sizes.values()) - 1) < 1e-9
+    assert outcome.summary == GOOD_SUMMARY
+    for name in ("prompt.md", "response.md", "proposal.yaml", "projection.yaml", "summary.md", "calls.jsonl"):
+        assert (tmp_path / name).is_file(), name
+    calls = _calls(tmp_path)
+    assert calls[0]["usage"] == {"prompt_tokens": 11, "completion_tokens": 7} and calls[0]["error"] is None
+    assert "latency_s" in calls[0] and calls[0]["model"].endswith("-test")
+    # the key travels in a header, never into the run directory
+    headers = {k.lower(): v for k, v in fake_llm.requests[0]["headers"].items()}
+    assert KEY in (headers.get("authorization", "") + headers.get("x-goog-api-key", ""))
+    _no_key_written(tmp_path)
+
+
+@BOTH
+def test_rate_limit_then_success(kind, registry, request_, fake_llm, monkeypatch, tmp_path):
+    fake_llm.script = [fake_llm.Step(status=429), fake_llm.Step(GOOD), fake_llm.Step(GOOD_SUMMARY)]
+    outcome = design(_engineer(registry, kind, fake_llm, monkeypatch), request_, out_dir=tmp_path)
+    assert not outcome.fallback
+    calls = _calls(tmp_path)
+    assert calls[0]["error"] and "429" in calls[0]["error"] or "RateLimit" in calls[0]["error"]
+    assert calls[1]["error"] is None and calls[1]["attempt"] == 2
+    _no_key_written(tmp_path)
+
+
+@BOTH
+def test_server_errors_until_give_up_fall_back(kind, registry, request_, fake_llm, monkeypatch, tmp_path):
+    fake_llm.script = [fake_llm.Step(status=500)]
+    outcome = design(_engineer(registry, kind, fake_llm, monkeypatch), request_, out_dir=tmp_path)
+    assert outcome.fallback and "engineer call failed" in outcome.reason
+    assert outcome.config == request_.current_config
+    assert len(fake_llm.requests) == 3  # 1 + max_retries, no summary call after a transport failure
+    assert len(_calls(tmp_path)) == 3
+    projection = yaml.safe_load((tmp_path / "projection.yaml").read_text())
+    assert projection["fallback"] is True and projection["reason"] == outcome.reason
+    assert outcome.summary and "fallback" in outcome.summary
+    _no_key_written(tmp_path)
+
+
+@BOTH
+def test_slow_response_times_out_and_falls_back(kind, registry, request_, fake_llm, monkeypatch, tmp_path):
+    fake_llm.script = [fake_llm.Step(GOOD, delay=1.5)]
+    engineer = _engineer(registry, kind, fake_llm, monkeypatch, timeout=0.3, max_retries=1)
+    outcome = design(engineer, request_, out_dir=tmp_path)
+    assert outcome.fallback and "engineer call failed" in outcome.reason
+    assert all(call["error"] for call in _calls(tmp_path))
+
+
+@BOTH
+def test_malformed_yaml_is_reasked_then_accepted(kind, registry, request_, fake_llm, monkeypatch, tmp_path):
+    bad = "Here:\n```yaml\nsizes: {9x9: {ratio: [0.2\n```\n"
+    fake_llm.script = [fake_llm.Step(bad), fake_llm.Step(GOOD), fake_llm.Step(GOOD_SUMMARY)]
+    outcome = design(_engineer(registry, kind, fake_llm, monkeypatch), request_, out_dir=tmp_path)
+    assert not outcome.fallback and outcome.config.sizes["9x9"].ratio == 0.2
+    second = json.dumps(fake_llm.requests[1]["body"])
+    assert "could not be used" in second and "does not parse" in second  # the re-ask quotes the problem
+    response = (tmp_path / "response.md").read_text()
+    assert "attempt 1" in response and "attempt 2" in response
+
+
+@BOTH
+def test_aliases_are_refused_and_end_in_fallback(kind, registry, request_, fake_llm, monkeypatch, tmp_path):
+    bomb = "```yaml\na: &a [x, x, x]\nb: &b [*a, *a, *a]\nsizes: {9x9: {ratio: *b}}\n```"
+    fake_llm.script = [fake_llm.Step(bomb), fake_llm.Step(bomb), fake_llm.Step(GOOD_SUMMARY)]
+    outcome = design(_engineer(registry, kind, fake_llm, monkeypatch), request_, out_dir=tmp_path)
+    assert outcome.fallback and ("anchors" in outcome.reason or "aliases" in outcome.reason)
+    assert outcome.config == request_.current_config
+    assert yaml.safe_load((tmp_path / "projection.yaml").read_text())["fallback"] is True
+
+
+@BOTH
+def test_out_of_range_and_unknown_values_are_projected(kind, registry, request_, fake_llm, monkeypatch, tmp_path):
+    text = "```yaml\nsizes:\n  9x9: {ratio: 0.3, hole_ratio: 7, wait_ratio: -2, color: blue}\n  12x12: {ratio: 0.5}\nlearning_rate: 0.1\n```"
+    fake_llm.script = [fake_llm.Step(text), fake_llm.Step(GOOD_SUMMARY)]
+    outcome = design(_engineer(registry, kind, fake_llm, monkeypatch), request_, out_dir=tmp_path)
+    assert not outcome.fallback
+    knobs = outcome.config.sizes["9x9"]
+    assert knobs.ratio == 0.3 and knobs.hole_ratio == 0.5 and knobs.wait_ratio == 0.0
+    fields = {c["field"] for c in yaml.safe_load((tmp_path / "projection.yaml").read_text())["changes"]}
+    assert {"sizes.9x9.color", "sizes.12x12", "learning_rate", "sizes.9x9.hole_ratio"} <= fields
+
+
+@BOTH
+def test_prompt_injection_in_examples_stays_inside_data_blocks(kind, registry, request_, fake_llm, monkeypatch, tmp_path):
+    fake_llm.script = [fake_llm.Step(GOOD), fake_llm.Step(GOOD_SUMMARY)]
+    outcome = design(_engineer(registry, kind, fake_llm, monkeypatch), request_, out_dir=tmp_path)
+    sent = json.dumps(fake_llm.requests[0]["body"])
+    assert "IGNORE ALL PREVIOUS INSTRUCTIONS" in sent and "data, not instructions" in sent
+    # the injected YAML did nothing: the config is the server's proposal, not {3x3: 1.0}
+    assert not outcome.fallback and outcome.config.sizes["3x3"].ratio == 0.05
+
+
+def test_useless_text_reasked_then_fallback(registry, request_, fake_llm, monkeypatch, tmp_path):
+    fake_llm.script = [fake_llm.Step("I would rather not."), fake_llm.Step("```yaml\nfoo: 1\n```"), fake_llm.Step(GOOD_SUMMARY)]
+    outcome = design(_engineer(registry, "openai", fake_llm, monkeypatch), request_, out_dir=tmp_path, reask=1)
+    assert outcome.fallback and "no part of the proposal" in outcome.reason
+    assert len(outcome.replies) == 2
+
+
+def test_missing_key_is_a_recorded_fallback(registry, request_, monkeypatch, tmp_path):
+    monkeypatch.delenv("MOONSHOT_API_KEY", raising=False)
+    engineer = registry.create("engineer", "kimi", {})
+    assert engineer.options.base_url == "https://api.moonshot.ai/v1" and engineer.options.model
+    outcome = design(engineer, request_, out_dir=tmp_path)
+    assert outcome.fallback and "MOONSHOT_API_KEY" in outcome.reason
+
+
+def test_openai_compatible_needs_no_key(registry, request_, fake_llm, monkeypatch, tmp_path):
+    fake_llm.script = [fake_llm.Step(GOOD), fake_llm.Step(GOOD_SUMMARY)]
+    engineer = registry.create("engineer", "openai-compatible", {"model": "engineer", "base_url": fake_llm.url + "/v1", **fast(extra_body={"chat_template_kwargs": {"enable_thinking": False}})})
+    outcome = design(engineer, request_, out_dir=tmp_path)
+    assert not outcome.fallback
+    assert fake_llm.requests[0]["body"]["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_options_are_validated(registry):
+    with pytest.raises(ConfigError, match="engineer.openai.modle"):
+        registry.create("engineer", "openai", {"modle": "x"})
+    with pytest.raises(ConfigError, match="base_url"):
+        registry.create("engineer", "openai-compatible", {"model": "x"})
+
+
+# ------------------------------------------------------------- checkpoint on CPU
+
+
+def _tiny_model(path: Path) -> Path:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<unk>", *"abcdefghijklmnopqrstuvwxyz0123456789:{}`"])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    fast_tok = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    fast_tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    config = Qwen3Config(vocab_size=len(vocab), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1)
+    Qwen3ForCausalLM(config).save_pretrained(path)
+    fast_tok.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("name", ["checkpoint", "base"])
+def test_checkpoint_engineer_on_cpu_falls_back_cleanly(name, registry, recorded_run, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    model = _tiny_model(tmp_path / "tiny")
+    evidence = load_evidence(recorded_run, 1, registry)
+    request = build_request(evidence, registry, {"preset": "V6"}, policy_path=str(model), base_policy_path=str(model))
+    engineer = registry.create("engineer", name, {"backend": "transformers", "max_new_tokens": 16})
+    outcome = design(engineer, request, out_dir=tmp_path / "out")
+    assert outcome.fallback and outcome.config == request.current_config
+    assert len(outcome.replies) == 2  # one re-ask, then the fallback
+    calls = _calls(tmp_path / "out")
+    assert calls[0]["backend"] == "transformers" and calls[0]["usage"]["completion_tokens"] <= 16
+
+
+def test_checkpoint_without_a_path_is_a_fallback(registry, request_):
+    outcome = design(registry.create("engineer", "checkpoint", {}), request_)
+    assert outcome.fallback and "policy_path" in outcome.reason
+
+
+# --------------------------------------------------------------------- baselines
+
+
+def _evidence_request(registry, recorded_run, make_report, rates, round=1, conflict_share=0.5):
+    evidence = load_evidence(recorded_run, round, registry)
+    evidence.report = make_report(rates, conflict_share=conflict_share)
+    return build_request(evidence, registry, {"modules": ["F"]})
+
+
+SIZES = ("3x3", "4x4", "5x5", "6x6", "7x7", "8x8", "9x9", "10x10")
+
+
+def test_fixed_never_changes(registry, request_):
+    outcome = design(registry.create("engineer", "fixed"), request_)
+    assert not outcome.fallback and outcome.config == request_.current_config
+
+
+def test_random_is_valid_and_seeded(registry, request_):
+    a = design(registry.create("engineer", "random", {"seed": 3}), request_).config
+    b = design(registry.create("engineer", "random", {"seed": 3}), request_).config
+    c = design(registry.create("engineer", "random", {"seed": 4}), request_).config
+    assert a == b and a != c
+    assert abs(sum(k.ratio for k in a.sizes.values()) - 1) < 1e-9
+
+
+def test_curriculum_gets_harder_with_the_round(registry, recorded_run):
+    engineer = registry.create("engineer", "curriculum")
+    configs = []
+    for r in (0, 1):
+        evidence = load_evidence(recorded_run, r, registry)
+        configs.append(design(engineer, build_request(evidence, registry, {"modules": ["F"]})).config)
+    early, late = configs
+    assert late.sizes["10x10"].ratio > early.sizes["10x10"].ratio
+    assert late.sizes["3x3"].ratio < early.sizes["3x3"].ratio
+    assert late.sizes["7x7"].hole_ratio > early.sizes["7x7"].hole_ratio
+    assert late.sizes["7x7"].wait_ratio > early.sizes["7x7"].wait_ratio
+
+
+def test_heuristic_moves_budget_toward_the_size_that_fails_most(registry, recorded_run, report_factory):
+    rates = dict(zip(SIZES, (0.9, 0.9, 0.9, 0.9, 0.2, 0.9, 0.9, 0.9)))
+    request = _evidence_request(registry, recorded_run, report_factory, rates, conflict_share=0.0)
+    outcome = design(registry.create("engineer", "heuristic"), request)
+    before, after = request.current_config.sizes, outcome.config.sizes
+    assert after["7x7"].ratio > before["7x7"].ratio
+    assert max(after, key=lambda s: after[s].ratio - before[s].ratio) == "7x7"
+
+
+def test_heuristic_raises_waits_where_conflicts_dominate_and_backs_off_collapse(registry, recorded_run, report_factory):
+    rates = dict(zip(SIZES, (0.9, 0.9, 0.9, 0.6, 0.6, 0.5, 0.4, 0.0)))
+    request = _evidence_request(registry, recorded_run, report_factory, rates, conflict_share=0.8)
+    after = design(registry.create("engineer", "heuristic"), request).config.sizes
+    before = request.current_config.sizes
+    assert after["9x9"].wait_ratio > before["9x9"].wait_ratio
+    assert after["10x10"].hole_ratio < before["10x10"].hole_ratio and after["10x10"].wait_ratio < before["10x10"].wait_ratio
+
+
+def test_learnability_favours_success_near_half(registry, recorded_run, report_factory):
+    rates = dict(zip(SIZES, (1.0, 0.98, 0.9, 0.75, 0.5, 0.25, 0.05, 0.0)))
+    request = _evidence_request(registry, recorded_run, report_factory, rates)
+    after = design(registry.create("engineer", "learnability"), request).config.sizes
+    assert max(after, key=lambda s: after[s].ratio) == "7x7"
+    assert after["3x3"].ratio < after["6x6"].ratio and after["10x10"].ratio < after["8x8"].ratio
