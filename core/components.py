@@ -135,6 +135,13 @@ class Generator(Component, abc.ABC):
     def render(self, record: Mapping[str, Any], style: str = "full") -> list[dict[str, str]] | str:
         """The prompt for one instance: chat messages, or a plain string for compact styles."""
 
+    def check_record(self, record: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` naming the field when an instance record is malformed."""
+
+    def decode_response(self, record: Mapping[str, Any], response: str, style: str | None = None) -> str:
+        """Turn a response in a prompt style's own answer format into the validator's format."""
+        return response
+
     def group(self, record: Mapping[str, Any]) -> str:
         """The evidence group of an instance (per-group rates feed the engineer)."""
         return "all"

@@ -427,3 +427,95 @@ def _plain(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return str(value)
+
+
+# ------------------------------------------------------------------ offline use
+
+
+def _run_config(run_dir: Path) -> dict[str, Any]:
+    from envengineer.fileio import read_yaml
+
+    data = read_yaml(Path(run_dir) / "run.yaml")
+    return data if isinstance(data, dict) else {}
+
+
+def context_spec_from_cli(run_dir: Path, preset: str | None, modules: str | None) -> Any:
+    """``--preset``/``--modules F,G,H,T`` (T may be ``T:full``), else the run's own ``context:`` section."""
+    if preset and modules:
+        from envengineer.errors import ConfigError
+
+        raise ConfigError("give --preset or --modules, not both")
+    if preset:
+        return {"preset": preset}
+    if modules:
+        names, t_mode = [], None
+        for item in (part.strip() for part in modules.split(",") if part.strip()):
+            name, _, mode = item.partition(":")
+            if name == "T":
+                t_mode = mode or "bookkeeping"
+            else:
+                names.append(name)
+        return {"modules": names, **({"T": t_mode} if t_mode else {})}
+    return _run_config(run_dir).get("context") or None
+
+
+def engineer_section(run_dir: Path, name: str | None, config_file: Path | None) -> tuple[str, dict[str, Any]]:
+    """The engineer's name and options: ``--engineer``/``--engineer-config`` or the run's ``engineer:`` section.
+
+    The options file may be the section itself (``{name: openai, model: ...}``), or a run config holding one.
+    """
+    from envengineer.errors import ConfigError
+    from envengineer.fileio import read_yaml
+
+    section: dict[str, Any] = {}
+    if config_file is not None:
+        data = read_yaml(config_file) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{config_file}: expected a mapping")
+        section = dict(data.get("engineer", data)) if isinstance(data.get("engineer", data), dict) else {}
+    elif name is None:
+        section = dict(_run_config(run_dir).get("engineer") or {})
+    chosen = name or section.get("name")
+    if not chosen:
+        raise ConfigError("engineer: no --engineer given and the run config names none")
+    section.pop("name", None)
+    return chosen, section
+
+
+def propose_offline(registry: Any, run_dir: Path, round: int, engineer: str | None, config_file: Path | None, *, out_dir: Path | None = None, reask: int = 1) -> tuple[DesignRequest, DesignOutcome]:
+    """Run an engineer on a recorded round's evidence, without training (``envengineer propose``)."""
+    from envengineer.evidence import load_evidence, round_dir
+
+    run_dir = Path(run_dir)
+    name, options = engineer_section(run_dir, engineer, config_file)
+    instance = registry.create("engineer", name, options, where=f"engineer.{name}")
+    evidence = load_evidence(run_dir, round, registry)
+    run = _run_config(run_dir)
+    checkpoint = round_dir(run_dir, round) / "checkpoint"
+    policy = run.get("policy") or {}
+    request = build_request(
+        evidence,
+        registry,
+        run.get("context") or None,
+        policy_path=str(checkpoint) if checkpoint.exists() else None,
+        base_policy_path=policy.get("path") if isinstance(policy, dict) else None,
+        seed=int(run.get("seed") or 0),
+    )
+    return request, design(instance, request, out_dir=out_dir, reask=reask)
+
+
+def diff_rows(before: Any, after: Any) -> list[tuple[str, str, str]]:
+    """(field, before, after) for every leaf that differs, in the config's order."""
+
+    def flat(value: Any, prefix: str = "") -> dict[str, Any]:
+        if hasattr(value, "model_dump"):
+            value = value.model_dump()
+        if isinstance(value, dict):
+            out: dict[str, Any] = {}
+            for key, inner in value.items():
+                out.update(flat(inner, f"{prefix}{key}."))
+            return out
+        return {prefix[:-1]: value}
+
+    a, b = flat(before), flat(after)
+    return [(key, repr(a.get(key)), repr(b.get(key))) for key in list(dict.fromkeys([*a, *b])) if a.get(key) != b.get(key)]

@@ -65,8 +65,9 @@ def create_plugin_manager(
 
     :param builtins: module names of built-in plugins (default :data:`BUILTIN_PLUGINS`).
     :param entry_points: load third-party plugins from the ``envengineer`` entry-point group.
-    :param block: plugin names to leave out (a built-in's module name or its last
-        dotted part, or an entry point's name).
+    :param block: plugin names to leave out: a built-in's module name or short name
+        (``mapf_frozenlake`` for ``envengineer.tasks.mapf_frozenlake.plugin``), or a
+        third-party entry point's name.
     :param environ: where to read ``ENVENGINEER_LOAD_PLUGINS`` (a comma-separated
         allow-list of third-party entry-point names; empty means none) and
         ``ENVENGINEER_BLOCK_PLUGINS`` (more names to block). Defaults to ``os.environ``.
@@ -78,7 +79,7 @@ def create_plugin_manager(
     report = pm.load_report
 
     for module_name in BUILTIN_PLUGINS if builtins is None else builtins:
-        short = module_name.rsplit(".", 1)[-1]
+        short = module_name.removesuffix(".plugin").rsplit(".", 1)[-1]
         if module_name in blocked or short in blocked:
             report.blocked.append(module_name)
             continue
@@ -111,6 +112,7 @@ def create_plugin_manager(
     try:
         pm.check_pending()  # a misspelled hook name fails loudly
     except pluggy.PluginValidationError as exc:
-        raise RegistrationError(f"plugin {exc.plugin_name!r}: {exc}") from None
+        name = pm.get_name(exc.plugin) if getattr(exc, "plugin", None) is not None else "?"
+        raise RegistrationError(f"plugin {name!r} ({pm.origins.get(name, 'runtime')}): {exc}") from None
     logger.debug("plugins loaded: %s; blocked: %s", report.loaded, report.blocked)
     return pm

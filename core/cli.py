@@ -1,0 +1,262 @@
+"""The ``envengineer`` command line: typer + rich, thin over the Python API.
+
+Imports stay light here; commands import what they need when they run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from envengineer.errors import EnvEngineerError
+
+app = typer.Typer(
+    name="envengineer",
+    help="RL training loops in which an engineer (often the policy itself) redesigns the training environment.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+bench_app = typer.Typer(help="Frozen benchmark sets: list, verify checksums, rebuild.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _registry():
+    from envengineer.registry import load_registry
+
+    return load_registry()
+
+
+def _task(task: str, agents: int | None, options: list[str] | None = None):
+    """The generator/validator pair, with ``--agents`` and ``--option k=v`` as task options."""
+    opts: dict[str, Any] = {}
+    for item in options or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise EnvEngineerError(f"--option {item!r}: expected KEY=VALUE")
+        import yaml
+
+        opts[key.strip()] = yaml.safe_load(value)
+    if agents is not None:
+        opts["agents"] = agents
+    return _registry().task(task, opts, where="task")
+
+
+def _progress(description: str, total: int | None):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    progress = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, transient=False,
+    )
+    task_id = progress.add_task(description, total=total)
+    return progress, (lambda n=1: progress.advance(task_id, n))
+
+
+TaskArg = typer.Argument(..., help="task family, e.g. mapf-frozenlake (see `envengineer plugins`)")
+OptionOpt = typer.Option(None, "--option", "-o", help="task option KEY=VALUE (repeatable)")
+
+
+@app.command()
+def generate(
+    task: str = TaskArg,
+    n: int = typer.Option(..., "--n", min=0, help="number of instances"),
+    seed: int = typer.Option(0, "--seed", help="random seed: same config and seed give byte-identical output"),
+    output: Path = typer.Option(..., "--output", help="JSONL file to write (atomically)"),
+    config: Optional[Path] = typer.Option(None, "--config", help="generator config YAML (default: uniform ratios)"),
+    agents: Optional[int] = typer.Option(None, "--agents", help="agents per instance"),
+    workers: int = typer.Option(1, "--workers", min=1, help="processes (output is identical)"),
+    option: Optional[list[str]] = OptionOpt,
+) -> None:
+    """Generate instance records with certified optimal costs."""
+    from envengineer.taskops import generate_file, load_generator_config
+
+    generator, _ = _task(task, agents, option)
+    cfg = load_generator_config(generator, config)
+    progress, advance = _progress(f"generating {n} {task} instances", n)
+    with progress:
+        discarded = generate_file(generator, cfg, n=n, seed=seed, output=output, workers=workers, progress=advance)
+    note = ", ".join(f"{k}: {v}" for k, v in discarded.items()) or "none"
+    console.print(f"wrote {n} instances to [bold]{output}[/] (discarded draws: {note})")
+
+
+@app.command()
+def solve(
+    task: str = TaskArg,
+    instances: Path = typer.Option(..., "--instances", help="instance JSONL"),
+    output: Path = typer.Option(..., "--output", help="response JSONL to write: {id, response}"),
+    option: Optional[list[str]] = OptionOpt,
+) -> None:
+    """Write the reference solver's optimal answers in the policy's answer format."""
+    from envengineer.fileio import read_jsonl
+    from envengineer.taskops import solve_file
+
+    generator, _ = _task(task, None, option)
+    total = len(read_jsonl(instances))
+    progress, advance = _progress("solving", total)
+    with progress:
+        count = solve_file(generator, instances=instances, output=output, progress=advance)
+    console.print(f"wrote {count} answers to [bold]{output}[/]")
+
+
+@app.command()
+def score(
+    task: str = TaskArg,
+    instances: Path = typer.Option(..., "--instances", help="instance JSONL"),
+    responses: Path = typer.Option(..., "--responses", help="response JSONL: {id, response} per line"),
+    output: Path = typer.Option(..., "--output", help="verdict JSONL to write, one per response line"),
+    option: Optional[list[str]] = OptionOpt,
+) -> None:
+    """Score responses; print valid/optimal rates per size and failure counts."""
+    from envengineer.display import print_summary
+    from envengineer.taskops import score_file
+
+    generator, validator = _task(task, None, option)
+    summary = score_file(generator, validator, instances=instances, responses=responses, output=output)
+    print_summary(summary, validator.failure_types, dimensions=["size"], console=console, title=f"{task}")
+    console.print(f"wrote {summary.overall.n} verdicts to [bold]{output}[/]")
+
+
+@app.command()
+def plugins() -> None:
+    """List every registered component and the plugin it comes from."""
+    from rich.table import Table
+
+    from envengineer.registry import load_registry
+
+    registry = load_registry()
+    table = Table(title="registered components", title_justify="left")
+    for column in ("kind", "name", "plugin", "from", "description"):
+        table.add_column(column)
+    for entry in registry.entries():
+        table.add_row(entry.kind.replace("_", " "), entry.name, entry.owner, entry.origin, entry.description)
+    console.print(table)
+    report = registry.pm.load_report
+    for who, error in report.failed:
+        err_console.print(f"[red]failed to load[/] {who}: {error}")
+    for who in report.blocked:
+        console.print(f"[dim]blocked: {who}[/]")
+
+
+@bench_app.command("list")
+def bench_list() -> None:
+    """List the frozen benchmark sets."""
+    from envengineer.benchmarks import benchmark_table
+
+    console.print(benchmark_table(_registry()))
+
+
+@bench_app.command("verify")
+def bench_verify(names: Optional[list[str]] = typer.Argument(None, help="benchmarks (default: all)")) -> None:
+    """Check every benchmark file against its sha256."""
+    from envengineer.benchmarks import verify
+
+    problems = verify(_registry(), names or None, console=console)
+    if problems:
+        raise typer.Exit(1)
+
+
+@bench_app.command("build")
+def bench_build(
+    names: Optional[list[str]] = typer.Argument(None, help="benchmarks (default: all)"),
+    check: bool = typer.Option(False, "--check", help="rebuild in memory and compare, write nothing"),
+    update: bool = typer.Option(False, "--update", help="re-freeze: accept a changed checksum (after a deliberate generator change)"),
+) -> None:
+    """Rebuild benchmark files from their specs (identically); refuses to change a frozen checksum."""
+    from envengineer.benchmarks import build
+
+    problems = build(_registry(), names or None, check=check, update=update, console=console)
+    if problems:
+        raise typer.Exit(1)
+
+
+RunOpt = typer.Option(..., "--run", help="run directory")
+RoundOpt = typer.Option(..., "--round", min=0, help="recorded round (0-based)")
+
+
+@app.command()
+def context(
+    run: Path = RunOpt,
+    round: int = RoundOpt,
+    preset: Optional[str] = typer.Option(None, "--preset", help="V1 ... V6"),
+    modules: Optional[str] = typer.Option(None, "--modules", help="comma-separated modules, e.g. F,G,H,T (T:full for full training details)"),
+) -> None:
+    """Print the composed engineer context for a recorded round."""
+    from envengineer.design import context_spec_from_cli
+    from envengineer.evidence import compose_context, load_evidence
+
+    registry = _registry()
+    evidence = load_evidence(run, round, registry)
+    sys.stdout.write(compose_context(registry, context_spec_from_cli(run, preset, modules), evidence))
+
+
+@app.command()
+def propose(
+    run: Path = RunOpt,
+    round: int = RoundOpt,
+    engineer: Optional[str] = typer.Option(None, "--engineer", help="engineer name (default: the run's)"),
+    engineer_config: Optional[Path] = typer.Option(None, "--engineer-config", help="YAML with the engineer's options"),
+    output: Optional[Path] = typer.Option(None, "--output", help="folder for prompt.md, response.md, projection.yaml, ... (default: none)"),
+    reask: int = typer.Option(1, "--reask", min=0, help="re-asks on unusable output"),
+) -> None:
+    """Run an engineer offline on a recorded round's evidence; print proposal, projection and diff."""
+    import yaml
+    from rich.table import Table
+
+    from envengineer.design import diff_rows, propose_offline
+
+    request, outcome = propose_offline(_registry(), run, round, engineer, engineer_config, out_dir=output, reask=reask)
+    console.rule("proposal")
+    console.print(yaml.safe_dump(outcome.proposal, sort_keys=False) if outcome.proposal is not None else "(none)", markup=False, highlight=False)
+    if outcome.fallback:
+        console.print(f"[bold yellow]fallback:[/] {outcome.reason}", highlight=False)
+    if outcome.projection is not None:
+        table = Table(title="projection", title_justify="left")
+        for column in ("field", "proposed", "applied", "reason"):
+            table.add_column(column)
+        for change in outcome.projection.changes:
+            table.add_row(change.field, repr(change.proposed), repr(change.applied), change.reason)
+        console.print(table)
+        console.print(f"accepted: {', '.join(outcome.projection.accepted) or 'none'}", highlight=False)
+    diff = Table(title=f"config: round {round} -> next", title_justify="left")
+    for column in ("field", "current", "next"):
+        diff.add_column(column)
+    for row in diff_rows(request.current_config, outcome.config):
+        diff.add_row(*row)
+    console.print(diff if diff.row_count else "config unchanged")
+    if outcome.summary:
+        console.rule("summary")
+        console.print(outcome.summary, markup=False, highlight=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user errors print as one red message and exit 2, without a traceback."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except EnvEngineerError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        sys.exit(2)
+    except (typer.Exit, SystemExit) as exc:
+        code = getattr(exc, "exit_code", getattr(exc, "code", 0))
+        sys.exit(code or 0)
+    except typer.Abort:
+        err_console.print("aborted")
+        sys.exit(130)
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Valid/optimal rates and failure counts, overall and per group, with standard errors.
+
+Generic over tasks: the caller says which groups (e.g. map size, subset, hole ratio)
+each verdict belongs to.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from envengineer.components import Verdict
+
+
+@dataclass
+class Rates:
+    n: int = 0
+    valid: int = 0
+    optimal: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+
+    def add(self, verdict: Verdict) -> None:
+        self.n += 1
+        self.valid += verdict.valid
+        self.optimal += verdict.optimal
+        if verdict.failure:
+            self.failures[verdict.failure] += 1
+
+    @property
+    def valid_rate(self) -> float:
+        return self.valid / self.n if self.n else 0.0
+
+    @property
+    def optimal_rate(self) -> float:
+        return self.optimal / self.n if self.n else 0.0
+
+    @staticmethod
+    def stderr(rate: float, n: int) -> float:
+        return math.sqrt(rate * (1 - rate) / n) if n else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "valid": self.valid,
+            "optimal": self.optimal,
+            "valid_rate": round(self.valid_rate, 6),
+            "optimal_rate": round(self.optimal_rate, 6),
+            "valid_se": round(self.stderr(self.valid_rate, self.n), 6),
+            "optimal_se": round(self.stderr(self.optimal_rate, self.n), 6),
+            "failures": dict(sorted(self.failures.items())),
+        }
+
+
+@dataclass
+class Summary:
+    """Overall rates, and rates per value of each grouping (``by["size"]["6x6"]``)."""
+
+    overall: Rates = field(default_factory=Rates)
+    by: dict[str, dict[str, Rates]] = field(default_factory=lambda: defaultdict(dict))
+
+    def add(self, verdict: Verdict, groups: Mapping[str, str] | None = None) -> None:
+        self.overall.add(verdict)
+        for dimension, value in (groups or {}).items():
+            self.by[dimension].setdefault(str(value), Rates()).add(verdict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "overall": self.overall.to_dict(),
+            "by": {dim: {key: rates.to_dict() for key, rates in values.items()} for dim, values in self.by.items()},
+        }
+
+
+def summarize(
+    verdicts: Iterable[Verdict],
+    groups: Iterable[Mapping[str, str]] | None = None,
+    orders: Mapping[str, Sequence[str]] | None = None,
+) -> Summary:
+    """Aggregate verdicts; ``orders`` fixes the display order of group values."""
+    summary = Summary()
+    if orders:
+        for dimension, values in orders.items():
+            for value in values:
+                summary.by[dimension][str(value)] = Rates()
+    group_iter = iter(groups) if groups is not None else None
+    for verdict in verdicts:
+        summary.add(verdict, next(group_iter) if group_iter is not None else None)
+    for dimension in list(summary.by):
+        summary.by[dimension] = {k: v for k, v in summary.by[dimension].items() if v.n}
+    return summary

@@ -1,0 +1,107 @@
+"""Generate, solve and score over files: the Python API behind the CLI commands."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from envengineer.components import Generator, Validator
+from envengineer.errors import ConfigError, InputError
+from envengineer.fileio import atomic_open, dumps_json, iter_jsonl, read_jsonl, read_yaml
+from envengineer.metrics import Summary, summarize
+from envengineer.registry import format_validation_error
+
+
+def load_generator_config(generator: Generator, path: str | Path | None) -> BaseModel:
+    """The generator config in ``path`` (strictly validated), or the generator's default."""
+    if path is None:
+        return generator.default_config()
+    data = read_yaml(path)
+    try:
+        return generator.config_model.model_validate(data if data is not None else {})
+    except ValidationError as exc:
+        raise ConfigError(f"{path}:\n{format_validation_error(exc)}") from None
+
+
+def generate_file(
+    generator: Generator,
+    config: BaseModel,
+    *,
+    n: int,
+    seed: int,
+    output: str | Path,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, int]:
+    """Write ``n`` records to ``output`` atomically; return the discard counts."""
+    result = generator.generate(config, n=n, seed=seed, workers=workers, progress=progress)
+    with atomic_open(output) as handle:
+        for record in result.records:
+            handle.write(dumps_json(record) + "\n")
+    return result.discarded
+
+
+def load_instances(path: str | Path, validate: Callable[[Mapping[str, Any]], Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Instances by id; a malformed record or duplicate id names the file and line."""
+    instances: dict[str, dict[str, Any]] = {}
+    for line, record in enumerate(read_jsonl(path), start=1):
+        rid = record.get("id")
+        if not isinstance(rid, str) or not rid:
+            raise InputError(f"{path}, record {line}: missing string field 'id'")
+        if rid in instances:
+            raise InputError(f"{path}, record {line}: duplicate id {rid!r}")
+        if validate is not None:
+            try:
+                validate(record)
+            except ValueError as exc:
+                raise InputError(f"{path}, record {line} ({rid}): {exc}") from None
+        instances[rid] = record
+    return instances
+
+
+def solve_file(generator: Generator, *, instances: str | Path, output: str | Path, progress: Callable[[int], None] | None = None) -> int:
+    records = read_jsonl(instances)
+    with atomic_open(output) as handle:
+        for line, record in enumerate(records, start=1):
+            try:
+                response = generator.reference_answer(record)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise InputError(f"{instances}, record {line}: {exc}") from None
+            handle.write(dumps_json({"id": record.get("id"), "response": response}) + "\n")
+            if progress:
+                progress(1)
+    return len(records)
+
+
+def score_file(
+    generator: Generator,
+    validator: Validator,
+    *,
+    instances: str | Path,
+    responses: str | Path,
+    output: str | Path,
+    progress: Callable[[int], None] | None = None,
+) -> Summary:
+    """One verdict per response line, in order; returns the summary (overall, per group)."""
+    by_id = load_instances(instances, generator.check_record)
+    verdicts = []
+    groups = []
+    with atomic_open(output) as handle:
+        for line, response in enumerate(iter_jsonl(responses), start=1):
+            rid = response.get("id")
+            if rid not in by_id:
+                raise InputError(f"{responses}, line {line}: unknown instance id {rid!r} (not in {instances})")
+            text = response.get("response")
+            if not isinstance(text, str):
+                raise InputError(f"{responses}, line {line}: field 'response' must be a string")
+            record = by_id[rid]
+            verdict = validator.score(record, text)
+            handle.write(dumps_json(verdict.to_record(rid)) + "\n")
+            verdicts.append(verdict)
+            groups.append({"size": generator.group(record)})
+            if progress:
+                progress(1)
+    return summarize(verdicts, groups, orders={"size": generator.groups()})

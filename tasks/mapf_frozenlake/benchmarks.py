@@ -1,0 +1,63 @@
+"""The frozen mapf-frozenlake benchmark sets and the 2-agent validation set.
+
+Each set crosses the map sizes that fit the agent count, five hole ratios, and three
+wait-ratio subsets (``wr_025``, ``wr_050``, ``wr_075``: that share of each
+size × hole-ratio cell needs a WAIT). A size fits ``k`` agents when a map at the
+largest hole ratio keeps at least ``2k + 1`` free cells.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from envengineer.benchmarks import read_checksums
+from envengineer.components import Benchmark
+from envengineer.tasks.mapf_frozenlake import SIZES, TASK_NAME
+from envengineer.tasks.mapf_frozenlake.config import hole_count
+from envengineer.tasks.mapf_frozenlake.generator import Job, derive_seed, make_instance
+
+FOLDER = Path(__file__).parent / "data"
+HOLE_RATIOS = (0.0, 0.1, 0.2, 0.3, 0.4)
+SUBSETS = {"wr_025": 0.25, "wr_050": 0.5, "wr_075": 0.75}
+PER_CELL = 4  # instances per size × hole ratio × subset
+
+
+def fitting_sizes(agents: int) -> tuple[int, ...]:
+    return tuple(n for n in SIZES if n * n - hole_count(n, max(HOLE_RATIOS)) >= 2 * agents + 1)
+
+
+def build_set(name: str, agents: int) -> list[dict]:
+    records = []
+    for subset, wait_ratio in SUBSETS.items():
+        waits = int(wait_ratio * PER_CELL + 0.5)
+        for size in fitting_sizes(agents):
+            for hole_ratio in HOLE_RATIOS:
+                for index in range(PER_CELL):
+                    job = Job(size, hole_ratio, agents, index < waits, derive_seed("bench", name, subset, size, hole_ratio, index))
+                    record = make_instance(job).instance.to_record()
+                    record["subset"] = subset
+                    records.append(record)
+    return records
+
+
+def _spec(name: str, agents: int, description: str) -> Benchmark:
+    path = FOLDER / f"{name}.jsonl"
+    return Benchmark(
+        name=name,
+        task=TASK_NAME,
+        description=description,
+        path=path,
+        sha256=read_checksums(FOLDER).get(path.name, ""),
+        options={"agents": agents},
+        subset_field="subset",
+        build=lambda: build_set(name, agents),
+    )
+
+
+def specs() -> list[Benchmark]:
+    return [
+        _spec("mapf-2agents-val", 2, "2-agent validation set: the loop's evidence"),
+        _spec("mapf-3agents", 3, "3-agent generalisation benchmark"),
+        _spec("mapf-4agents", 4, "4-agent generalisation benchmark"),
+        _spec("mapf-5agents", 5, "5-agent generalisation benchmark"),
+    ]

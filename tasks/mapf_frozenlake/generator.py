@@ -1,0 +1,279 @@
+"""Deterministic, stratified generation of certified MAPF-FrozenLake instances.
+
+Each instance is a pure function of ``(size, hole_ratio, agents, wants_wait, seed)``:
+its own random stream is seeded from those values, so the same config and seed give
+byte-identical data on any machine, whether generated in one process or many.
+
+``wait_ratio`` is met exactly per size (stratified): that share of a size's instances
+are drawn as *wait* instances and the rest as *no-wait* ones, and the solver
+certifies each instance's ``optimal_cost`` and ``requires_wait`` before it is kept.
+Random placement rarely needs a WAIT with 2 agents on large maps (about 6%), so wait
+instances are placed to interact: agent 2 is put on a shortest route that crosses
+agent 1's shortest route at the same time step, then the solver decides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+
+from envengineer.errors import ConfigError, EnvEngineerError
+from envengineer.tasks.mapf_frozenlake import SIZES
+from envengineer.tasks.mapf_frozenlake.config import MapfConfig, allocate, hole_count, min_free_cells
+from envengineer.tasks.mapf_frozenlake.instance import Agent, Instance, instance_id
+from envengineer.tasks.mapf_frozenlake.solver import solve
+
+MAX_ATTEMPTS = 2000
+MAX_DUPLICATE_RETRIES = 200
+
+
+class GenerationError(EnvEngineerError):
+    """A knob setting for which no instance could be produced."""
+
+
+@dataclass(frozen=True)
+class Job:
+    size: int
+    hole_ratio: float
+    agents: int
+    wants_wait: bool
+    seed: int
+
+
+@dataclass
+class Made:
+    instance: Instance
+    gave_up: int  # solver give-ups while making this instance (discarded draws)
+
+
+def derive_seed(*parts: object) -> int:
+    """A 48-bit seed from any parts, identical on every machine and Python version."""
+    text = "|".join(str(p) for p in parts)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:6], "big")
+
+
+@lru_cache(maxsize=None)
+def _neighbours(size: int) -> tuple[tuple[int, ...], ...]:
+    out = []
+    for i in range(size * size):
+        r, c = divmod(i, size)
+        nb = []
+        if r > 0:
+            nb.append(i - size)
+        if r < size - 1:
+            nb.append(i + size)
+        if c > 0:
+            nb.append(i - 1)
+        if c < size - 1:
+            nb.append(i + 1)
+        out.append(tuple(nb))
+    return tuple(out)
+
+
+def _bfs(size: int, free: Sequence[bool], source: int) -> list[int]:
+    """Distances from ``source`` over free cells (-1 where unreachable)."""
+    nbrs = _neighbours(size)
+    dist = [-1] * (size * size)
+    dist[source] = 0
+    queue = deque([source])
+    while queue:
+        cell = queue.popleft()
+        d = dist[cell] + 1
+        for nb in nbrs[cell]:
+            if free[nb] and dist[nb] < 0:
+                dist[nb] = d
+                queue.append(nb)
+    return dist
+
+
+def _random_placement(rng: random.Random, size: int, free: list[bool], agents: int) -> list[tuple[int, int]] | None:
+    cells = [i for i, ok in enumerate(free) if ok]
+    if len(cells) < agents + 1:
+        return None
+    starts = rng.sample(cells, agents)
+    goals: list[int] = []
+    for start in starts:
+        dist = _bfs(size, free, start)
+        options = [g for g in cells if dist[g] > 0 and g not in goals]
+        if not options:
+            return None
+        goals.append(rng.choice(options))
+    return list(zip(starts, goals))
+
+
+def _shortest_route(rng: random.Random, size: int, free: list[bool], start: int, goal: int) -> list[int]:
+    to_goal = _bfs(size, free, goal)
+    nbrs = _neighbours(size)
+    route = [start]
+    cell = start
+    while cell != goal:
+        steps = [nb for nb in nbrs[cell] if free[nb] and to_goal[nb] == to_goal[cell] - 1]
+        cell = rng.choice(steps)
+        route.append(cell)
+    return route
+
+
+def _crossing_placement(rng: random.Random, size: int, free: list[bool], agents: int) -> list[tuple[int, int]] | None:
+    """Agents 1 and 2 on shortest routes through one cell at one time; the rest at random."""
+    base = _random_placement(rng, size, free, agents)
+    if base is None:
+        return None
+    (s1, g1) = base[0]
+    route = _shortest_route(rng, size, free, s1, g1)
+    t = rng.randrange(1, len(route))
+    meet = route[t]
+    from_meet = _bfs(size, free, meet)
+    taken_starts = {s for s, _ in base[2:]} | {s1}
+    starts = [i for i, d in enumerate(from_meet) if d == t and i not in taken_starts]
+    if not starts:
+        return None
+    s2 = rng.choice(starts)
+    from_s2 = _bfs(size, free, s2)
+    taken_goals = {g for _, g in base[2:]} | {g1}
+    goals = [
+        i
+        for i, d in enumerate(from_meet)
+        if d >= 0 and i != s2 and i not in taken_goals and from_s2[i] == t + d
+    ]
+    if not goals:
+        return None
+    return [(s1, g1), (s2, rng.choice(goals)), *base[2:]]
+
+
+def make_instance(job: Job, *, time_limit: float = 10.0, max_attempts: int = MAX_ATTEMPTS) -> Made:
+    """Draw maps and placements from the job's own stream until the solver certifies one."""
+    rng = random.Random(job.seed)
+    size = job.size
+    n_cells = size * size
+    n_holes = hole_count(size, job.hole_ratio)
+    gave_up = 0
+    for _ in range(max_attempts):
+        holes = set(rng.sample(range(n_cells), n_holes))
+        free = [i not in holes for i in range(n_cells)]
+        place = _crossing_placement if job.wants_wait else _random_placement
+        placement = place(rng, size, free, job.agents)
+        if placement is None:
+            continue
+        grid = tuple(
+            "".join("H" if r * size + c in holes else "F" for c in range(size)) for r in range(size)
+        )
+        agents = tuple(Agent(divmod(s, size), divmod(g, size)) for s, g in placement)
+        solution = solve(grid, [(a.start, a.goal) for a in agents], time_limit=time_limit)
+        if solution.status == "gave_up":
+            gave_up += 1
+            continue
+        if solution.status != "optimal" or solution.requires_wait != job.wants_wait:
+            continue
+        instance = Instance(
+            size=size,
+            grid=grid,
+            agents=agents,
+            hole_ratio=job.hole_ratio,
+            optimal_cost=solution.cost,
+            requires_wait=solution.requires_wait,
+            seed=job.seed,
+            id=instance_id(size, grid, agents),
+        )
+        return Made(instance, gave_up)
+    kind = "that need a WAIT" if job.wants_wait else "that need no WAIT"
+    raise GenerationError(
+        f"sizes.{size}x{size}: found no solvable {job.agents}-agent instance {kind} at "
+        f"hole_ratio {job.hole_ratio:g} in {max_attempts} draws; change hole_ratio or wait_ratio"
+    )
+
+
+def plan_jobs(config: MapfConfig, *, n: int, seed: int, agents: int) -> list[Job]:
+    """The run's jobs in canonical order (size, then wait stratum, then index)."""
+    counts = allocate(config, n)
+    jobs: list[Job] = []
+    for size in SIZES:
+        count = counts[size]
+        if count == 0:
+            continue
+        knobs = config.knobs(size)
+        free = size * size - hole_count(size, knobs.hole_ratio)
+        if free < min_free_cells(agents):
+            raise ConfigError(
+                f"sizes.{size}x{size}.hole_ratio: {agents} agents need at least {min_free_cells(agents)} "
+                f"free cells; a {size}x{size} map with hole_ratio {knobs.hole_ratio:g} has {free}"
+            )
+        waits = int(knobs.wait_ratio * count + 0.5)
+        for wants_wait, stratum in ((True, waits), (False, count - waits)):
+            for index in range(stratum):
+                jobs.append(
+                    Job(size, knobs.hole_ratio, agents, wants_wait,
+                        derive_seed("mfl", seed, size, agents, knobs.hole_ratio, int(wants_wait), index))
+                )
+    return jobs
+
+
+def _make_chunk(args: tuple[list[Job], float]) -> list[Made]:
+    jobs, time_limit = args
+    return [make_instance(job, time_limit=time_limit) for job in jobs]
+
+
+def generate(
+    config: MapfConfig,
+    *,
+    n: int,
+    seed: int,
+    agents: int = 2,
+    workers: int = 1,
+    time_limit: float = 10.0,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[Instance], dict[str, int]]:
+    """``n`` certified instances in a seeded shuffled order, and the discard counts.
+
+    ``workers > 1`` spreads the jobs over processes; the output is identical.
+    """
+    if n < 0:
+        raise ConfigError(f"n: must be non-negative, got {n}")
+    if agents < 1:
+        raise ConfigError(f"agents: must be at least 1, got {agents}")
+    jobs = plan_jobs(config, n=n, seed=seed, agents=agents)
+    made: list[Made] = []
+    if workers > 1 and len(jobs) > 1:
+        chunk = max(1, min(64, len(jobs) // (workers * 4) or 1))
+        chunks = [(jobs[i : i + chunk], time_limit) for i in range(0, len(jobs), chunk)]
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for part in pool.map(_make_chunk, chunks):
+                made.extend(part)
+                if progress:
+                    progress(len(part))
+    else:
+        for job in jobs:
+            made.append(make_instance(job, time_limit=time_limit))
+            if progress:
+                progress(1)
+
+    # Duplicates (possible on tiny maps) are redrawn from a derived seed, in canonical order.
+    seen: set[str] = set()
+    instances: list[Instance] = []
+    discarded: Counter[str] = Counter()
+    for job, item in zip(jobs, made):
+        discarded["solver_gave_up"] += item.gave_up
+        instance = item.instance
+        retry = 0
+        while instance.id in seen:
+            retry += 1
+            if retry > MAX_DUPLICATE_RETRIES:
+                raise GenerationError(
+                    f"sizes.{job.size}x{job.size}: too few distinct {job.agents}-agent instances at "
+                    f"hole_ratio {job.hole_ratio:g} for this budget; lower the ratio of this size"
+                )
+            discarded["duplicate"] += 1
+            again = make_instance(
+                Job(job.size, job.hole_ratio, job.agents, job.wants_wait, derive_seed(job.seed, "dup", retry)),
+                time_limit=time_limit,
+            )
+            discarded["solver_gave_up"] += again.gave_up
+            instance = again.instance
+        seen.add(instance.id)
+        instances.append(instance)
+    random.Random(derive_seed("order", seed, n, agents)).shuffle(instances)
+    return instances, {key: value for key, value in discarded.items() if value}

@@ -1,0 +1,115 @@
+"""Registers the mapf-frozenlake generator, validator and frozen benchmarks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envengineer.components import GenerationResult, Generator, Projection
+from envengineer.hookspecs import hookimpl
+from envengineer.tasks.mapf_frozenlake import SIZE_NAMES, TASK_NAME, config as cfg
+from envengineer.tasks.mapf_frozenlake import generator as gen
+from envengineer.tasks.mapf_frozenlake import projection, prompts
+from envengineer.tasks.mapf_frozenlake.instance import from_record
+from envengineer.tasks.mapf_frozenlake.validator import MapfValidator
+
+
+class MapfOptions(BaseModel):
+    """The ``task:`` section of a run config for mapf-frozenlake."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["mapf-frozenlake"] = TASK_NAME
+    agents: int = Field(2, ge=1, le=16, description="agents per training instance")
+    prompt_style: Literal["full", "compact"] = Field("full", description="prompt rendering for the policy")
+    solver_time_limit: float = Field(10.0, gt=0, description="seconds before the solver gives up on one instance")
+    workers: int = Field(1, ge=1, description="processes used to generate a training set")
+
+
+class MapfGenerator(Generator):
+    name: ClassVar[str] = TASK_NAME
+    description: ClassVar[str] = "Multi-agent path finding on FrozenLake grids (3x3 to 10x10)"
+    Options: ClassVar[type[BaseModel]] = MapfOptions
+    config_model: ClassVar[type[BaseModel]] = cfg.MapfConfig
+    prompt_styles: ClassVar[tuple[str, ...]] = prompts.STYLES
+
+    options: MapfOptions
+
+    def default_config(self) -> cfg.MapfConfig:
+        return cfg.uniform_config()
+
+    def random_config(self, seed: int) -> cfg.MapfConfig:
+        return cfg.random_config(seed, agents=self.options.agents)
+
+    def generate(self, config: BaseModel, *, n: int, seed: int, workers: int | None = None, progress: Any = None) -> GenerationResult:
+        instances, discarded = gen.generate(
+            cfg.MapfConfig.model_validate(config.model_dump()),
+            n=n,
+            seed=seed,
+            agents=self.options.agents,
+            workers=workers or self.options.workers,
+            time_limit=self.options.solver_time_limit,
+            progress=progress,
+        )
+        return GenerationResult([i.to_record() for i in instances], discarded)
+
+    def project(self, proposal: Mapping[str, Any], current: BaseModel) -> Projection:
+        return projection.project(proposal, cfg.MapfConfig.model_validate(current.model_dump()), agents=self.options.agents)
+
+    def render(self, record: Mapping[str, Any], style: str | None = None) -> list[dict[str, str]] | str:
+        style = style or self.options.prompt_style
+        instance = from_record(record)
+        if style == "compact":
+            return prompts.render_compact(instance)
+        if style == "full":
+            return prompts.render_full(instance)
+        raise ValueError(f"unknown prompt style {style!r} (styles: {', '.join(prompts.STYLES)})")
+
+    def decode_response(self, record: Mapping[str, Any], response: str, style: str | None = None) -> str:
+        """Convert a response in a style's own answer format to the contract's format."""
+        style = style or self.options.prompt_style
+        if style == "compact":
+            return prompts.compact_to_answer(response, len(record["agents"]))
+        return response
+
+    def check_record(self, record: Mapping[str, Any]) -> None:
+        from_record(record)
+
+    def group(self, record: Mapping[str, Any]) -> str:
+        return f"{record['size']}x{record['size']}"
+
+    def groups(self) -> tuple[str, ...]:
+        return SIZE_NAMES
+
+    def guidelines(self) -> str:
+        return prompts.guidelines(self.options.agents)
+
+    def reference_answer(self, record: Mapping[str, Any]) -> str:
+        from envengineer.tasks.mapf_frozenlake.answer import format_answer
+        from envengineer.tasks.mapf_frozenlake.solver import solve
+
+        instance = from_record(record)
+        solution = solve(instance.grid, [(a.start, a.goal) for a in instance.agents], time_limit=self.options.solver_time_limit)
+        if solution.status != "optimal" or solution.paths is None:
+            raise ValueError(f"instance {instance.id}: {solution.status} ({solution.reason})")
+        return format_answer(solution.paths)
+
+
+@hookimpl
+def register_generators(register):
+    register(MapfGenerator)
+
+
+@hookimpl
+def register_validators(register):
+    register(MapfValidator)
+
+
+@hookimpl
+def register_benchmarks(register):
+    from envengineer.tasks.mapf_frozenlake.benchmarks import specs
+
+    for spec in specs():
+        register(spec)
