@@ -104,3 +104,17 @@ def test_every_engineer_has_forbidding_options(registry):
     for name in registry.names("engineer"):
         cls = registry.get("engineer", name)
         assert cls.Options.model_config.get("extra") == "forbid", name
+
+
+def test_cli_context_and_propose(recorded_run):
+    from typer.testing import CliRunner
+
+    from envengineer.cli import app
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["context", "--run", str(recorded_run), "--round", "1", "--modules", "F,H"])
+    assert result.exit_code == 0, result.output
+    assert "## Failure breakdown (F)" in result.output and "## Training details" not in result.output
+    result = runner.invoke(app, ["propose", "--run", str(recorded_run), "--round", "1", "--engineer", "learnability"])
+    assert result.exit_code == 0, result.output
+    assert "proposal" in result.output and "sizes.7x7.ratio" in result.output
