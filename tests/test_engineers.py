@@ -282,3 +282,9 @@ def test_learnability_favours_success_near_half(registry, recorded_run, report_f
     after = design(registry.create("engineer", "learnability"), request).config.sizes
     assert max(after, key=lambda s: after[s].ratio) == "7x7"
     assert after["3x3"].ratio < after["6x6"].ratio and after["10x10"].ratio < after["8x8"].ratio
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "examples" / "engineers").glob("*.yaml")), ids=lambda p: p.stem)
+def test_example_engineer_sections_validate(path, registry):
+    section = dict(yaml.safe_load(path.read_text())["engineer"])
+    registry.create("engineer", section.pop("name"), section)
