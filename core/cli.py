@@ -223,7 +223,7 @@ def propose(
             table.add_column(column)
         for change in outcome.projection.changes:
             table.add_row(change.field, repr(change.proposed), repr(change.applied), change.reason)
-        console.print(table)
+        console.print(table if table.row_count else "projection: no changes to the proposal")
         console.print(f"accepted: {', '.join(outcome.projection.accepted) or 'none'}", highlight=False)
     diff = Table(title=f"config: round {round} -> next", title_justify="left")
     for column in ("field", "current", "next"):
