@@ -236,6 +236,63 @@ def propose(
         console.print(outcome.summary, markup=False, highlight=False)
 
 
+@app.command("run")
+def run_command(
+    config: Path = typer.Argument(..., help="run config YAML (see examples/)"),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="continue a run in the same directory (default); --no-resume refuses an existing one"),
+    output: Optional[str] = typer.Option(None, "--output", help="run directory (overrides the config's output)"),
+) -> None:
+    """Run the closed loop: generate → train → eval → design, for the configured rounds (resumable)."""
+    from envengineer.loop import run
+    from envengineer.runconfig import load_run_config
+
+    cfg = load_run_config(config)
+    target = Path(output or cfg.output or Path("runs") / cfg.name)
+    if not resume and (target / "history.jsonl").exists():
+        raise EnvEngineerError(f"{target}: already holds a run; pass --resume to continue it or choose another --output")
+    run(config, console=console, output=output)
+    console.print(f"run directory: [bold]{target}[/]  (report: envengineer report {target})")
+
+
+@app.command("eval")
+def eval_command(
+    policy: str = typer.Option(..., "--policy", help="NAME or NAME:PATH, e.g. tiny, transformers:/models/qwen3-4b, openai-compatible"),
+    bench: list[str] = typer.Option(..., "--bench", help="benchmark name (repeatable), e.g. mapf-3agents"),
+    policy_config: Optional[Path] = typer.Option(None, "--policy-config", help="YAML with the policy's options"),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="evaluate only the first N instances"),
+    output: Optional[Path] = typer.Option(None, "--output", help="folder for summary.json, rates.csv, verdicts, responses"),
+    style: Optional[str] = typer.Option(None, "--style", help="prompt style (default: the policy's)"),
+) -> None:
+    """Evaluate a policy on benchmarks: valid/optimal rates per subset, size, hole ratio; failure counts; Sum."""
+    from envengineer.evaluation import evaluate, write_eval
+    from envengineer.display import print_summary
+    from envengineer.fileio import read_jsonl, read_yaml
+
+    registry = _registry()
+    name, _, path = policy.partition(":")
+    options = dict(read_yaml(policy_config) or {}) if policy_config else {}
+    if path:
+        options["path"] = path
+    sampler = registry.create("policy", name, options, where=f"policy.{name}")
+    for bench_name in bench:
+        spec = registry.benchmark(bench_name)
+        generator, validator = registry.task(spec.task, dict(spec.options))
+        if hasattr(sampler, "prepare"):
+            sampler = sampler.with_path(sampler.prepare(generator=generator))
+        records = read_jsonl(spec.path)[:limit] if limit else read_jsonl(spec.path)
+        progress, advance = _progress(f"evaluating on {bench_name}", len(records))
+        with progress:
+            result = evaluate(sampler, generator, validator, records, style=style, progress=advance)
+        dims = [d for d in ("subset", "size", "hole_ratio") if result.summary.by.get(d)]
+        print_summary(result.summary, validator.failure_types, dimensions=dims, console=console, title=bench_name)
+        if result.summary.by.get("subset"):
+            sums = result.subset_sum()
+            console.print(f"Sum over subsets: valid {100 * sums['valid']:.1f}, optimal {100 * sums['optimal']:.1f}")
+        if output:
+            write_eval(output / bench_name, result)
+            console.print(f"wrote {output / bench_name}")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors print as one red message and exit 2, without a traceback."""
     try:

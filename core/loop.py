@@ -1,0 +1,286 @@
+"""The closed loop: train → eval → design, round after round, resumable at every step.
+
+Round ``n`` trains the policy on a set drawn from config ``C_n``, evaluates the new
+checkpoint on the validation set (and benchmarks), then asks the engineer for
+``C_{n+1}`` from the evidence. Every step reads its inputs from the run directory
+and leaves its outputs there, so a killed run resumes where it stopped and gives the
+results an uninterrupted run would (same seeds, same data, same metrics).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from envengineer.errors import ConfigError
+from envengineer.fileio import read_jsonl, read_yaml, write_json, write_jsonl, write_yaml
+from envengineer.registry import Registry
+from envengineer.rundir import RunDir
+from envengineer.runconfig import ResolvedRun
+
+
+def round_seed(seed: int, round: int) -> int:
+    return seed * 1_000_003 + round
+
+
+@dataclass
+class Loop:
+    run: ResolvedRun
+    registry: Registry
+    console: Console = field(default_factory=Console)
+
+    def __post_init__(self) -> None:
+        self.dir = RunDir(self.run.run_dir)
+        self.cfg = self.run.config
+        self.style = getattr(self.run.policy.options, "prompt_style", None) or "full"
+        self.hook = self.registry.pm.hook
+
+    # ------------------------------------------------------------- helpers
+    def _progress(self, description: str, total: int):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=self.console, transient=True)
+        task = progress.add_task(description, total=total)
+        return progress, (lambda n=1: progress.advance(task, n))
+
+    def _finish(self, step: str, round: int | None, started: float, **fields: Any) -> dict[str, Any]:
+        line = self.dir.record(step, round, started, **fields)
+        self.hook.on_step_end(run_dir=self.dir, round=round, step=step, record=line)
+        return line
+
+    def _benchmark_records(self, name: str) -> list[dict[str, Any]]:
+        bench = self.registry.benchmark(name)
+        records = read_jsonl(bench.path)
+        return records[: self.cfg.eval.limit] if self.cfg.eval.limit else records
+
+    def _evaluate(self, policy: Any, name: str, out: Path, label: str, examples: bool) -> dict[str, Any]:
+        from envengineer.evaluation import evaluate, failing_examples, write_eval
+
+        records = self._benchmark_records(name)
+        progress, advance = self._progress(f"{label}: {name}", len(records))
+        with progress:
+            result = evaluate(policy, self.run.generator, self.run.validator, records, style=self.style, progress=advance)
+        picked = failing_examples(result, self.run.generator, limit=self.cfg.eval.examples) if examples else None
+        with self.dir.building(out) as partial:
+            write_eval(partial, result, picked)
+        return result.to_summary_dict()
+
+    def _benchmarks_due(self, round: int | None) -> bool:
+        when = self.cfg.eval.bench_rounds
+        if not self.cfg.eval.benchmarks or when == "none":
+            return False
+        return round is None or when == "all" or round == self.cfg.rounds - 1
+
+    def checkpoint(self, round: int) -> Path:
+        return self.dir.round_dir(round) / "train" / "checkpoint"
+
+    def base_path(self) -> Path:
+        line = self.dir.done("pretrain")
+        assert line is not None
+        return Path(line["base"])
+
+    # --------------------------------------------------------------- steps
+    def start(self) -> None:
+        """Write run.yaml, or check that the directory holds this same run."""
+        resolved = self.cfg.model_dump(mode="json")
+        if self.dir.run_yaml.exists():
+            existing = read_yaml(self.dir.run_yaml)
+            if existing != resolved:
+                changed = sorted(k for k in set(existing or {}) | set(resolved) if (existing or {}).get(k) != resolved.get(k))
+                raise ConfigError(
+                    f"{self.dir.run_yaml}: the run directory holds a different run (fields differ: {', '.join(changed)}); "
+                    "resume with the same config or choose another output"
+                )
+        else:
+            write_yaml(self.dir.run_yaml, resolved)
+        self.hook.on_run_start(run_dir=self.dir, config=self.cfg)
+
+    def pretrain(self) -> None:
+        if self.dir.done("pretrain"):
+            return
+        started = time.monotonic()
+        self.console.print("[bold]preparing the starting policy[/]")
+        path = self.run.policy.prepare(generator=self.run.generator)
+        self._finish("pretrain", None, started, base=str(Path(path).resolve()))
+
+    def base_eval(self) -> None:
+        if self.dir.done("base_eval"):
+            return
+        started = time.monotonic()
+        policy = self.run.policy.with_path(self.base_path())
+        summary = self._evaluate(policy, self.cfg.eval.validation, self.dir.base_dir / "eval", "base eval", examples=True)
+        if self._benchmarks_due(None):
+            for name in self.cfg.eval.benchmarks:
+                self._evaluate(policy, name, self.dir.base_dir / "bench" / name, "base bench", examples=False)
+        self._finish("base_eval", None, started, valid_rate=summary["overall"]["valid_rate"], optimal_rate=summary["overall"]["optimal_rate"])
+
+    def initial_config(self) -> Any:
+        generator = self.run.generator
+        choice = self.cfg.initial_config or self.run.context_initial
+        if choice == "uniform":
+            return generator.default_config()
+        if choice == "random":
+            return generator.random_config(self.cfg.seed)
+        from envengineer.taskops import load_generator_config
+
+        return load_generator_config(generator, choice)
+
+    def config_of(self, round: int) -> Any:
+        path = self.dir.round_dir(round) / "config.yaml"
+        if round == 0 and not path.exists():
+            write_yaml(path, self.initial_config().model_dump(mode="json"))
+        from envengineer.taskops import load_generator_config
+
+        return load_generator_config(self.run.generator, path)
+
+    def generate(self, round: int) -> None:
+        if self.dir.done("generate", round):
+            return
+        started = time.monotonic()
+        config = self.config_of(round)
+        progress, advance = self._progress(f"round {round}: generating {self.cfg.budget} instances", self.cfg.budget)
+        with progress:
+            result = self.run.generator.generate(config, n=self.cfg.budget, seed=round_seed(self.cfg.seed, round), progress=advance)
+        write_jsonl(self.dir.round_dir(round) / "train.jsonl", result.records)
+        self._finish("generate", round, started, n=len(result.records), discarded=result.discarded)
+
+    def train(self, round: int) -> None:
+        if self.dir.done("train", round):
+            return
+        from envengineer.training import TrainRequest
+
+        started = time.monotonic()
+        records = read_jsonl(self.dir.round_dir(round) / "train.jsonl")
+        policy_path = self.base_path() if round == 0 else self.checkpoint(round - 1)
+        self.console.print(f"[bold]round {round}: training[/] on {len(records)} instances from {policy_path}")
+        target = self.dir.round_dir(round) / "train"
+        with self.dir.building(target) as partial:
+            request = TrainRequest(
+                policy_path=policy_path, records=records, generator=self.run.generator, validator=self.run.validator,
+                out_dir=partial, seed=round_seed(self.cfg.seed, round), round=round, prompt_style=self.style,
+            )
+            result = self.run.trainer.train(request)
+            details = {
+                "full": dict(self.run.trainer.describe()),
+                "bookkeeping": {"round": round, "rounds_total": self.cfg.rounds, "budget": self.cfg.budget, **_bookkeeping(self.run.trainer, result)},
+            }
+            write_json(partial / "details.json", details)
+        self._finish("train", round, started, **{k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float, str))})
+
+    def eval(self, round: int) -> None:
+        if self.dir.done("eval", round):
+            return
+        started = time.monotonic()
+        policy = self.run.policy.with_path(self.checkpoint(round))
+        summary = self._evaluate(policy, self.cfg.eval.validation, self.dir.round_dir(round) / "eval", f"round {round} eval", examples=True)
+        self._finish("eval", round, started, valid_rate=summary["overall"]["valid_rate"], optimal_rate=summary["overall"]["optimal_rate"])
+
+    def bench(self, round: int) -> None:
+        if not self._benchmarks_due(round) or self.dir.done("bench", round):
+            return
+        started = time.monotonic()
+        policy = self.run.policy.with_path(self.checkpoint(round))
+        results = {}
+        for name in self.cfg.eval.benchmarks:
+            summary = self._evaluate(policy, name, self.dir.round_dir(round) / "bench" / name, f"round {round} bench", examples=False)
+            results[name] = {"valid_rate": summary["overall"]["valid_rate"], "optimal_rate": summary["overall"]["optimal_rate"]}
+        self._finish("bench", round, started, benchmarks=results)
+
+    def design(self, round: int) -> None:
+        if round >= self.cfg.rounds - 1 or self.dir.done("design", round):
+            return
+        from envengineer.design import build_request, design
+        from envengineer.evidence import load_evidence
+
+        started = time.monotonic()
+        evidence = load_evidence(self.dir.path, round, self.registry)
+        request = build_request(
+            evidence, self.registry, self.run.context,
+            current_config=self.config_of(round),
+            policy_path=str(self.checkpoint(round)), base_policy_path=str(self.base_path()),
+            prompt_path=self.cfg.design.prompt_file, seed=round_seed(self.cfg.seed, round),
+        )
+        with self.dir.building(self.dir.round_dir(round) / "engineer") as partial:
+            outcome = design(self.run.engineer, request, out_dir=partial, reask=self.cfg.design.reask, summarize=self.cfg.design.summary)
+        write_yaml(self.dir.round_dir(round + 1) / "config.yaml", outcome.config.model_dump(mode="json"))
+        changes = len(outcome.projection.changes) if outcome.projection is not None else 0
+        self._finish("design", round, started, engineer=self.run.engineer.name, fallback=outcome.fallback, reason=outcome.reason, projection_changes=changes)
+
+    # ----------------------------------------------------------------- run
+    def run_all(self) -> list[dict[str, Any]]:
+        self.start()
+        self.pretrain()
+        self.base_eval()
+        for round in range(self.cfg.rounds):
+            self.generate(round)
+            self.train(round)
+            self.eval(round)
+            self.bench(round)
+            self.design(round)
+            if not self.dir.done("round_end", round):
+                metrics = self.round_metrics(round)
+                self.hook.on_round_end(run_dir=self.dir, round=round, metrics=metrics)
+                self.dir.record("round_end", round, time.monotonic())
+        table = self.table()
+        self.hook.on_run_end(run_dir=self.dir, metrics={"rounds": table})
+        return table
+
+    def round_metrics(self, round: int) -> dict[str, Any]:
+        line = self.dir.done("eval", round) or {}
+        design = self.dir.done("design", round) or {}
+        return {"valid_rate": line.get("valid_rate"), "optimal_rate": line.get("optimal_rate"), "fallback": design.get("fallback")}
+
+    def table(self) -> list[dict[str, Any]]:
+        rows = []
+        base = self.dir.done("base_eval")
+        if base:
+            rows.append({"round": "base", "valid_rate": base["valid_rate"], "optimal_rate": base["optimal_rate"], "engineer": "", "fallback": None})
+        for round in range(self.cfg.rounds):
+            line = self.dir.done("eval", round)
+            if not line:
+                continue
+            design = self.dir.done("design", round) or {}
+            rows.append({
+                "round": round, "valid_rate": line["valid_rate"], "optimal_rate": line["optimal_rate"],
+                "engineer": design.get("engineer", ""), "fallback": design.get("fallback"),
+            })
+        return rows
+
+
+def _bookkeeping(trainer: Any, result: Any) -> dict[str, Any]:
+    options = getattr(trainer, "options", None)
+    epochs = getattr(options, "epochs", None)
+    steps = (result.metrics or {}).get("steps") if result is not None else None
+    return {"epochs": epochs, "steps": steps}
+
+
+def print_table(rows: list[dict[str, Any]], console: Console, validation: str) -> None:
+    table = Table(title=f"per-round results on {validation}", title_justify="left")
+    for column, justify in (("round", "left"), ("valid", "right"), ("optimal", "right"), ("engineer", "left"), ("design", "left")):
+        table.add_column(column, justify=justify)
+    for row in rows:
+        design = "" if row["fallback"] is None else ("fallback" if row["fallback"] else "applied")
+        table.add_row(str(row["round"]), f"{100 * row['valid_rate']:.1f}%", f"{100 * row['optimal_rate']:.1f}%", row["engineer"], design)
+    console.print(table)
+
+
+def run(config_path: str | Path, *, registry: Registry | None = None, console: Console | None = None, output: str | None = None) -> list[dict[str, Any]]:
+    """Run (or resume) the loop described by a run config file; return the per-round table."""
+    from envengineer.registry import load_registry
+    from envengineer.runconfig import load_run_config, resolve
+
+    registry = registry or load_registry()
+    config = load_run_config(config_path)
+    if output:
+        config = config.model_copy(update={"output": output})
+    resolved = resolve(config, registry)
+    loop = Loop(resolved, registry, console or Console())
+    rows = loop.run_all()
+    print_table(rows, loop.console, config.eval.validation)
+    return rows

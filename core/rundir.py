@@ -1,0 +1,83 @@
+"""The run directory: where every arrow of the loop leaves a file.
+
+Files are written atomically; a step that produces a folder builds it under a
+``.partial`` name and renames it when complete, then appends its line to
+``history.jsonl``. A step counts as done only when its history line exists, so a
+resumed run redoes exactly the steps that had not finished, and throws away their
+partial folders first.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from envengineer.fileio import append_jsonl, iter_jsonl
+
+STEPS = ("pretrain", "base_eval", "generate", "train", "eval", "bench", "design")
+
+
+class RunDir:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    # ---------------------------------------------------------------- layout
+    @property
+    def run_yaml(self) -> Path:
+        return self.path / "run.yaml"
+
+    @property
+    def history_path(self) -> Path:
+        return self.path / "history.jsonl"
+
+    def round_dir(self, round: int) -> Path:
+        return self.path / f"round-{round:02d}"
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path / "base"
+
+    # --------------------------------------------------------------- history
+    def history(self) -> list[dict[str, Any]]:
+        if not self.history_path.exists():
+            return []
+        return list(iter_jsonl(self.history_path))
+
+    def done(self, step: str, round: int | None = None) -> dict[str, Any] | None:
+        for line in self.history():
+            if line.get("step") == step and line.get("round") == round:
+                return line
+        return None
+
+    def record(self, step: str, round: int | None, started: float, **fields: Any) -> dict[str, Any]:
+        line = {
+            "round": round,
+            "step": step,
+            "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "duration_s": round_(time.monotonic() - started),
+            **fields,
+        }
+        append_jsonl(self.history_path, line)
+        return line
+
+    # -------------------------------------------------------- folder steps
+    @contextmanager
+    def building(self, target: Path) -> Iterator[Path]:
+        """Yield ``target.partial`` (emptied); rename it to ``target`` when the block succeeds."""
+        partial = target.with_name(target.name + ".partial")
+        if partial.exists():
+            shutil.rmtree(partial)
+        partial.mkdir(parents=True)
+        yield partial
+        if target.exists():
+            shutil.rmtree(target)
+        partial.rename(target)
+
+
+def round_(value: float) -> float:
+    return float(f"{value:.3f}")
