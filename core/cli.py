@@ -293,6 +293,33 @@ def eval_command(
             console.print(f"wrote {output / bench_name}")
 
 
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="run directory (finished or partial)")) -> None:
+    """Write RUN_DIR/report.html and its plots (RUN_DIR/report/*.png): rates, failures, configs, curves, engineer notes."""
+    from envengineer.report import write_report
+
+    with console.status("rendering report"):
+        result = write_report(run_dir)
+    console.print(f"wrote [bold]{result.html}[/] and {len(result.images)} plots in [bold]{result.html.parent / 'report'}[/]", highlight=False, soft_wrap=True)
+    for problem in result.problems:
+        err_console.print(f"[yellow]skipped:[/] {problem}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def compare(
+    run_dirs: list[Path] = typer.Argument(..., help="run directories to put side by side"),
+    output: Optional[Path] = typer.Option(None, "--output", help="also write the table to FILE.md or FILE.csv"),
+) -> None:
+    """Runs side by side as the paper's table: 3/4/5-agent benchmarks (Sum over subsets, overall) and validation."""
+    from envengineer.compare import load_comparison, rich_tables, write_comparison
+
+    comparison = load_comparison(run_dirs)
+    for table in rich_tables(comparison):
+        console.print(table)
+    if output is not None:
+        console.print(f"wrote [bold]{write_comparison(comparison, output)}[/]", highlight=False, soft_wrap=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors print as one red message and exit 2, without a traceback."""
     try:

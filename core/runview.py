@@ -1,0 +1,252 @@
+"""A read-only view of a run directory, finished or not, for reports and comparisons.
+
+The loop writes the directory step by step, so a reader meets partial runs: rounds not
+yet started, optional files absent (benchmarks, engineer notes), a history line cut by a
+crash. :func:`load_run` never fails on those; it records what it could not read in
+``RunView.problems`` and shows the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envengineer.errors import EnvEngineerError, InputError
+
+BASE = "base"
+SUBSETS = ("wr_025", "wr_050", "wr_075")
+
+
+@dataclass
+class Stage:
+    """The starting policy (``label == "base"``) or one round (``label == "00"``, ...)."""
+
+    label: str
+    index: int | None  # round number; None for base
+    config: dict[str, Any] | None = None  # generator config of the round
+    curves: list[dict[str, Any]] = field(default_factory=list)  # train/curves.jsonl
+    eval: dict[str, Any] | None = None  # validation Summary.to_dict()
+    bench: dict[str, dict[str, Any]] = field(default_factory=dict)  # benchmark name -> Summary.to_dict()
+    summary_md: str | None = None  # the engineer's S note
+    projection: dict[str, Any] | None = None  # engineer/projection.yaml
+
+    @property
+    def title(self) -> str:
+        return "base" if self.index is None else f"round {self.label}"
+
+
+@dataclass
+class RunView:
+    path: Path
+    config: dict[str, Any]  # run.yaml ({} when missing)
+    history: list[dict[str, Any]]
+    base: Stage
+    rounds: list[Stage]  # rounds found on disk, in order
+    problems: list[str] = field(default_factory=list)  # files that exist but could not be read
+
+    @property
+    def stages(self) -> list[Stage]:
+        return [self.base, *self.rounds]
+
+    @property
+    def name(self) -> str:
+        return str(self.config.get("name") or self.path.resolve().name)
+
+    @property
+    def engineer(self) -> str:
+        """The engineer's name, with its model when it has one (``openai:gpt-5``)."""
+        engineer = self.config.get("engineer") or {}
+        if not isinstance(engineer, dict):
+            return str(engineer)
+        name = str(engineer.get("name") or "?")
+        model = engineer.get("model")
+        return f"{name}:{model}" if model else name
+
+    @property
+    def rounds_planned(self) -> int | None:
+        rounds = self.config.get("rounds")
+        return rounds if isinstance(rounds, int) else None
+
+    def last_eval(self) -> Stage | None:
+        """The latest stage (base included) with a validation summary."""
+        return next((s for s in reversed(self.stages) if s.eval is not None), None)
+
+    def last_bench(self, name: str) -> Stage | None:
+        """The latest stage with benchmark ``name``: the last round that ran it, else base."""
+        return next((s for s in reversed(self.stages) if name in s.bench), None)
+
+    def bench_names(self) -> list[str]:
+        names = {n for s in self.stages for n in s.bench}
+        listed = ((self.config.get("eval") or {}).get("benchmarks") or []) if isinstance(self.config.get("eval"), dict) else []
+        return sort_bench_names(names | {str(n) for n in listed})
+
+
+# ------------------------------------------------------------------ orderings
+
+
+def _size_key(key: str) -> tuple[Any, ...]:
+    match = re.fullmatch(r"(\d+)x(\d+)", key)
+    if match:
+        return (0, int(match[1]), int(match[2]), key)
+    try:
+        return (0, float(key), 0, key)
+    except ValueError:
+        return (1, 0, 0, key)
+
+
+def sort_keys(keys: Any) -> list[str]:
+    """Group values in a readable order: ``3x3 < 10x10``, ``0.1 < 0.2``, then text."""
+    return sorted({str(k) for k in keys}, key=_size_key)
+
+
+def agents_of(bench: str) -> int | None:
+    match = re.search(r"(\d+)[-_ ]?agents?", bench)
+    return int(match[1]) if match else None
+
+
+def sort_bench_names(names: Any) -> list[str]:
+    return sorted(set(names), key=lambda n: (agents_of(n) is None, agents_of(n) or 0, n))
+
+
+def bench_label(bench: str) -> str:
+    agents = agents_of(bench)
+    return f"{agents} agents" if agents is not None else bench
+
+
+# ------------------------------------------------------------------ metrics
+
+
+def rate(summary: dict[str, Any] | None, metric: str, *path: str) -> float | None:
+    """``summary["by"][path...][metric]`` (or ``overall`` with no path) as a float, or None."""
+    if not isinstance(summary, dict):
+        return None
+    node: Any = summary.get("overall") if not path else summary.get("by")
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    value = node.get(metric) if isinstance(node, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def subset_sum(summary: dict[str, Any] | None, metric: str, subsets: tuple[str, ...] = SUBSETS) -> float | None:
+    """The paper's "Sum": per-subset rates added up (wr_025 + wr_050 + wr_075), in percent.
+
+    None unless every subset is present, so a partial sum never passes for a full one.
+    """
+    values = [rate(summary, metric, "subset", s) for s in subsets]
+    if any(v is None for v in values):
+        return None
+    return sum(100 * v for v in values)  # type: ignore[operator]
+
+
+# ------------------------------------------------------------------ reading
+
+
+def _read_json(path: Path, problems: list[str]) -> Any:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        problems.append(f"{path}: {exc}")
+        return None
+
+
+def _read_yaml(path: Path, problems: list[str]) -> Any:
+    from envengineer.fileio import read_yaml
+
+    if not path.is_file():
+        return None
+    try:
+        return read_yaml(path)
+    except InputError as exc:
+        problems.append(str(exc))
+        return None
+
+
+def _read_text(path: Path, problems: list[str]) -> str | None:
+    if not path.is_file():
+        return None
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(f"{path}: {exc}")
+        return None
+
+
+def _read_jsonl(path: Path, problems: list[str]) -> list[dict[str, Any]]:
+    """Every well-formed object line; a bad line (e.g. cut by a crash) is skipped and noted."""
+    if not path.is_file():
+        return []
+    records: list[dict[str, Any]] = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(f"{path}: {exc}")
+        return []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.append(f"{path}, line {number}: not valid JSON ({exc.msg}); skipped")
+            continue
+        if isinstance(obj, dict):
+            records.append(obj)
+    return records
+
+
+def _summary(path: Path, problems: list[str]) -> dict[str, Any] | None:
+    data = _read_json(path, problems)
+    if data is None:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("overall"), dict):
+        problems.append(f"{path}: not a summary (no 'overall' object); skipped")
+        return None
+    return data
+
+
+def _stage(folder: Path, label: str, index: int | None, problems: list[str]) -> Stage:
+    stage = Stage(label=label, index=index)
+    config = _read_yaml(folder / "config.yaml", problems)
+    stage.config = config if isinstance(config, dict) else None
+    stage.curves = _read_jsonl(folder / "train" / "curves.jsonl", problems)
+    stage.eval = _summary(folder / "eval" / "summary.json", problems)
+    bench_root = folder / "bench"
+    if bench_root.is_dir():
+        for sub in sorted(bench_root.iterdir()):
+            if sub.is_dir() and (summary := _summary(sub / "summary.json", problems)) is not None:
+                stage.bench[sub.name] = summary
+    stage.summary_md = _read_text(folder / "engineer" / "summary.md", problems) or None
+    projection = _read_yaml(folder / "engineer" / "projection.yaml", problems)
+    stage.projection = projection if isinstance(projection, dict) else None
+    return stage
+
+
+def load_run(run_dir: str | Path) -> RunView:
+    """Read everything a run directory holds so far; raise only if it is not a run directory."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise InputError(f"{path}: no such run directory")
+    problems: list[str] = []
+    config = _read_yaml(path / "run.yaml", problems)
+    rounds: list[Stage] = []
+    for folder in sorted(path.glob("round-*")):
+        match = re.fullmatch(r"round-(\d+)", folder.name)
+        if match and folder.is_dir():
+            rounds.append(_stage(folder, match[1], int(match[1]), problems))
+    rounds.sort(key=lambda s: s.index or 0)
+    base = _stage(path / BASE, BASE, None, problems)
+    if not isinstance(config, dict) and not rounds and base.eval is None:
+        raise EnvEngineerError(f"{path}: not a run directory (no run.yaml, base/ or round-NN/)")
+    return RunView(
+        path=path,
+        config=config if isinstance(config, dict) else {},
+        history=_read_jsonl(path / "history.jsonl", problems),
+        base=base,
+        rounds=rounds,
+        problems=problems,
+    )
