@@ -28,6 +28,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "envengineer.tasks.mapf_frozenlake.plugin",
     "envengineer.plugins.context_modules",
     "envengineer.plugins.engineers",
+    "envengineer.plugins.policies", "envengineer.plugins.trainers",
 )
 
 

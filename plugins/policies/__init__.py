@@ -1,0 +1,13 @@
+"""Built-in policies: Hugging Face models (transformers), the embedded tiny model, API models."""
+
+from envengineer.hookspecs import hookimpl
+
+
+@hookimpl
+def register_policies(register):
+    from envengineer.plugins.policies.openai_compatible import OpenAICompatiblePolicy
+    from envengineer.plugins.policies.tiny import TinyPolicy
+    from envengineer.plugins.policies.transformers_policy import TransformersPolicy
+
+    for policy in (TransformersPolicy, TinyPolicy, OpenAICompatiblePolicy):
+        register(policy)

@@ -1,0 +1,99 @@
+"""API models as MAPF solvers (the paper's baseline rows), over any OpenAI-compatible endpoint.
+
+One chat-completions call per response, ``concurrency`` at a time. The SDK retries
+rate limits, server errors and timeouts (``max_retries``); a call that still fails
+gives an empty response, which the validator scores as a parse failure, and is
+counted in :attr:`OpenAICompatiblePolicy.errors` rather than aborting an evaluation.
+The ``openai`` SDK is imported inside the methods; the API key comes from the
+environment variable named by ``api_key_env`` and is never written anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envengineer.components import Policy
+from envengineer.errors import ConfigError
+
+
+class OpenAICompatibleOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(..., description="model name sent to the API")
+    base_url: str | None = Field(None, description="API base URL, e.g. http://127.0.0.1:8000/v1 (default: OpenAI's)")
+    api_key_env: str | None = Field("OPENAI_API_KEY", description="environment variable holding the API key (unset: a placeholder key, for local servers)")
+    prompt_style: Literal["full", "compact"] = Field("full", description="how the task renders prompts for this policy")
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(4096, ge=1, description="most tokens in one answer")
+    timeout: float = Field(300.0, gt=0, description="seconds before one call times out")
+    max_retries: int = Field(4, ge=0, le=20, description="SDK retries of one call on 429, 5xx, timeouts")
+    concurrency: int = Field(8, ge=1, le=256, description="calls in flight at once")
+    seed: int | None = Field(None, description="sent as the API's seed when set")
+
+
+class OpenAICompatiblePolicy(Policy):
+    name: ClassVar[str] = "openai-compatible"
+    description: ClassVar[str] = "an API model behind an OpenAI-compatible chat-completions endpoint"
+    Options: ClassVar[type[BaseModel]] = OpenAICompatibleOptions
+    options: OpenAICompatibleOptions
+
+    def __init__(self, options: BaseModel | None = None) -> None:
+        super().__init__(options)
+        self.errors: list[str] = []
+        self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0}
+
+    def prepare(self, *, generator: Any = None, force: bool = False, progress: Any = None) -> Path:
+        raise ConfigError(f"policy.{self.name}: an API model has no weights to train; use it for evaluation only")
+
+    def with_path(self, path: str | Path) -> "OpenAICompatiblePolicy":
+        return self
+
+    def describe(self) -> dict[str, Any]:
+        o = self.options
+        return {"policy": self.name, "model": o.model, "base_url": o.base_url, "temperature": o.temperature, "max_tokens": o.max_tokens}
+
+    def _client(self) -> Any:
+        from openai import OpenAI
+
+        o = self.options
+        key = os.environ.get(o.api_key_env) if o.api_key_env else None
+        if not key:
+            if o.base_url is None:
+                raise ConfigError(f"policy.{self.name}.api_key_env: environment variable {o.api_key_env!r} is not set")
+            key = "EMPTY"  # local servers (vLLM serve) accept any key
+        return OpenAI(api_key=key, base_url=o.base_url, timeout=o.timeout, max_retries=o.max_retries)
+
+    def _one(self, client: Any, messages: list[dict[str, str]]) -> str:
+        o = self.options
+        kwargs: dict[str, Any] = {"model": o.model, "messages": messages, "temperature": o.temperature, "max_tokens": o.max_tokens}
+        if o.seed is not None:
+            kwargs["seed"] = o.seed
+        try:
+            reply = client.chat.completions.create(**kwargs)
+        except Exception as exc:  # after the SDK's retries: score as an empty answer
+            self.errors.append(f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
+            return ""
+        self.usage["calls"] += 1
+        if reply.usage is not None:
+            self.usage["prompt_tokens"] += reply.usage.prompt_tokens or 0
+            self.usage["completion_tokens"] += reply.usage.completion_tokens or 0
+        return (reply.choices[0].message.content or "") if reply.choices else ""
+
+    def sample(self, prompts: Sequence[list[dict[str, str]] | str], *, n: int = 1) -> list[list[str]]:
+        """``n`` responses per prompt, in prompt order."""
+        if n < 1:
+            raise ValueError(f"n: must be at least 1, got {n}")
+        client = self._client()
+        jobs = []
+        for prompt in prompts:
+            messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+            jobs += [messages] * n
+        with ThreadPoolExecutor(max_workers=self.options.concurrency) as pool:
+            texts = list(pool.map(lambda m: self._one(client, m), jobs))
+        return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]

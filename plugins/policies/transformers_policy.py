@@ -1,0 +1,151 @@
+"""A Hugging Face model directory as a policy: batched ``generate`` on CPU or one GPU.
+
+Prompts are chat message lists (rendered with the tokenizer's chat template) or plain
+strings (tokenized as they are, e.g. the tiny policy's compact style). Greedy decoding
+(``temperature: 0``) is deterministic; sampling is seeded per call, so the same policy
+and prompts give the same texts. Only the new tokens are decoded, special tokens skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envengineer.components import Policy
+from envengineer.errors import ConfigError
+
+
+class TransformersOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str | None = Field(None, description="Hugging Face model directory (the loop passes each round's checkpoint)")
+    prompt_style: Literal["full", "compact"] = Field("full", description="how the task renders prompts for this policy")
+    temperature: float = Field(0.0, ge=0.0, le=2.0, description="0: greedy decoding")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(2048, ge=1)
+    batch_size: int = Field(64, ge=1, description="prompts per generate call")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="auto: bfloat16 on cuda, float32 on cpu")
+    enable_thinking: bool = Field(False, description="chat_template_kwargs.enable_thinking (Qwen3)")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
+    seed: int = 0
+
+
+class TransformersPolicy(Policy):
+    name: ClassVar[str] = "transformers"
+    description: ClassVar[str] = "a Hugging Face model directory sampled with transformers (CPU or one GPU)"
+    Options: ClassVar[type[BaseModel]] = TransformersOptions
+    options: TransformersOptions
+
+    def __init__(self, options: BaseModel | None = None) -> None:
+        super().__init__(options)
+        self._loaded: tuple[str, Any, Any] | None = None  # (path, model, tokenizer)
+
+    # ------------------------------------------------------------------ the loop's API
+
+    def prepare(self, *, generator: Any = None, force: bool = False, progress: Any = None) -> Path:
+        """The model directory the run starts from (here: the ``path`` option)."""
+        if not self.options.path:
+            raise ConfigError(f"policy.{self.name}.path: a model directory is required")
+        return Path(self.options.path)
+
+    def with_path(self, path: str | Path) -> "TransformersPolicy":
+        """The same sampling options on another checkpoint."""
+        return type(self)(self.options.model_copy(update={"path": str(path)}))
+
+    def describe(self) -> dict[str, Any]:
+        """Sampling settings, recorded with evaluation results."""
+        o = self.options
+        return {
+            "policy": self.name, "path": o.path, "prompt_style": o.prompt_style,
+            "decoding": "greedy" if o.temperature == 0 else "sampling",
+            "temperature": o.temperature, "top_p": o.top_p, "max_new_tokens": o.max_new_tokens, "seed": o.seed,
+        }
+
+    def close(self) -> None:
+        """Release the loaded model (memory the trainer may need)."""
+        self._loaded = None
+
+    # ------------------------------------------------------------------ sampling
+
+    def _device(self) -> str:
+        import torch
+
+        if self.options.device != "auto":
+            return self.options.device
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def load(self) -> tuple[Any, Any]:
+        """The model and tokenizer of ``path`` (loaded once, kept until :meth:`close`)."""
+        path = str(self.prepare())
+        if self._loaded is not None and self._loaded[0] == path:
+            return self._loaded[1], self._loaded[2]
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if self.options.threads:
+            torch.set_num_threads(self.options.threads)
+        device = self._device()
+        dtype = self.options.dtype
+        if dtype == "auto":
+            dtype = "bfloat16" if device == "cuda" else "float32"
+        if not Path(path).exists():
+            raise ConfigError(f"policy.{self.name}.path: {path} does not exist")
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
+        model.eval()
+        self._loaded = (path, model, tokenizer)
+        return model, tokenizer
+
+    def _text(self, tokenizer: Any, prompt: list[dict[str, str]] | str) -> tuple[str, bool]:
+        """The prompt as text, and whether the tokenizer should add its special tokens."""
+        if isinstance(prompt, str):
+            return prompt, True
+        kwargs = {"enable_thinking": self.options.enable_thinking} if self.options.enable_thinking is not None else {}
+        text = tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True, **kwargs)
+        return text, False
+
+    def sample(self, prompts: Sequence[list[dict[str, str]] | str], *, n: int = 1) -> list[list[str]]:
+        """``n`` decoded responses per prompt (greedy: ``n`` copies of one response)."""
+        import torch
+
+        if n < 1:
+            raise ValueError(f"n: must be at least 1, got {n}")
+        if not prompts:
+            return []
+        model, tokenizer = self.load()
+        o = self.options
+        greedy = o.temperature == 0
+        texts = [self._text(tokenizer, p) for p in prompts]
+        lengths = [len(tokenizer(t, add_special_tokens=special)["input_ids"]) for t, special in texts]
+        order = sorted(range(len(texts)), key=lambda i: lengths[i])  # similar lengths share a batch
+        out: list[list[str]] = [[] for _ in texts]
+        generator_seed = o.seed
+        for start in range(0, len(order), o.batch_size):
+            idx = order[start : start + o.batch_size]
+            special = texts[idx[0]][1]
+            batch = tokenizer([texts[i][0] for i in idx], return_tensors="pt", padding=True, add_special_tokens=special)
+            batch = {k: v.to(model.device) for k, v in batch.items() if k in ("input_ids", "attention_mask")}
+            kwargs: dict[str, Any] = {
+                "max_new_tokens": o.max_new_tokens,
+                "pad_token_id": tokenizer.pad_token_id,
+                "eos_token_id": tokenizer.eos_token_id,
+            }
+            if greedy:
+                kwargs.update(do_sample=False, num_return_sequences=1, temperature=None, top_p=None, top_k=None)
+            else:
+                torch.manual_seed(generator_seed + start)
+                kwargs.update(do_sample=True, temperature=o.temperature, top_p=o.top_p, top_k=0, num_return_sequences=n)
+            with torch.inference_mode():
+                generated = model.generate(**batch, **kwargs)
+            new = generated[:, batch["input_ids"].shape[1] :]
+            decoded = tokenizer.batch_decode(new, skip_special_tokens=True)
+            for j, i in enumerate(idx):
+                out[i] = [decoded[j]] * n if greedy else decoded[j * n : (j + 1) * n]
+        return out

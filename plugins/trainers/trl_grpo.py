@@ -1,0 +1,282 @@
+"""GRPO through TRL's ``GRPOTrainer``: one round on one machine (CPU, or one GPU).
+
+The reward is the task validator's R_acc on the response decoded from the prompt
+style's answer format (``generator.decode_response``), plus ``optimality_bonus`` for an
+optimal answer when that option is set. Each logged step becomes one line of
+``curves.jsonl`` (reward mean and std, share of zero-variance groups, KL, completion
+length, loss, learning rate). A time budget stops a round cleanly between steps.
+
+Optionally (``prefilter_samples > 0``) the round's prompts are first sampled with the
+current policy and only those where it is neither always right nor always wrong are
+kept: all-equal groups give GRPO no signal and cost a full rollout each.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from envengineer.components import Trainer
+from envengineer.errors import ConfigError
+from envengineer.training import CURVE_KEYS, TrainRequest, TrainResult
+
+#: TRL log keys -> curves.jsonl keys
+_LOG_KEYS = {
+    "reward": "reward_mean",
+    "reward_std": "reward_std",
+    "frac_reward_zero_std": "zero_std_frac",
+    "kl": "kl",
+    "completions/mean_length": "completion_length",
+    "loss": "loss",
+    "learning_rate": "learning_rate",
+}
+
+
+class TrlGrpoOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    epochs: float = Field(1.0, gt=0, description="passes over the round's training prompts")
+    num_generations: int = Field(8, ge=2, description="completions per prompt (the GRPO group)")
+    beta: float = Field(0.0, ge=0, description="KL coefficient (0: no reference model)")
+    learning_rate: float = Field(1e-4, gt=0)
+    lr_scheduler_type: str = Field("constant", description="transformers scheduler name")
+    max_completion_length: int = Field(128, ge=1)
+    temperature: float = Field(1.0, gt=0, le=2.0, description="rollout sampling temperature")
+    top_p: float = Field(1.0, gt=0, le=1.0)
+    per_device_train_batch_size: int = Field(32, ge=1, description="completions per device per optimiser micro-step")
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "dapo"
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    optimality_bonus: float = Field(0.0, ge=0, description="added to R_acc for an optimal answer (0: off)")
+    max_steps: int | None = Field(None, ge=1, description="stop after this many optimiser steps")
+    time_budget_s: float | None = Field(None, gt=0, description="stop the round after this many seconds of training")
+    max_prompts: int | None = Field(None, ge=1, description="use at most this many of the round's instances")
+    prefilter_samples: int = Field(0, ge=0, description="sample each prompt this many times first; keep prompts with mixed outcomes (0: off)")
+    use_cpu: Literal["auto"] | bool = Field("auto", description="auto: CPU when no CUDA device is available")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
+    seed: int | None = Field(None, description="default: the loop's seed for the round")
+    logging_steps: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _divisible(self) -> "TrlGrpoOptions":
+        batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        if batch % self.num_generations:
+            raise ValueError(
+                f"per_device_train_batch_size × gradient_accumulation_steps ({batch}) must be a multiple "
+                f"of num_generations ({self.num_generations})"
+            )
+        return self
+
+
+class TrlGrpoTrainer(Trainer):
+    name: ClassVar[str] = "trl"
+    description: ClassVar[str] = "GRPO with TRL's GRPOTrainer on one machine (CPU for the tiny policy, or one GPU)"
+    Options: ClassVar[type[BaseModel]] = TrlGrpoOptions
+    options: TrlGrpoOptions
+
+    def describe(self) -> dict[str, Any]:
+        o = self.options
+        return {
+            "algorithm": f"GRPO (TRL GRPOTrainer, loss {o.loss_type}, reward scaling {o.scale_rewards})",
+            "optimizer": "AdamW",
+            "learning_rate": o.learning_rate,
+            "lr_schedule": o.lr_scheduler_type,
+            "kl_coef": o.beta,
+            "num_generations": o.num_generations,
+            "batch_size": o.per_device_train_batch_size * o.gradient_accumulation_steps,
+            "prompts_per_step": o.per_device_train_batch_size * o.gradient_accumulation_steps // o.num_generations,
+            "epochs": o.epochs,
+            "temperature": o.temperature,
+            "max_completion_length": o.max_completion_length,
+            "reward": "R_acc (1 valid, 0 otherwise)" + (f" + {o.optimality_bonus} if optimal" if o.optimality_bonus else ""),
+            "max_steps": o.max_steps,
+            "time_budget_s": o.time_budget_s,
+        }
+
+    # ------------------------------------------------------------------ reward
+
+    def reward_fn(self, request: TrainRequest, records: list[dict[str, Any]]):
+        generator, validator, style, bonus = request.generator, request.validator, request.prompt_style, self.options.optimality_bonus
+
+        def mapf_reward(prompts, completions, record_index, **_: Any) -> list[float]:
+            rewards = []
+            for completion, index in zip(completions, record_index):
+                record = records[int(index)]
+                text = completion if isinstance(completion, str) else completion[-1]["content"]
+                verdict = validator.score(record, generator.decode_response(record, text, style))
+                rewards.append(verdict.reward + (bonus if verdict.optimal and verdict.valid else 0.0))
+            return rewards
+
+        return mapf_reward
+
+    def _prefilter(self, request: TrainRequest, records: list[dict[str, Any]]) -> tuple[list[int], dict[str, Any]]:
+        """Indices of records the policy sometimes solves and sometimes not."""
+        from envengineer.plugins.policies.transformers_policy import TransformersOptions, TransformersPolicy
+
+        o = self.options
+        policy = TransformersPolicy(TransformersOptions(
+            path=str(request.policy_path), temperature=o.temperature, top_p=o.top_p,
+            max_new_tokens=o.max_completion_length, batch_size=64, seed=(o.seed if o.seed is not None else request.seed) + 7,
+            threads=o.threads,
+        ))
+        started = time.perf_counter()
+        prompts = [request.generator.render(r, request.prompt_style) for r in records]
+        samples = policy.sample(prompts, n=o.prefilter_samples)
+        policy.close()
+        keep, rates = [], []
+        for i, (record, texts) in enumerate(zip(records, samples)):
+            ok = [request.validator.score(record, request.generator.decode_response(record, t, request.prompt_style)).valid for t in texts]
+            rate = sum(ok) / len(ok)
+            rates.append(rate)
+            if 0 < rate < 1:
+                keep.append(i)
+        info = {
+            "prefilter_prompts": len(records),
+            "prefilter_kept": len(keep),
+            "prefilter_all_wrong": sum(r == 0 for r in rates),
+            "prefilter_all_right": sum(r == 1 for r in rates),
+            "prefilter_seconds": round(time.perf_counter() - started, 2),
+        }
+        return keep, info
+
+    # ------------------------------------------------------------------ one round
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        import torch
+        from datasets import Dataset
+        from transformers import AutoTokenizer, PrinterCallback, TrainerCallback
+        from trl import GRPOConfig, GRPOTrainer
+
+        o = self.options
+        if o.threads:
+            torch.set_num_threads(o.threads)
+        seed = o.seed if o.seed is not None else request.seed
+        out_dir = Path(request.out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        records = list(request.records)
+        if o.max_prompts is not None:
+            records = records[: o.max_prompts]
+        if not records:
+            raise ConfigError("trainer.trl: the round has no training instances")
+        metrics: dict[str, Any] = {"prompts_given": len(request.records)}
+        started = time.perf_counter()
+        if o.prefilter_samples:
+            keep, info = self._prefilter(request, records)
+            metrics.update(info)
+            if keep:
+                records = [records[i] for i in keep]
+        metrics["prompts_used"] = len(records)
+        dataset = Dataset.from_list(
+            [{"prompt": request.generator.render(r, request.prompt_style), "record_index": i} for i, r in enumerate(records)]
+        )
+        use_cpu = (not torch.cuda.is_available()) if o.use_cpu == "auto" else bool(o.use_cpu)
+        batch = o.per_device_train_batch_size * o.gradient_accumulation_steps
+        config = GRPOConfig(
+            output_dir=str(out_dir / "trl"),
+            num_train_epochs=o.epochs,
+            max_steps=o.max_steps or -1,
+            learning_rate=o.learning_rate,
+            lr_scheduler_type=o.lr_scheduler_type,
+            warmup_steps=0,
+            per_device_train_batch_size=o.per_device_train_batch_size,
+            gradient_accumulation_steps=o.gradient_accumulation_steps,
+            generation_batch_size=batch,
+            num_generations=o.num_generations,
+            max_completion_length=o.max_completion_length,
+            temperature=o.temperature,
+            top_p=o.top_p,
+            beta=o.beta,
+            loss_type=o.loss_type,
+            scale_rewards=o.scale_rewards,
+            use_cpu=use_cpu,
+            bf16=(not use_cpu) and torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+            logging_steps=o.logging_steps,
+            save_strategy="no",
+            report_to="none",
+            seed=seed,
+            data_seed=seed,
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+        )
+        curves_path = out_dir / "curves.jsonl"
+        curves_path.write_text("")
+        budget = o.time_budget_s
+
+        class Curves(TrainerCallback):
+            def __init__(self) -> None:
+                self.t0 = time.perf_counter()
+                self.lines: list[dict[str, Any]] = []
+
+            def on_step_end(self, args, state, control, **kwargs):
+                if budget is not None and time.perf_counter() - self.t0 >= budget:
+                    control.should_training_stop = True
+                return control
+
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                logs = logs or {}
+                if "reward" not in logs and "loss" not in logs:
+                    return  # the end-of-training summary
+                line = {"step": state.global_step}
+                for key in CURVE_KEYS[1:]:
+                    line[key] = None
+                for source, target in _LOG_KEYS.items():
+                    if source in logs:
+                        line[target] = float(logs[source])
+                line["seconds"] = round(time.perf_counter() - self.t0, 2)
+                self.lines.append(line)
+                with curves_path.open("a") as handle:
+                    handle.write(json.dumps(line) + "\n")
+
+        curves = Curves()
+        tokenizer = AutoTokenizer.from_pretrained(str(request.policy_path))
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        trainer = GRPOTrainer(
+            model=str(request.policy_path),
+            reward_funcs=self.reward_fn(request, records),
+            args=config,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[curves],
+        )
+        trainer.remove_callback(PrinterCallback)  # curves.jsonl has the logs; keep the console for progress bars
+        train_started = time.perf_counter()
+        trainer.train()
+        train_s = time.perf_counter() - train_started
+        checkpoint = out_dir / "checkpoint"
+        trainer.save_model(str(checkpoint))
+        tokenizer.save_pretrained(str(checkpoint))
+        steps = trainer.state.global_step
+        lines = curves.lines
+
+        def mean(key: str) -> float | None:
+            values = [line[key] for line in lines if line.get(key) is not None]
+            return round(sum(values) / len(values), 4) if values else None
+
+        metrics.update({
+            "steps": steps,
+            "train_seconds": round(train_s, 2),
+            "seconds": round(time.perf_counter() - started, 2),
+            "steps_per_s": round(steps / train_s, 3) if train_s else None,
+            "completions": steps * batch,
+            "reward_mean": mean("reward_mean"),
+            "zero_std_frac": mean("zero_std_frac"),
+            "completion_length": mean("completion_length"),
+            "last_reward_mean": lines[-1]["reward_mean"] if lines else None,
+            "stopped_by_time_budget": bool(budget is not None and steps < _planned_steps(len(records), o, batch)),
+        })
+        del trainer
+        return TrainResult(checkpoint=checkpoint, curves=curves_path, metrics=metrics)
+
+
+def _planned_steps(prompts: int, o: TrlGrpoOptions, batch: int) -> int:
+    if o.max_steps:
+        return o.max_steps
+    per_step = batch // o.num_generations
+    return int(math.ceil(prompts * o.epochs / max(1, per_step)))
