@@ -218,7 +218,7 @@ def _stage(folder: Path, label: str, index: int | None, problems: list[str]) -> 
     bench_root = folder / "bench"
     if bench_root.is_dir():
         for sub in sorted(bench_root.iterdir()):
-            if sub.is_dir() and (summary := _summary(sub / "summary.json", problems)) is not None:
+            if sub.is_dir() and not sub.name.endswith(".partial") and (summary := _summary(sub / "summary.json", problems)) is not None:
                 stage.bench[sub.name] = summary
     stage.summary_md = _read_text(folder / "engineer" / "summary.md", problems) or None
     projection = _read_yaml(folder / "engineer" / "projection.yaml", problems)
