@@ -253,3 +253,20 @@ def test_import_stays_light():
 
     code = "import sys, envengineer.report, envengineer.compare, envengineer.runview; print('matplotlib' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_report_survives_odd_files(tmp_path):
+    run = make_run(tmp_path, "odd", "heuristic", finished=2)
+    write_json(run / "round-00" / "eval" / "summary.json", {"overall": {"n": 0, "valid_rate": None}})  # no "by", no rates
+    write_json(run / "round-01" / "eval" / "summary.json", [1, 2, 3])  # not a summary
+    (run / "round-01" / "config.yaml").write_text("sizes: [unclosed")
+    (run / "round-00" / "engineer" / "projection.yaml").write_text("just a string\n")
+    (run / "round-00" / "train" / "curves.jsonl").write_text('{"step": 1, "reward_mean": null}\n{"reward_mean": 0.5, "reward_std": null}\n')
+    write_json(run / "base" / "bench" / "mapf-3agents" / "summary.json", {"overall": {"n": 10, "valid_rate": 0.5}, "by": {"subset": {"wr_025": {}}}})
+    result = runner.invoke(app, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    page = (run / "report.html").read_text()
+    assert "Could not read" in page and "not a summary" in page and "not valid YAML" in page
+    for image in (run / "report").glob("*.png"):
+        check_png(image)
+    assert runner.invoke(app, ["compare", str(run), "--output", str(tmp_path / "t.csv")]).exit_code == 0
