@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import io
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -344,6 +345,9 @@ img { max-width: 100%; height: auto; display:block; margin: 8px 0 4px; }
 pre { background:#f3f4f6; padding:10px 12px; border-radius:6px; overflow-x:auto; font-size:12px; }
 details summary { cursor:pointer; color: var(--accent); margin-top: 6px; }
 .round { border-top: 1px solid var(--line); padding-top: 6px; }
+nav { margin-top: 14px; font-size: 13px; color: var(--muted); }
+nav a { color: var(--accent); text-decoration: none; }
+nav a:hover { text-decoration: underline; }
 footer { color: var(--muted); font-size: 12px; margin-top: 24px; }
 """
 
@@ -631,16 +635,18 @@ def _problems(problems: Sequence[str]) -> str:
     if not problems:
         return ""
     items = "".join(f"<li>{_e(p)}</li>" for p in problems)
-    return f'<section class="problems"><h2>Could not read</h2><ul>{items}</ul></section>'
+    return f'<section id="problems" class="problems"><h2>Could not read</h2><ul>{items}</ul></section>'
 
 
 def render_html(run: RunView, images: dict[str, Path], problems: Sequence[str] = ()) -> str:
     """The report page; ``images`` maps plot file names (in ``report/``) to the files written."""
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    body = "".join([
-        _header(run), _problems(problems), _validation(run, images), _failures(run, images), _config(run, images),
+    sections = "".join([
+        _problems(problems), _validation(run, images), _failures(run, images), _config(run, images),
         _training(run, images), _engineer(run), _bench(run, images), _timeline(run),
     ])
+    links = " · ".join(f'<a href="#{i}">{t}</a>' for i, t in re.findall(r'<section id="([\w-]+)"[^>]*><h2>([^<]+)</h2>', sections))
+    body = _header(run) + (f'<nav>{links}</nav>' if links else "") + sections
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1">'
