@@ -466,6 +466,9 @@ def _validation(run: RunView, images: dict[str, Path]) -> str:
         _table(["stage", "n", "valid", "optimal", "Δ valid vs base (pts)", "Δ optimal vs base (pts)", "top failure"], rows, raw=True),
         _img(images, "rates_by_size.png", "valid and optimal rate per size and round"),
     ]
+    settings = (stages[-1].eval or {}).get("settings")
+    if isinstance(settings, dict) and settings:
+        parts.insert(3, f"<p class='se'>evaluation settings ({_e(stages[-1].title)}): {_e(_short(settings))}</p>")
     for dimension, title in (("size", "by map size"), ("hole_ratio", "by hole ratio"), ("subset", "by subset")):
         keys = sort_keys({k for s in stages for k in ((s.eval or {}).get("by") or {}).get(dimension, {})})
         if not keys:

@@ -88,7 +88,7 @@ def make_run(root, name, engineer, rounds=3, finished=3, level=0.5, bench_rounds
                         "kl": 0.001 * s, "completion_length": 40 + s, "loss": None, "learning_rate": 1e-4}) + "\n"
             for s in range(1, 6)
         ))
-        write_json(d / "eval" / "summary.json", summary(level + 0.1 * (r + 1), ("size", "hole_ratio")))
+        write_json(d / "eval" / "summary.json", {**summary(level + 0.1 * (r + 1), ("size", "hole_ratio")), "settings": {"temperature": 0.0, "max_tokens": 256}})
         if "all" in bench_rounds or ("last" in bench_rounds and r == finished - 1):
             for b, bench in enumerate(BENCHES):
                 write_json(d / "bench" / bench / "summary.json", summary(level + 0.1 * (r + 1) - 0.1 * (b + 1), ("subset", "size")))
@@ -131,6 +131,7 @@ def test_report_writes_html_and_valid_pngs(tmp_path):
     # run config at the top, then the tables
     assert page.index("Run config") < page.index("Validation")
     assert "v6-heuristic" in page and "heuristic" in page and "mapf-2agents-val" in page
+    assert "temperature=0.0, max_tokens=256" in page  # the evaluation's sampling settings
     assert '<span class="badge ok">complete</span>' in page
     last = json.loads((run / "round-02" / "eval" / "summary.json").read_text())
     assert f"{100 * last['overall']['valid_rate']:.1f}%" in page
