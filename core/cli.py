@@ -320,6 +320,19 @@ def compare(
         console.print(f"wrote [bold]{write_comparison(comparison, output)}[/]", highlight=False, soft_wrap=True)
 
 
+@app.command()
+def pretrain(
+    force: bool = typer.Option(False, "--force", help="rebuild even when the cached base model exists"),
+    instances: Optional[int] = typer.Option(None, "--instances", help="warm-start instances (default: the tiny policy's)"),
+    epochs: Optional[float] = typer.Option(None, "--epochs", help="warm-start epochs (default: the tiny policy's)"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads"),
+) -> None:
+    """Build the embedded tiny policy's base model (cached), then print its greedy valid rate."""
+    from envengineer.plugins.policies.cli import pretrain_command
+
+    pretrain_command(_registry(), console, _progress, force=force, instances=instances, epochs=epochs, threads=threads)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors print as one red message and exit 2, without a traceback."""
     try:
