@@ -71,6 +71,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--instances", type=int, default=None, help="warm-start instances (default: the tiny policy's)")
     ap.add_argument("--epochs", type=float, default=None, help="warm-start epochs (default: the tiny policy's)")
+    ap.add_argument("--sft-lr", type=float, default=None, help="warm-start learning rate")
+    ap.add_argument("--sft-batch", type=int, default=None, help="warm-start batch size")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--round-instances", type=int, default=None, help="fresh training instances per round")
     ap.add_argument("--time-budget", type=float, default=None, help="seconds of GRPO per round")
@@ -106,6 +108,10 @@ def main() -> None:
         policy_opts["instances"] = args.instances
     if args.epochs is not None:
         policy_opts["epochs"] = args.epochs
+    if args.sft_lr is not None:
+        policy_opts["lr"] = args.sft_lr
+    if args.sft_batch is not None:
+        policy_opts["train_batch_size"] = args.sft_batch
     policy = registry.create("policy", "tiny", policy_opts)
     trainer_opts = {k: v for k, v in {
         "learning_rate": args.lr, "beta": args.beta, "temperature": args.temperature, "num_generations": args.generations,
