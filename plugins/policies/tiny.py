@@ -296,7 +296,7 @@ class TinyOptions(TransformersOptions):
     prompt_style: Literal["full", "compact"] = Field("compact", description="the tiny tokenizer knows only the compact style")
     max_new_tokens: int = Field(256, ge=1)
     batch_size: int = Field(512, ge=1)
-    instances: int = Field(6000, ge=1, description="2-agent instances of the supervised warm start")
+    instances: int = Field(20000, ge=1, description="2-agent instances of the supervised warm start (20000 × 3 epochs: the recipe measured to reach ~26% valid)")
     epochs: float = Field(3.0, gt=0, description="passes over the warm-start instances")
     lr: float = Field(2e-3, gt=0, description="warm-start learning rate (AdamW, cosine)")
     train_batch_size: int = Field(64, ge=1, description="warm-start batch size")
