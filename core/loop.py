@@ -99,6 +99,8 @@ class Loop:
                 )
         else:
             write_yaml(self.dir.run_yaml, resolved)
+        for path in self.dir.clean():
+            self.console.print(f"[dim]removed half-built {path.relative_to(self.dir.path)} (left by an interrupted run)[/]")
         self.hook.on_run_start(run_dir=self.dir, config=self.cfg)
 
     def pretrain(self) -> None:

@@ -65,6 +65,21 @@ class RunDir:
         append_jsonl(self.history_path, line)
         return line
 
+    def clean(self) -> list[Path]:
+        """Remove what a killed run left half-built: ``*.partial`` folders and atomic-write temp files."""
+        removed = []
+        if not self.path.exists():
+            return removed
+        for partial in sorted(self.path.rglob("*.partial"), reverse=True):
+            if partial.is_dir():
+                shutil.rmtree(partial, ignore_errors=True)
+                removed.append(partial)
+        for tmp in self.path.rglob(".*.tmp"):
+            if tmp.is_file():
+                tmp.unlink(missing_ok=True)
+                removed.append(tmp)
+        return removed
+
     # -------------------------------------------------------- folder steps
     @contextmanager
     def building(self, target: Path) -> Iterator[Path]:

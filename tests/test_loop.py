@@ -1,0 +1,227 @@
+"""The closed loop end to end on CPU (tiny policy, TRL), its resumability, and run-config errors."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("trl")
+
+from envengineer import hookimpl  # noqa: E402
+from envengineer.errors import ConfigError  # noqa: E402
+from envengineer.loop import Loop, run  # noqa: E402
+from envengineer.registry import Registry  # noqa: E402
+from envengineer.runconfig import parse_run_config, resolve  # noqa: E402
+
+
+def tiny_run_config(tmp: Path, output: Path, cache: Path, **overrides) -> dict:
+    config = {
+        "name": "loop-test",
+        "task": {"name": "mapf-frozenlake", "agents": 2, "prompt_style": "compact"},
+        "rounds": 2,
+        "seed": 3,
+        "budget": 12,
+        "context": {"preset": "V6"},
+        "engineer": {"name": "heuristic"},
+        "policy": {"name": "tiny", "instances": 120, "epochs": 1, "hidden_size": 32, "layers": 1, "ffn": 64,
+                   "max_new_tokens": 48, "cache_dir": str(cache)},
+        "trainer": {"name": "trl", "max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 4,
+                    "max_completion_length": 32, "threads": 2},
+        "eval": {"validation": "mapf-2agents-val", "benchmarks": ["mapf-3agents"], "limit": 10},
+        "output": str(output),
+    }
+    config.update(overrides)
+    return config
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("tiny-cache")
+
+
+class Killed(BaseException):
+    """Stands for the process dying: nothing after the kill point runs."""
+
+
+class KillAt:
+    def __init__(self, step, round):
+        self.step, self.round = step, round
+
+    @hookimpl
+    def on_step_end(self, run_dir, round, step, record):
+        if (step, round) == (self.step, self.round):
+            raise Killed()
+
+
+def _loop(pm, config_dict):
+    registry = Registry(pm)
+    resolved = resolve(parse_run_config(config_dict), registry)
+    return Loop(resolved, registry)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def comparable(run_dir: Path) -> dict[str, str]:
+    """What must match between a resumed run and an uninterrupted one."""
+    out = {}
+    for path in sorted(run_dir.rglob("*")):
+        rel = path.relative_to(run_dir).as_posix()
+        if not path.is_file() or "/trl/" in rel or rel.startswith("report") or rel == "history.jsonl":
+            continue
+        if rel.endswith("calls.jsonl") or rel == "run.yaml":
+            continue
+        if rel.endswith("summary.json"):
+            data = json.loads(path.read_text())
+            data.pop("settings", None)
+            out[rel] = json.dumps(data, sort_keys=True)
+        elif rel.endswith(".md") and "/engineer/" in rel:
+            out[rel] = path.read_text().replace(str(run_dir), "RUN")
+        elif rel.endswith(("config.json", "generation_config.json", "details.json", "training_args.bin")):
+            continue  # hold paths of the run directory
+        elif rel.endswith("curves.jsonl"):
+            rows = [json.loads(line) for line in path.read_text().splitlines()]
+            out[rel] = json.dumps([{k: v for k, v in row.items() if k != "seconds"} for row in rows])
+        else:
+            out[rel] = _digest(path)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, cache):
+    from envengineer.plugin_manager import create_plugin_manager
+
+    out = tmp_path_factory.mktemp("reference") / "run"
+    pm = create_plugin_manager(entry_points=False, environ={})
+    rows = _loop(pm, tiny_run_config(out.parent, out, cache)).run_all()
+    return out, rows
+
+
+def test_end_to_end_loop_writes_every_artifact(reference):
+    out, rows = reference
+    assert [row["round"] for row in rows] == ["base", 0, 1]
+    steps = [(line["step"], line["round"]) for line in map(json.loads, (out / "history.jsonl").read_text().splitlines())]
+    assert steps[:2] == [("pretrain", None), ("base_eval", None)]
+    assert ("design", 0) in steps and ("design", 1) not in steps and ("bench", 1) in steps
+    for rel in ("run.yaml", "base/eval/summary.json", "base/bench/mapf-3agents/summary.json",
+                "round-00/config.yaml", "round-00/train.jsonl", "round-00/train/checkpoint/config.json",
+                "round-00/train/curves.jsonl", "round-00/eval/summary.json", "round-00/eval/examples.jsonl",
+                "round-00/engineer/projection.yaml", "round-00/engineer/summary.md", "round-01/config.yaml",
+                "round-01/bench/mapf-3agents/summary.json"):
+        assert (out / rel).exists(), rel
+    assert not list(out.rglob("*.partial")) and not list(out.rglob(".*.tmp"))
+    summary = json.loads((out / "round-01/eval/summary.json").read_text())
+    assert summary["overall"]["n"] == 10 and "size" in summary["by"]
+    bench = json.loads((out / "round-01/bench/mapf-3agents/summary.json").read_text())
+    assert "sum_over_subsets" in bench
+
+
+@pytest.mark.parametrize("step,round", [
+    ("pretrain", None), ("base_eval", None), ("generate", 0), ("train", 0), ("eval", 0), ("design", 0),
+    ("train", 1), ("bench", 1),
+])
+def test_resume_after_a_kill_at_each_step_matches_an_uninterrupted_run(tmp_path, cache, reference, step, round):
+    from envengineer.plugin_manager import create_plugin_manager
+
+    ref_dir, _ = reference
+    out = tmp_path / "run"
+    config = tiny_run_config(tmp_path, out, cache)
+    pm = create_plugin_manager(entry_points=False, environ={})
+    pm.register(KillAt(step, round), name="killer")
+    with pytest.raises(Killed):
+        _loop(pm, config).run_all()
+    # Die before the history line too: the step's outputs exist but it does not count as done,
+    # and a half-built folder of the next step is left behind.
+    lines = (out / "history.jsonl").read_text().splitlines()
+    (out / "history.jsonl").write_text("".join(line + "\n" for line in lines[:-1]))
+    junk = out / "round-00" / "eval.partial"
+    junk.mkdir(parents=True, exist_ok=True)
+    (junk / "summary.json").write_text("{half")
+    pm = create_plugin_manager(entry_points=False, environ={})
+    _loop(pm, config).run_all()
+    assert comparable(out) == comparable(ref_dir)
+    done = [(l["step"], l["round"]) for l in map(json.loads, (out / "history.jsonl").read_text().splitlines())]
+    assert len(done) == len(set(done)), "a finished step was redone"
+
+
+def test_sigkill_during_training_then_resume(tmp_path, cache, reference):
+    """A real kill of the process in the middle of a training step."""
+    ref_dir, _ = reference
+    out = tmp_path / "run"
+    config_path = tmp_path / "run.yaml"
+    config_path.write_text(yaml.safe_dump(tiny_run_config(tmp_path, out, cache)))
+    env = {**os.environ, "ENVENGINEER_LOAD_PLUGINS": ""}
+    proc = subprocess.Popen([sys.executable, "-m", "envengineer.cli", "run", str(config_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    partial = out / "round-00" / "train.partial"
+    deadline = time.monotonic() + 300
+    while not partial.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert partial.exists(), "training never started"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "round-00" / "train").exists()
+    result = subprocess.run([sys.executable, "-m", "envengineer.cli", "run", str(config_path)],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert comparable(out) == comparable(ref_dir)
+
+
+def test_rerunning_a_finished_run_redoes_nothing(tmp_path, cache, reference):
+    ref_dir, _ = reference
+    from envengineer.plugin_manager import create_plugin_manager
+
+    before = (ref_dir / "history.jsonl").read_text().count("\n")
+    config = yaml.safe_load((ref_dir / "run.yaml").read_text())
+    _loop(create_plugin_manager(entry_points=False, environ={}), config).run_all()
+    assert (ref_dir / "history.jsonl").read_text().count("\n") == before
+
+
+def test_a_different_config_in_the_same_directory_is_refused(tmp_path, cache, reference):
+    ref_dir, _ = reference
+    from envengineer.plugin_manager import create_plugin_manager
+
+    config = yaml.safe_load((ref_dir / "run.yaml").read_text())
+    config["budget"] = 13
+    with pytest.raises(ConfigError, match="budget"):
+        _loop(create_plugin_manager(entry_points=False, environ={}), config).run_all()
+
+
+@pytest.mark.parametrize("patch,field", [
+    ({"engineer": {"name": "openai", "modle": "gpt"}}, "engineer.openai.modle"),
+    ({"trainer": {"name": "trl", "learning_rat": 1e-4}}, "trainer.trl.learning_rat"),
+    ({"task": {"name": "mapf-frozenlake", "agents": "two"}}, "task.agents"),
+    ({"policy": {"name": "tiny", "epochs": -1}}, "policy.tiny.epochs"),
+    ({"context": {"preset": "V9"}}, "context.preset"),
+    ({"eval": {"validaton": "x"}}, "eval.validaton"),
+    ({"roundz": 3}, "roundz"),
+    ({"rounds": 0}, "rounds"),
+    ({"engineer": {"name": "no-such-engineer"}}, "no-such-engineer"),
+    ({"eval": {"validation": "no-such-bench"}}, "no-such-bench"),
+])
+def test_bad_run_configs_name_the_field(registry, tmp_path, cache, patch, field):
+    config = tiny_run_config(tmp_path, tmp_path / "run", cache)
+    config.update(patch)
+    with pytest.raises(Exception) as info:
+        resolve(parse_run_config(config), registry)
+    assert field in str(info.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_run_rejects_a_bad_config_without_writing(tmp_path):
+    from envengineer.cli import main
+
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\nengineer: {name: heuristic, bogus: 1}\noutput: " + str(tmp_path / "run") + "\n")
+    with pytest.raises(SystemExit) as info:
+        main(["run", str(path)])
+    assert info.value.code == 2
+    assert not (tmp_path / "run").exists()
