@@ -53,8 +53,10 @@ def test_tokenizer_round_trips_compact_prompts_and_answers(task):
 def test_compact_reference_matches_the_prompt_helpers():
     paths = [[(0, 0), (0, 1)], [(1, 1), (1, 1), (1, 0)]]
     text = compact_answer(paths)
-    assert text == "| 0_0 1_1 | 0_1 1_1 | 0_1 1_0"
-    assert "Agent 2: (1,1) -> (1,1) -> (1,0)" in compact_to_answer(text, 2)
+    assert text == "| 0_1 1_1 | 0_1 1_0"  # from t = 1: the starts are in the prompt
+    assert "Agent 2: (1,1) -> (1,1) -> (1,0)" in compact_to_answer(text, [(0, 0), (1, 1)])
+    assert "Agent 1: (0,0) -> (0,1) -> (0,1)" in compact_to_answer(text, [(0, 0), (1, 1)])
+    assert "Agent" not in compact_to_answer("| 0_1", [(0, 0), (1, 1)])  # wrong arity: parse failure
 
 
 def test_warm_start_writes_a_standard_model_directory(warm):

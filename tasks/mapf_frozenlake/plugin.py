@@ -71,7 +71,7 @@ class MapfGenerator(Generator):
         """Convert a response in a style's own answer format to the contract's format."""
         style = style or self.options.prompt_style
         if style == "compact":
-            return prompts.compact_to_answer(response, len(record["agents"]))
+            return prompts.compact_to_answer(response, [a["start"] for a in record["agents"]])
         return response
 
     def check_record(self, record: Mapping[str, Any]) -> None:

@@ -3,8 +3,8 @@
 ``full``: chat messages for an LLM: the rules, the map, the agents, the answer format.
 ``compact``: one short, regular line for a tiny model, e.g.
 ``N4 H 1_1 2_3 S1 0_0 G1 3_3 S2 3_0 G2 0_3 P``; its answer lists every agent's cell one
-time step at a time (``| 0_0 3_0 | 0_1 2_0 | …``) so that conflicts are local in the
-sequence. :func:`compact_to_answer` turns it into the contract's answer format before
+time step at a time from t = 1 (``| 0_1 2_0 | 0_2 1_0 | …``) so that conflicts are local
+in the sequence. :func:`compact_to_answer` turns it into the contract's answer format before
 scoring, so the validator only ever sees one format.
 """
 
@@ -73,40 +73,47 @@ def render_compact(instance: Instance) -> str:
 
 
 def compact_answer(paths: Sequence[Sequence[Cell]]) -> str:
-    """A solution in the compact answer format (the supervised target of the tiny policy)."""
+    """A solution in the compact answer format (the supervised target of the tiny policy).
+
+    Steps start at t = 1: the start cells are in the prompt, and
+    :func:`compact_to_answer` puts them back, so the model spends its capacity on
+    planning moves rather than on copying.
+    """
     horizon = max(len(p) for p in paths)
     steps = []
-    for t in range(horizon):
+    for t in range(1, horizon):
         steps.append("| " + " ".join(_tok(p[min(t, len(p) - 1)]) for p in paths))
     return " ".join(steps)
 
 
 _CELL_TOKEN = re.compile(r"^(-?\d{1,4})_(-?\d{1,4})$")
 MAX_COMPACT_STEPS = 512
+_UNPARSEABLE = "<answer>\n</answer>"
 
 
-def compact_to_answer(text: str, agents: int) -> str:
-    """Convert a compact answer to the contract's format.
+def compact_to_answer(text: str, starts: Sequence[Sequence[int]]) -> str:
+    """Convert a compact answer to the contract's format, each path beginning at its start.
 
     Steps are separated by ``|``; each must hold exactly one cell token per agent. Anything
     malformed yields a response without agent lines, which the validator scores as a
     ``parse`` failure. Bounded work: at most :data:`MAX_COMPACT_STEPS` steps are read.
     """
+    agents = len(starts)
     body = text.split("</s>", 1)[0]
     chunks = body.split("|", MAX_COMPACT_STEPS + 1)
     if chunks and not chunks[0].strip():
         chunks = chunks[1:]
-    if not chunks or len(chunks) > MAX_COMPACT_STEPS:
-        return "<answer>\n</answer>"
-    paths: list[list[str]] = [[] for _ in range(agents)]
+    if len(chunks) > MAX_COMPACT_STEPS:
+        return _UNPARSEABLE
+    paths: list[list[str]] = [[f"({r},{c})"] for r, c in starts]
     for chunk in chunks:
         tokens = chunk.split()
         if len(tokens) != agents:
-            return "<answer>\n</answer>"
+            return _UNPARSEABLE
         for i, token in enumerate(tokens):
             match = _CELL_TOKEN.match(token)
             if match is None:
-                return "<answer>\n</answer>"
+                return _UNPARSEABLE
             paths[i].append(f"({int(match.group(1))},{int(match.group(2))})")
     lines = [f"Agent {i}: " + " -> ".join(path) for i, path in enumerate(paths, start=1)]
     return "<answer>\n" + "\n".join(lines) + "\n</answer>"
