@@ -35,7 +35,7 @@ MAX_AGENTS = 8
 SIZES = range(3, 11)
 
 #: Bump when the tokenizer, the model or the warm-start recipe changes: it is part of the cache key.
-RECIPE_VERSION = 1 + 1  # the compact answer now starts at t = 1
+RECIPE_VERSION = 2  # 2: the compact answer starts at t = 1
 
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 
