@@ -259,12 +259,12 @@ def eval_command(
     policy: str = typer.Option(..., "--policy", help="NAME or NAME:PATH, e.g. tiny, transformers:/models/qwen3-4b, openai-compatible"),
     bench: list[str] = typer.Option(..., "--bench", help="benchmark name (repeatable), e.g. mapf-3agents"),
     policy_config: Optional[Path] = typer.Option(None, "--policy-config", help="YAML with the policy's options"),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="evaluate only the first N instances"),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="evaluate N instances, evenly spread over the set"),
     output: Optional[Path] = typer.Option(None, "--output", help="folder for summary.json, rates.csv, verdicts, responses"),
     style: Optional[str] = typer.Option(None, "--style", help="prompt style (default: the policy's)"),
 ) -> None:
     """Evaluate a policy on benchmarks: valid/optimal rates per subset, size, hole ratio; failure counts; Sum."""
-    from envengineer.evaluation import evaluate, write_eval
+    from envengineer.evaluation import evaluate, spread, write_eval
     from envengineer.display import print_summary
     from envengineer.fileio import read_jsonl, read_yaml
 
@@ -279,7 +279,7 @@ def eval_command(
         generator, validator = registry.task(spec.task, dict(spec.options))
         if hasattr(sampler, "prepare"):
             sampler = sampler.with_path(sampler.prepare(generator=generator))
-        records = read_jsonl(spec.path)[:limit] if limit else read_jsonl(spec.path)
+        records = spread(read_jsonl(spec.path), limit)
         progress, advance = _progress(f"evaluating on {bench_name}", len(records))
         with progress:
             result = evaluate(sampler, generator, validator, records, style=style, progress=advance)

@@ -43,6 +43,16 @@ class EvalResult:
         return data
 
 
+def spread(records: Sequence[Any], limit: int | None) -> list[Any]:
+    """At most ``limit`` records, evenly spaced over the set (every size, subset and hole
+    ratio stays represented, unlike the first ``limit`` lines of a file sorted by subset)."""
+    items = list(records)
+    if limit is None or limit >= len(items):
+        return items
+    step = len(items) / limit
+    return [items[int(i * step)] for i in range(limit)]
+
+
 def groups_of(generator: Any, record: Mapping[str, Any]) -> dict[str, str]:
     groups = {"size": generator.group(record)}
     if "subset" in record:

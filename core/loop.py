@@ -56,8 +56,9 @@ class Loop:
 
     def _benchmark_records(self, name: str) -> list[dict[str, Any]]:
         bench = self.registry.benchmark(name)
-        records = read_jsonl(bench.path)
-        return records[: self.cfg.eval.limit] if self.cfg.eval.limit else records
+        from envengineer.evaluation import spread
+
+        return spread(read_jsonl(bench.path), self.cfg.eval.limit)
 
     def _evaluate(self, policy: Any, name: str, out: Path, label: str, examples: bool) -> dict[str, Any]:
         from envengineer.evaluation import evaluate, failing_examples, write_eval

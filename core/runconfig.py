@@ -32,7 +32,7 @@ class EvalSection(BaseModel):
     validation: str = Field("mapf-2agents-val", description="benchmark used as the loop's evidence")
     benchmarks: list[str] = Field(default_factory=list, description="held-out benchmarks")
     bench_rounds: Literal["last", "all", "none"] = Field("last", description="when to run the benchmarks (always on the base policy too, unless none)")
-    limit: int | None = Field(None, ge=1, description="evaluate only the first N instances of each set")
+    limit: int | None = Field(None, ge=1, description="evaluate N instances of each set, evenly spread over it")
     examples: int = Field(8, ge=0, le=64, description="failing examples kept for the F context module")
 
 

@@ -121,14 +121,14 @@ def compact_to_answer(text: str, starts: Sequence[Sequence[int]]) -> str:
 
 def guidelines(agents: int, budget: int | None = None) -> str:
     """The task-specific part of the G context module."""
-    budget_text = f"{budget}" if budget else "a fixed number of"
+    budget_text = f" ({budget} per round)" if budget else ""
     return f"""\
 Task: MAPF-FrozenLake. The policy plans collision-free paths for {agents} agents on N×N grids of
 frozen cells (F) and holes (H); a response is valid when all eight checks pass (parse, agent count,
 start, in bounds, legal moves, no hole, no conflict, goal) and optimal when its sum of costs is minimal.
 
 The training generator has one set of knobs per map size (3x3, 4x4, ..., 10x10):
-- ratio: the share of the round's {budget_text} training instances drawn at that size.
+- ratio: the share of the round's training instances{budget_text} drawn at that size.
 - hole_ratio: the fraction of the map's cells that are holes (more holes: narrower passages, harder planning).
 - wait_ratio: the fraction of that size's instances whose optimal solution needs an agent to WAIT or detour
   because of another agent (more: more coordination, more conflict practice).
