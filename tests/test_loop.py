@@ -95,14 +95,44 @@ def comparable(run_dir: Path) -> dict[str, str]:
     return out
 
 
+class Recorder:
+    """A logging plugin (wandb-style): sees every finished step and round."""
+
+    def __init__(self):
+        self.rounds, self.steps, self.ended = [], [], None
+
+    @hookimpl
+    def on_step_end(self, step, round):
+        self.steps.append((step, round))
+
+    @hookimpl
+    def on_round_end(self, round, metrics):
+        self.rounds.append((round, metrics))
+
+    @hookimpl
+    def on_run_end(self, metrics):
+        self.ended = metrics
+
+
+RECORDER = Recorder()
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, cache):
     from envengineer.plugin_manager import create_plugin_manager
 
     out = tmp_path_factory.mktemp("reference") / "run"
     pm = create_plugin_manager(entry_points=False, environ={})
+    pm.register(RECORDER, name="recorder")
     rows = _loop(pm, tiny_run_config(out.parent, out, cache)).run_all()
     return out, rows
+
+
+def test_lifecycle_hooks_see_every_round(reference):
+    assert [r for r, _ in RECORDER.rounds] == [0, 1]
+    assert {"valid_rate", "optimal_rate"} <= set(RECORDER.rounds[0][1])
+    assert ("train", 0) in RECORDER.steps and ("design", 0) in RECORDER.steps
+    assert [row["round"] for row in RECORDER.ended["rounds"]] == ["base", 0, 1]
 
 
 def test_end_to_end_loop_writes_every_artifact(reference):

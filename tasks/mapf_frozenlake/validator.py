@@ -46,7 +46,7 @@ _PARSE_FAILURE = Verdict(valid=False, optimal=False, failure="parse", failed_che
 class _Prepared:
     """What scoring needs from an instance, precomputed once."""
 
-    __slots__ = ("size", "starts", "goals", "holes", "inside", "near", "optimal_cost", "agents", "numbers")
+    __slots__ = ("size", "starts", "goals", "holes", "inside", "near", "optimal_cost", "agents", "numbers", "instance", "solved")
 
     def __init__(self, instance: Instance) -> None:
         n = instance.size
@@ -60,6 +60,8 @@ class _Prepared:
             (r, c): frozenset(((r, c), (r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1))) for r, c in self.inside
         }
         self.optimal_cost = instance.optimal_cost
+        self.instance = instance
+        self.solved = instance.optimal_cost is not None
         self.agents = range(1, instance.k + 1)
         self.numbers = tuple(self.agents)
 
@@ -157,8 +159,20 @@ def _score(prep: _Prepared, response: str) -> Verdict:
         checks = tuple(name for name in FAILURE_TYPES if name in failed)
         return Verdict(valid=False, optimal=False, failure=checks[0], failed_checks=checks, cost=None)
     cost = sum(_arrival(path, goal) for path, _, goal in present)
+    if not prep.solved:
+        _certify(prep)
     optimal = prep.optimal_cost is not None and cost == prep.optimal_cost
     return Verdict(valid=True, optimal=optimal, failure=None, failed_checks=(), cost=cost)
+
+
+def _certify(prep: _Prepared) -> None:
+    """A record without ``optimal_cost`` (from another tool, say): solve it once, on demand."""
+    from envengineer.tasks.mapf_frozenlake.solver import solve
+
+    prep.solved = True
+    instance = prep.instance
+    solution = solve(instance.grid, [(a.start, a.goal) for a in instance.agents])
+    prep.optimal_cost = solution.cost if solution.status == "optimal" else None
 
 
 def score_instance(instance: Instance, response: str) -> Verdict:
