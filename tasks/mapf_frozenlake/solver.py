@@ -1,0 +1,1173 @@
+"""Optimal sum-of-costs solver for MAPF-FrozenLake (docs/mapf-frozenlake.md).
+
+Pure Python, built for small grids. Cell sets are Python ints used as bitsets, so a
+single-agent space-time search costs a few big-int operations per timestep and yields
+the agent's multi-valued decision diagram (MDD) for free. Three parts:
+
+* Conflict-based search (CBS) with the ICBS/CBSH enhancements: conflicts prioritised
+  by cardinality (read off the MDDs), bypassing, the CG heuristic (minimum vertex
+  cover of the cardinal-conflict graph), target reasoning with length constraints
+  for "an agent stays on its goal for ever", and corridor reasoning with range
+  constraints for head-on meetings in one-cell-wide corridors. Among equally short
+  paths the low level takes the one with fewest conflicts, so most instances are
+  settled at the root.
+* A joint A* over all agents' positions (operator decomposition), run alongside CBS
+  in time slices when the joint state space is small. Crowded small maps and agents
+  that must reorder themselves in a dead end defeat CBS but not this.
+* Proofs of unsolvability rather than time-outs: an unreachable goal is seen up
+  front; when the search runs long, every pair of agents and then groups of three to
+  five are tested for joint solvability by exact reachability searches over their
+  configurations (the instance is unsolvable if any subset is); an exhausted search
+  is a proof too.
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+import time
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from itertools import combinations, permutations
+
+Cell = tuple[int, int]
+
+_INF = 1 << 30
+
+
+@dataclass(frozen=True)
+class Solution:
+    status: str  # "optimal" | "unsolvable" | "gave_up"
+    paths: tuple[tuple[Cell, ...], ...] | None  # per agent, t=0..arrival; None unless optimal
+    cost: int | None  # sum of costs; None unless optimal
+    lower_bound: int  # sum of individual shortest-path lengths, -1 if a goal is unreachable
+    requires_wait: bool | None  # None unless optimal
+    nodes: int  # high-level search nodes expanded
+    reason: str = ""  # why unsolvable / gave up
+
+
+class _GiveUp(Exception):
+    pass
+
+
+class _Unsolvable(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------- grid
+
+
+def _bits(mask: int):
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+class _Grid:
+    """Free cells as a bitset; cell index is ``row * width + col``."""
+
+    def __init__(self, grid: Sequence[str]):
+        if not grid or not grid[0]:
+            raise ValueError("grid: expected at least one non-empty row")
+        self.h = len(grid)
+        self.w = w = len(grid[0])
+        free = not_first = not_last = 0
+        for r, row in enumerate(grid):
+            if not isinstance(row, str) or len(row) != w:
+                raise ValueError(f"grid: row {r} is not a string of {w} cells")
+            for c, ch in enumerate(row):
+                bit = 1 << (r * w + c)
+                if ch == "F":
+                    free |= bit
+                elif ch != "H":
+                    raise ValueError(f"grid: cell ({r},{c}) is {ch!r}, expected 'F' or 'H'")
+                if c:
+                    not_first |= bit
+                if c != w - 1:
+                    not_last |= bit
+        self.free = free
+        self.not_first = not_first
+        self.not_last = not_last
+        n = self.h * w
+        self.nbr = [0] * n  # free 4-neighbours of each free cell
+        self.deg = [0] * n
+        for i in _bits(free):
+            m = self.expand(1 << i) & ~(1 << i)
+            self.nbr[i] = m
+            self.deg[i] = m.bit_count()
+        self._comps: dict[int, list[int]] = {}
+
+    def expand(self, s: int) -> int:
+        """Cells reachable from ``s`` in one step (moves and waits)."""
+        w = self.w
+        return (s | ((s << 1) & self.not_first) | ((s >> 1) & self.not_last) | (s << w) | (s >> w)) & self.free
+
+    def index(self, cell: Sequence[int], what: str) -> int:
+        try:
+            r, c = cell
+        except (TypeError, ValueError):
+            raise ValueError(f"{what}: expected (row, col), got {cell!r}") from None
+        if not (0 <= r < self.h and 0 <= c < self.w):
+            raise ValueError(f"{what}: {tuple(cell)} is outside the {self.h}x{self.w} grid")
+        i = r * self.w + c
+        if not (self.free >> i) & 1:
+            raise ValueError(f"{what}: {tuple(cell)} is a hole")
+        return i
+
+    def cell(self, i: int) -> Cell:
+        return divmod(i, self.w)
+
+    def bfs(self, source: int) -> list[int]:
+        dist = [_INF] * (self.h * self.w)
+        frontier = seen = 1 << source
+        d = 0
+        while frontier:
+            for i in _bits(frontier):
+                dist[i] = d
+            nxt = self.expand(frontier) & ~seen
+            seen |= nxt
+            frontier = nxt
+            d += 1
+        return dist
+
+    def component(self, seed: int, within: int) -> int:
+        comp = seed
+        while True:
+            nxt = self.expand(comp) & within
+            if nxt == comp:
+                return comp
+            comp = nxt
+
+    def comps_without(self, v: int) -> list[int]:
+        """Connected components of the free cells minus cell ``v`` (cached)."""
+        comps = self._comps.get(v)
+        if comps is None:
+            rest = self.free & ~(1 << v)
+            comps = []
+            while rest:
+                comp = self.component(rest & -rest, rest)
+                comps.append(comp)
+                rest &= ~comp
+            self._comps[v] = comps
+        return comps
+
+
+def distance_map(grid: Sequence[str], goal: Cell) -> dict[Cell, int]:
+    """BFS distance to ``goal`` from every free cell that can reach it (others absent)."""
+    g = _Grid(grid)
+    dist = g.bfs(g.index(goal, "goal"))
+    return {g.cell(i): d for i, d in enumerate(dist) if d < _INF}
+
+
+# ---------------------------------------------------------------- constraints
+#
+# One agent's constraints are a tuple of tuples (a child node adds one):
+#   (0, cell, t)          not on cell at time t
+#   (1, u, v, t)          no move u -> v arriving at time t
+#   (2, cell, t0, t1)     not on cell at any time in [t0, t1] (t1 may be _INF)
+#   (3, t)                arrival time >= t
+#   (4, t)                arrival time <= t
+# An agent's arrival is the first time from which it stays on its goal, so a path of
+# arrival T is on the goal at T and not at T - 1, and the goal must be free of bans
+# from T on.
+
+
+class _Table:
+    """A constraint tuple compiled for the low-level search, built from the table of
+    the tuple without its last constraint (cheap however deep the search goes)."""
+
+    __slots__ = ("bans", "static", "ein", "eout", "lmin", "lmax", "horizon")
+
+    def __init__(self):
+        self.bans = [0]  # bans[t]: cells banned at time t, for t <= horizon
+        self.static = 0  # cells banned at every time after the horizon
+        self.ein: dict[int, dict[int, int]] = {}  # t -> {v: mask of u}: no u -> v at t
+        self.eout: dict[int, dict[int, int]] = {}  # t -> {u: mask of v}
+        self.lmin = 0
+        self.lmax = _INF
+        self.horizon = 0
+
+    def extended(self, c: tuple) -> _Table:
+        tb = _Table()
+        bans = tb.bans = list(self.bans)
+        tb.static = static = self.static
+        tb.ein = self.ein
+        tb.eout = self.eout
+        tb.lmin = self.lmin
+        tb.lmax = self.lmax
+        horizon = self.horizon
+        kind = c[0]
+        if kind == 3:
+            tb.lmin = max(self.lmin, c[1])
+        elif kind == 4:
+            tb.lmax = min(self.lmax, c[1])
+        else:
+            last = c[2] if kind == 2 and c[3] >= _INF else c[-1]
+            if last > horizon:
+                bans.extend([static] * (last - horizon))
+                horizon = last
+            if kind == 0:
+                bans[c[2]] |= 1 << c[1]
+            elif kind == 1:
+                _, u, v, t = c
+                ein = tb.ein = dict(self.ein)
+                d = ein[t] = dict(ein.get(t, ()))
+                d[v] = d.get(v, 0) | (1 << u)
+                eout = tb.eout = dict(self.eout)
+                d = eout[t] = dict(eout.get(t, ()))
+                d[u] = d.get(u, 0) | (1 << v)
+            else:
+                _, x, t0, t1 = c
+                bit = 1 << x
+                if t1 >= _INF:
+                    tb.static = static | bit
+                    t1 = horizon
+                for t in range(t0, t1 + 1):
+                    bans[t] |= bit
+        tb.horizon = horizon
+        return tb
+
+    def last_ban(self, cell: int) -> int:
+        """Last time ``cell`` is banned (-1 if never, _INF if for ever)."""
+        bit = 1 << cell
+        if self.static & bit:
+            return _INF
+        bans = self.bans
+        for t in range(self.horizon, -1, -1):
+            if bans[t] & bit:
+                return t
+        return -1
+
+
+class _Plan:
+    """One agent's optimal path under its constraints, with its MDD (cells per time)
+    and the set of cells it visits."""
+
+    __slots__ = ("T", "path", "mdd", "cells")
+
+    def __init__(self, T: int, path: list[int], mdd: list[int]):
+        self.T = T
+        self.path = path
+        self.mdd = mdd
+        cells = 0
+        for c in path:
+            cells |= 1 << c
+        self.cells = cells
+
+
+def _pair_conflicts(p: _Plan, q: _Plan) -> list[tuple[int, int, int]]:
+    """(t, x, -1): both on x at t; (t, x, y): p moves x -> y while q moves y -> x."""
+    if not p.cells & q.cells:
+        return []
+    p, q = p.path, q.path
+    tp, tq = len(p) - 1, len(q) - 1
+    out = []
+    prev_a = prev_b = -1
+    for t in range(max(tp, tq) + 1):
+        a = p[t] if t <= tp else p[tp]
+        b = q[t] if t <= tq else q[tq]
+        if a == b:
+            out.append((t, a, -1))
+        elif a == prev_b and b == prev_a:
+            out.append((t, prev_a, a))
+        prev_a, prev_b = a, b
+    return out
+
+
+class _Node:
+    __slots__ = ("cons", "plans", "g", "h", "conf", "nconf", "choice")
+
+    def __init__(self, cons: list[tuple], plans: list[_Plan], conf: dict):
+        self.cons = cons
+        self.plans = plans
+        self.g = sum(p.T for p in plans)
+        self.h = 0
+        self.conf = conf  # (i, j) with i < j -> conflicts of the pair
+        self.nconf = sum(len(v) for v in conf.values())
+        self.choice = None  # (cardinality, i, j, t, x, y) of the conflict to split on
+
+
+_MVC_CACHE: dict[frozenset, int] = {}
+
+
+def _min_vertex_cover(edges: list[tuple[int, int]]) -> int:
+    if not edges:
+        return 0
+    key = frozenset(edges)
+    hit = _MVC_CACHE.get(key)
+    if hit is not None:
+        return hit
+    verts = sorted({v for e in edges for v in e})
+    best = len(verts) - 1  # all but one vertex always covers
+    for size in range(1, len(verts) - 1):
+        if any(all(a in cover or b in cover for a, b in edges) for cover in map(set, combinations(verts, size))):
+            best = size
+            break
+    if len(_MVC_CACHE) < 100_000:
+        _MVC_CACHE[key] = best
+    return best
+
+
+# ------------------------------------------------------------------------- CBS
+
+
+class _CBS:
+    def __init__(self, grid: _Grid, starts: list[int], goals: list[int], dists: list[list[int]], deadline: float):
+        self.G = grid
+        self.starts = starts
+        self.goals = goals
+        self.dists = dists
+        self.k = len(starts)
+        self.deadline = deadline
+        self.tables: dict[tuple, _Table] = {}
+        self.expanded = 0
+        self.pair_hits: dict[tuple[int, int], int] = {}  # splits per pair, for the prover
+
+    # ------------------------------------------------------------ low level
+
+    def table(self, cons: tuple) -> _Table:
+        tb = self.tables.get(cons)
+        if tb is None:
+            tb = self.table(cons[:-1]).extended(cons[-1]) if cons else _Table()
+            self.tables[cons] = tb
+        return tb
+
+    def plan(self, a: int, cons: tuple, occ=None) -> _Plan | None:
+        """Minimum-arrival path for agent ``a`` under ``cons``; None if there is none.
+
+        ``occ()`` gives the cells the other agents occupy at each time (the last entry
+        holds for ever); among the optimal paths the one with fewest vertex conflicts
+        with them is taken.
+        """
+        tb = self.table(cons)
+        s, g = self.starts[a], self.goals[a]
+        gb = 1 << g
+        last = tb.last_ban(g)
+        if last >= _INF:
+            return None
+        tmin = self.dists[a][s]
+        if tb.lmin > tmin:
+            tmin = tb.lmin
+        if last >= tmin:
+            tmin = last + 1
+        lmax = tb.lmax
+        if tmin > lmax:
+            return None
+        G = self.G
+        nbr = G.nbr
+        nbr_g = nbr[g]
+        ein = tb.ein
+        horizon = tb.horizon
+        bans = tb.bans
+        static = tb.static
+        free, nf, nl, w = G.free, G.not_first, G.not_last, G.w
+        sb = 1 << s
+        if bans[0] & sb:
+            return None
+        # forward: F[t] = cells the agent can be on at time t
+        F = [sb]
+        cur = sb
+        t = 0
+        while True:
+            if t >= tmin:
+                if t == 0:
+                    if s == g:
+                        break
+                elif cur & gb:
+                    pm = nbr_g & F[t - 1]
+                    eb = ein.get(t)
+                    if eb and g in eb:
+                        pm &= ~eb[g]
+                    if pm:
+                        break
+                if t > horizon and cur == F[t - 1]:
+                    return None  # nothing changes any more: the goal stays out of reach
+            if t >= lmax:
+                return None
+            t += 1
+            nxt = (cur | ((cur << 1) & nf) | ((cur >> 1) & nl) | (cur << w) | (cur >> w)) & free
+            nxt &= ~(bans[t] if t <= horizon else static)
+            eb = ein.get(t)
+            if eb:
+                for v, pm in eb.items():
+                    if (nxt >> v) & 1 and not ((nbr[v] | (1 << v)) & ~pm & cur):
+                        nxt &= ~(1 << v)
+            F.append(nxt)
+            cur = nxt
+        T = t
+        # backward: the MDD, the cells on some optimal path at each time
+        mdd = [0] * (T + 1)
+        mdd[T] = gb
+        if T > 0:
+            eout = tb.eout
+            m = F[T - 1] & nbr_g
+            eb = ein.get(T)
+            if eb and g in eb:
+                m &= ~eb[g]
+            mdd[T - 1] = m
+            for t in range(T - 1, 0, -1):
+                nxt = m
+                m = F[t - 1] & (nxt | ((nxt << 1) & nf) | ((nxt >> 1) & nl) | (nxt << w) | (nxt >> w))
+                eo = eout.get(t)
+                if eo:
+                    for u, sm in eo.items():
+                        if (m >> u) & 1 and not ((nbr[u] | (1 << u)) & nxt & ~sm):
+                            m &= ~(1 << u)
+                mdd[t - 1] = m
+        for m in mdd:
+            if m & (m - 1):
+                break
+        else:  # a single optimal path
+            return _Plan(T, [m.bit_length() - 1 for m in mdd], mdd)
+        return _Plan(T, self.extract(mdd, ein, g, occ() if occ is not None else None), mdd)
+
+    def extract(self, mdd: list[int], ein: dict, g: int, occ: list[int] | None) -> list[int]:
+        """A path through the MDD with fewest vertex conflicts against ``occ``
+        (counted up to two), lowest cell index first among equals."""
+        T = len(mdd) - 1
+        G = self.G
+        nbr = G.nbr
+        nf, nl, w = G.not_first, G.not_last, G.w
+        r0 = r1 = mdd  # cells reachable with no / at most one conflict so far
+        if occ is not None and T > 0:
+            last = len(occ) - 1
+            o = occ[: T + 1] if last >= T else occ + [occ[last]] * (T - last)
+            r0 = [0] * (T + 1)
+            x = r0[0] = mdd[0] & ~o[0]
+            for t in range(1, T + 1):
+                x = r0[t] = (x | ((x << 1) & nf) | ((x >> 1) & nl) | (x << w) | (x >> w)) & mdd[t] & ~o[t]
+            if not (x >> g) & 1:
+                r1 = [0] * (T + 1)
+                y = r1[0] = mdd[0]
+                for t in range(1, T + 1):
+                    m = mdd[t]
+                    x = r0[t - 1]
+                    e0 = (x | ((x << 1) & nf) | ((x >> 1) & nl) | (x << w) | (x >> w)) & m
+                    e1 = (y | ((y << 1) & nf) | ((y >> 1) & nl) | (y << w) | (y >> w)) & m
+                    y = r1[t] = (e1 & ~o[t]) | (e0 & o[t])
+        path = [0] * (T + 1)
+        cur = g
+        path[T] = g
+        for t in range(T, 0, -1):
+            preds = mdd[t - 1] & (nbr[cur] | (1 << cur))
+            eb = ein.get(t)
+            if eb and cur in eb:
+                preds &= ~eb[cur]
+            cand = preds & r0[t - 1] or preds & r1[t - 1] or preds
+            cur = (cand & -cand).bit_length() - 1
+            path[t - 1] = cur
+        return path
+
+    def occupancy(self, plans: list[_Plan], skip: int) -> list[int]:
+        horizon = max(p.T for p in plans)
+        occ = [0] * (horizon + 1)
+        for j, p in enumerate(plans):
+            if j == skip:
+                continue
+            T = p.T
+            path = p.path
+            for t in range(T + 1):
+                occ[t] |= 1 << path[t]
+            bit = 1 << path[T]
+            for t in range(T + 1, horizon + 1):
+                occ[t] |= bit
+        return occ
+
+    def earliest(self, a: int, cons: tuple, cell: int, entry: int) -> int:
+        """Lower bound on the first time agent ``a`` stands on ``cell`` having come
+        from a cell in ``entry`` (a mask); _INF if never."""
+        tb = self.table(cons)
+        G = self.G
+        nbr = G.nbr
+        ein = tb.ein
+        cb = 1 << cell
+        cur = 1 << self.starts[a]
+        if tb.bans[0] & cur:
+            return _INF
+        if cur & cb:
+            return 0
+        t = 0
+        while True:
+            t += 1
+            prev = cur
+            cur = G.expand(prev) & ~(tb.bans[t] if t <= tb.horizon else tb.static)
+            eb = ein.get(t)
+            if eb:
+                for v, pm in eb.items():
+                    if (cur >> v) & 1 and not ((nbr[v] | (1 << v)) & ~pm & prev):
+                        cur &= ~(1 << v)
+            if cur & cb and prev & entry & ~(eb.get(cell, 0) if eb else 0):
+                return t
+            if t > tb.horizon and cur == prev:
+                return _INF
+
+    # ------------------------------------------------------------ conflicts
+
+    def classify(self, node: _Node) -> None:
+        """Pick the conflict to split on (cardinal first, then earliest); raise h to
+        the minimum vertex cover of the cardinal-conflict graph."""
+        plans = node.plans
+        goals = self.goals
+        best_key = None
+        best = None
+        card = []
+        for (i, j), lst in node.conf.items():
+            pi, pj = plans[i], plans[j]
+            mi, mj = pi.mdd, pj.mdd
+            pair_card = False
+            for t, x, y in lst:
+                if y >= 0:
+                    ci = mi[t - 1] == 1 << x and mi[t] == 1 << y
+                    cj = mj[t - 1] == 1 << y and mj[t] == 1 << x
+                elif x == goals[i] and t >= pi.T:
+                    # i sits on its goal: only arriving later avoids it
+                    ci, cj = True, not self.avoids(pj, x, pi.T)
+                elif x == goals[j] and t >= pj.T:
+                    ci, cj = not self.avoids(pi, x, pj.T), True
+                else:
+                    ci = mi[t] == 1 << x
+                    cj = mj[t] == 1 << x
+                prio = ci + cj
+                if prio == 2:
+                    pair_card = True
+                key = (-prio, t, i, j)
+                if best_key is None or key < best_key:
+                    best_key = key
+                    best = (prio, i, j, t, x, y)
+            if pair_card:
+                card.append((i, j))
+        node.choice = best
+        h = _min_vertex_cover(card)
+        if h > node.h:
+            node.h = h
+
+    def avoids(self, p: _Plan, x: int, t0: int) -> bool:
+        """Has the MDD of plan ``p`` a path that is never on ``x`` from time ``t0`` on?"""
+        mdd = p.mdd
+        T = p.T
+        if t0 > T:
+            return mdd[T] != 1 << x
+        expand = self.G.expand
+        keep = ~(1 << x)
+        r = mdd[t0] & keep
+        for t in range(t0 + 1, T + 1):
+            if not r:
+                return False
+            r = expand(r) & mdd[t] & keep
+        return bool(r)
+
+    # ------------------------------------------------------------ children
+
+    def child(self, node: _Node, changes: list[tuple[int, tuple]]) -> _Node | None:
+        """The child with constraints added (``changes`` lists (agent, constraint));
+        None if an agent can no longer reach its goal."""
+        cons = list(node.cons)
+        plans = list(node.plans)
+        touched = []
+        for a, c in changes:
+            cons[a] = cons[a] + (c,)
+            if self.violates(plans[a], c):
+                touched.append(a)
+        for a in touched:
+            p = self.plan(a, cons[a], lambda: self.occupancy(plans, a))
+            if p is None:
+                return None
+            plans[a] = p
+        conf = dict(node.conf)
+        for a in touched:
+            for b in range(self.k):
+                if b == a:
+                    continue
+                key = (a, b) if a < b else (b, a)
+                lst = _pair_conflicts(plans[key[0]], plans[key[1]])
+                if lst:
+                    conf[key] = lst
+                else:
+                    conf.pop(key, None)
+        ch = _Node(cons, plans, conf)
+        ch.h = max(0, node.g + node.h - ch.g)  # path-max
+        return ch
+
+    @staticmethod
+    def violates(p: _Plan, c: tuple) -> bool:
+        path, T = p.path, p.T
+        kind = c[0]
+        if kind == 0:
+            _, x, t = c
+            return (path[t] if t <= T else path[T]) == x
+        if kind == 1:
+            _, u, v, t = c
+            return t <= T and path[t - 1] == u and path[t] == v
+        if kind == 2:
+            _, x, t0, t1 = c
+            if t0 > T:
+                return path[T] == x
+            return x in path[t0 : min(t1, T) + 1] or (t1 > T and path[T] == x)
+        if kind == 3:
+            return T < c[1]
+        return T > c[1]
+
+    def branches(self, node: _Node) -> list[list[tuple[int, tuple]]]:
+        """The constraints of the two children that resolve the chosen conflict."""
+        _, i, j, t, x, y = node.choice
+        if y < 0:
+            for fin in (i, j):
+                if x == self.goals[fin] and t >= node.plans[fin].T:
+                    # target conflict: fin sits on its goal x. Either it arrives after t,
+                    # or by t, and then nobody else may be on x from t on.
+                    ban_all = [(m, (2, x, t, _INF)) for m in range(self.k) if m != fin]
+                    return [[(fin, (3, t + 1))], [(fin, (4, t))] + ban_all]
+            return self.corridor(node, i, j, t, x, y) or [[(i, (0, x, t))], [(j, (0, x, t))]]
+        return self.corridor(node, i, j, t, x, y) or [[(i, (1, x, y, t))], [(j, (1, y, x, t))]]
+
+    def corridor(self, node: _Node, i: int, j: int, t: int, x: int, y: int):
+        """Corridor reasoning for a head-on meeting inside a one-cell-wide corridor.
+
+        Let the corridor be c_0 .. c_L (inner cells of degree 2), agent a cross it from
+        c_0 to c_L and b from c_L to c_0, neither starting inside it or at its far end.
+        Every solution has a off c_L during [0, min(ta' - 1, tb + L)] or b off c_0
+        during [0, min(tb' - 1, ta + L)], with ta a lower bound on a's first time on
+        c_L and ta' on its first arrival there from outside the corridor (tb, tb' the
+        same for b). Otherwise both cross before those bounds; two agents cannot pass
+        inside the corridor, so one crossing ends before the other begins, and the
+        later one ends after the earlier one's first arrival + L: a contradiction.
+        """
+        G = self.G
+        deg = G.deg
+        nbr = G.nbr
+        if deg[x] == 2:
+            seed = x
+        elif y >= 0 and deg[y] == 2:
+            seed = y
+        else:
+            return None
+        ends = []
+        inner = 1 << seed
+        for first in _bits(nbr[seed]):
+            prev, cur = seed, first
+            while deg[cur] == 2 and not (inner >> cur) & 1:
+                inner |= 1 << cur
+                prev, cur = cur, (nbr[cur] & ~(1 << prev)).bit_length() - 1
+            ends.append(cur)
+        if len(ends) != 2 or ends[0] == ends[1] or (inner >> ends[0]) & 1 or (inner >> ends[1]) & 1:
+            return None
+        L = inner.bit_count() + 1
+        plans = node.plans
+        dirs = []  # (entry, exit) of each agent's crossing around time t
+        for ag in (i, j):
+            p = plans[ag]
+            path, T = p.path, p.T
+            if (inner >> path[0]) & 1 or (inner >> path[T]) & 1:
+                return None
+            a0 = b0 = min(t, T)
+            while a0 > 0 and (inner >> path[a0]) & 1:
+                a0 -= 1
+            while b0 < T and (inner >> path[b0]) & 1:
+                b0 += 1
+            src, dst = path[a0], path[b0]
+            if src == dst or src not in ends or dst not in ends:
+                return None
+            dirs.append((src, dst))
+        (si, di), (sj, dj) = dirs
+        if si != dj or di != sj or self.starts[i] == di or self.starts[j] == dj:
+            return None
+        ci, cj = node.cons[i], node.cons[j]
+        ta = self.earliest(i, ci, di, G.free)
+        tb = self.earliest(j, cj, dj, G.free)
+        if ta >= _INF or tb >= _INF:
+            return None
+        ri = min(self.earliest(i, ci, di, nbr[di] & ~inner) - 1, tb + L)
+        rj = min(self.earliest(j, cj, dj, nbr[dj] & ~inner) - 1, ta + L)
+        if ri < 0 or rj < 0:
+            return None
+        ci_new = (2, di, 0, ri)
+        cj_new = (2, dj, 0, rj)
+        if not (self.violates(plans[i], ci_new) and self.violates(plans[j], cj_new)):
+            return None
+        return [[(i, ci_new)], [(j, cj_new)]]
+
+    # ------------------------------------------------------------ search
+
+    def root(self) -> _Node | None:
+        plans: list[_Plan] = []
+        for a in range(self.k):
+            p = self.plan(a, (), (lambda: self.occupancy(plans, -1)) if plans else None)
+            if p is None:
+                return None
+            plans.append(p)
+        conf = {}
+        for a, b in combinations(range(self.k), 2):
+            lst = _pair_conflicts(plans[a], plans[b])
+            if lst:
+                conf[(a, b)] = lst
+        return _Node([()] * self.k, plans, conf)
+
+    def run(self, on_expand) -> Generator[None, None, _Node | None]:
+        """Best-first CBS, yielding after every expansion; returns the goal node, or
+        None when every branch is infeasible (then there is no solution)."""
+        root = self.root()
+        if root is None:
+            return None
+        self.classify(root)
+        heap = [(root.g + root.h, root.nconf, 0, root)]
+        counter = 1
+        while heap:
+            node = heapq.heappop(heap)[-1]
+            if node.nconf == 0:
+                return node
+            if time.perf_counter() > self.deadline:
+                raise _GiveUp(f"time limit reached after {self.expanded} nodes")
+            self.expanded += 1
+            on_expand(self.expanded)
+            for ch in self.expand(node):
+                heapq.heappush(heap, (ch.g + ch.h, ch.nconf, counter, ch))
+                counter += 1
+            yield
+        return None
+
+    def expand(self, node: _Node) -> list[_Node]:
+        while True:
+            _, i, j, *_ = node.choice
+            self.pair_hits[(i, j)] = self.pair_hits.get((i, j), 0) + 1
+            kids = []
+            for br in self.branches(node):
+                ch = self.child(node, br)
+                if ch is None:
+                    continue
+                if ch.g == node.g and ch.nconf < node.nconf:
+                    # bypass: adopt the child's paths (valid here too), keep the MDDs
+                    node.plans = [
+                        q if q is p else _Plan(q.T, q.path, p.mdd) for p, q in zip(node.plans, ch.plans)
+                    ]
+                    node.conf = ch.conf
+                    node.nconf = ch.nconf
+                    kids = None
+                    break
+                self.classify(ch)
+                kids.append(ch)
+            if kids is not None:
+                return kids
+            if node.nconf == 0:
+                return [node]
+            self.classify(node)
+
+
+# ------------------------------------------------------------------ joint search
+
+
+def _joint_search(
+    G: _Grid, starts: list[int], goals: list[int], dists: list[list[int]], max_states: int
+) -> Generator[None, None, list[list[int]] | None | bool]:
+    """Optimal joint A* over all agents, yielding every few hundred expansions.
+
+    Operator decomposition: one agent moves per step, in a fixed order. An agent
+    finishes by entering its goal (for the last time); finished agents stay put and
+    cost nothing, so the cost of a step is paid by the agent that moves. Returns the
+    paths, None if no solution exists (search exhausted), or False if more than
+    ``max_states`` states were needed.
+    """
+    m = len(starts)
+    nbr = G.nbr
+    full = (1 << m) - 1
+    starts_t = tuple(starts)
+    moves: dict[int, list[int]] = {}
+
+    def term(i: int, p: int) -> int:  # admissible cost-to-go of unfinished agent i at p
+        return 2 if p == goals[i] else dists[i][p]
+
+    h0 = sum(term(i, starts[i]) for i in range(m))
+    init = [0]
+    for i in range(m):  # an agent standing on its goal may finish at once
+        if starts[i] == goals[i]:
+            init += [d | (1 << i) for d in init]
+    heap = []
+    best: dict = {}
+    counter = 0
+    for d0 in init:
+        h = h0 - sum(term(i, starts[i]) for i in range(m) if (d0 >> i) & 1)
+        j = 0
+        while j < m and (d0 >> j) & 1:
+            j += 1
+        node = (j, starts_t, starts_t, d0, 0, h, 0, None)
+        best[(j, starts_t, (), d0)] = 0
+        heap.append((h, 0, counter, node))
+        counter += 1
+    heapq.heapify(heap)
+    pops = 0
+    while heap:
+        _, _, _, node = heapq.heappop(heap)
+        j, pos, prev, done, g, h, t, parent = node
+        if done == full:
+            return _joint_paths(m, node)
+        if best.get((j, pos, prev[:j], done), _INF) < g:
+            continue
+        pops += 1
+        if not pops & 127:
+            if len(best) > max_states:
+                return False
+            yield
+        p = prev[j]
+        opts = moves.get(p)
+        if opts is None:
+            opts = moves[p] = [p] + list(_bits(nbr[p]))
+        gj = goals[j]
+        hj = term(j, p)
+        for q in opts:
+            clash = False
+            for i in range(m):
+                if i != j and (i < j or (done >> i) & 1):
+                    pi = pos[i]
+                    if pi == q or (q != p and q == prev[i] and pi == p):
+                        clash = True
+                        break
+            if clash:
+                continue
+            npos = pos[:j] + (q,) + pos[j + 1 :]
+            ng = g + 1
+            for nd in (done, done | (1 << j)) if q == gj and q != p else (done,):
+                nh = h - hj + (0 if nd != done else term(j, q))
+                nj, nt, nprev = j + 1, t, prev
+                while nj < m and (nd >> nj) & 1:
+                    nj += 1
+                if nj == m and nd != full:  # round complete: next time step
+                    nt, nj, nprev = t + 1, 0, npos
+                    while (nd >> nj) & 1:
+                        nj += 1
+                key = (nj, npos, nprev[:nj], nd)
+                if best.get(key, _INF) <= ng:
+                    continue
+                best[key] = ng
+                heapq.heappush(heap, (ng + nh, -ng, counter, (nj, npos, nprev, nd, ng, nh, nt, (node, q, j, t))))
+                counter += 1
+    return None
+
+
+def _joint_paths(m: int, node) -> list[list[int]]:
+    """Per-agent paths (to arrival) from the chain of joint-search nodes."""
+    steps = []  # (t, agent, cell, finished) of every move
+    cur = node
+    while cur[7] is not None:
+        parent, q, j, t = cur[7]
+        steps.append((t, j, q, bool((cur[3] >> j) & 1) and not (parent[3] >> j) & 1))
+        cur = parent
+    paths = [[p] for p in cur[1]]
+    arrival = [0 if (cur[3] >> i) & 1 else -1 for i in range(m)]
+    for t, j, q, finished in reversed(steps):
+        path = paths[j]
+        while len(path) <= t:
+            path.append(path[-1])
+        path.append(q)
+        if finished:
+            arrival[j] = t + 1
+    return [path[: arrival[i] + 1] for i, path in enumerate(paths)]
+
+
+# ---------------------------------------------------------------------- proofs
+
+
+def _pair_solvable(G: _Grid, s1: int, g1: int, s2: int, g2: int) -> bool:
+    """Can two agents, alone on the map, both reach their goals?
+
+    For two agents simultaneous moves can always be serialised, so this explores the
+    configurations reachable by moving one agent at a time: for each cell p of agent 1,
+    the set of cells agent 2 can be on, closed under agent 2's moves (a union of
+    components of the map minus p).
+    """
+
+    def close(p: int, mask: int) -> int:
+        out = 0
+        for comp in G.comps_without(p):
+            if comp & mask:
+                out |= comp
+        return out
+
+    goal2 = 1 << g2
+    reach = {s1: close(s1, 1 << s2)}
+    if s1 == g1 and reach[s1] & goal2:
+        return True
+    stack = [s1]
+    nbr = G.nbr
+    while stack:
+        p = stack.pop()
+        m = reach[p]
+        for q in _bits(nbr[p]):
+            nm = m & ~(1 << q)
+            old = reach.get(q, 0)
+            if not (nm & ~old):
+                continue
+            nm = old | close(q, nm)
+            if nm != old:
+                reach[q] = nm
+                if q == g1 and nm & goal2:
+                    return True
+                stack.append(q)
+    return False
+
+
+def _group_solvable(G: _Grid, starts: Sequence[int], goals: Sequence[int], limit: int) -> bool | None:
+    """Can these agents, alone on the map, all reach their goals? None if undecided
+    within ``limit`` configurations.
+
+    A simultaneous step decomposes into single moves and rotations of agents around a
+    cycle; on a grid the shortest cycle is a 2x2 block and any longer one needs six or
+    more agents, so for up to five agents single moves plus 2x2 rotations reach
+    exactly the configurations the contract allows. Both are reversible: this is a
+    bidirectional search for start and goal in one component.
+    """
+    k = len(starts)
+    if k > 5:
+        return None
+    start, goal = tuple(starts), tuple(goals)
+    if start == goal:
+        return True
+    nbr = G.nbr
+    w = G.w
+    free = G.free
+    tl = 0  # top-left cells of 2x2 blocks of free cells
+    for i in _bits(free):
+        if i % w != w - 1 and (free >> (i + 1)) & 1 and (free >> (i + w)) & 1 and (free >> (i + w + 1)) & 1:
+            tl |= 1 << i
+
+    def neighbours(c):
+        occ = 0
+        for p in c:
+            occ |= 1 << p
+        for i, p in enumerate(c):
+            for q in _bits(nbr[p] & ~occ):
+                yield c[:i] + (q,) + c[i + 1 :]
+        if k >= 4:
+            for p in c:
+                if (tl >> p) & 1:
+                    blk = (p, p + 1, p + w + 1, p + w)
+                    if (occ >> blk[1]) & 1 and (occ >> blk[2]) & 1 and (occ >> blk[3]) & 1:
+                        where = {q: i for i, q in enumerate(c)}
+                        for shift in (1, 3):
+                            n = list(c)
+                            for idx, b in enumerate(blk):
+                                n[where[b]] = blk[(idx + shift) % 4]
+                            yield tuple(n)
+
+    seen = [{start}, {goal}]
+    frontier = [[start], [goal]]
+    total = 2
+    while frontier[0] and frontier[1]:
+        side = 0 if len(frontier[0]) <= len(frontier[1]) else 1
+        mine, other = seen[side], seen[1 - side]
+        nxt = []
+        for c in frontier[side]:
+            for n in neighbours(c):
+                if n in mine:
+                    continue
+                if n in other:
+                    return True
+                mine.add(n)
+                nxt.append(n)
+        total += len(nxt)
+        if total > limit:
+            return None
+        frontier[side] = nxt
+    return False
+
+
+_CONFIGS_PER_SECOND = 150_000  # rough speed of _group_solvable, to budget it
+
+
+class _Prover:
+    """Called after each CBS expansion; when the search runs long, tries to prove the
+    instance unsolvable through a pair or a small group of its agents.
+
+    Pairs are decided exactly and cheaply, once. Groups of three to five are settled
+    as solvable when prioritised planning finds them a plan; otherwise an exact
+    configuration search decides them within a limit that grows on each retry, the
+    whole costing at most a fixed share of the time spent so far.
+    """
+
+    share = 0.2
+
+    def __init__(self, G: _Grid, cbs: _CBS):
+        self.G = G
+        self.cbs = cbs
+        self.starts = cbs.starts
+        self.goals = cbs.goals
+        self.k = cbs.k
+        self.next_pairs = 16 if self.k == 2 else 32
+        self.next_groups = 64
+        self.settled: set[tuple[int, ...]] = set()
+        self.tried: dict[tuple[int, ...], int] = {}  # group -> largest limit searched
+        self.t0 = time.perf_counter()
+        self.spent = 0.0
+
+    def __call__(self, n: int) -> None:
+        if n >= self.next_pairs:
+            self.next_pairs = _INF
+            hits = self.cbs.pair_hits
+            s, g = self.starts, self.goals
+            for a, b in sorted(combinations(range(self.k), 2), key=lambda p: (-hits.get(p, 0), p)):
+                if not _pair_solvable(self.G, s[a], g[a], s[b], g[b]):
+                    raise _Unsolvable(f"agents {a + 1} and {b + 1} cannot both reach their goals")
+        if self.k >= 3 and n >= self.next_groups:
+            self.next_groups *= 2
+            self.check_groups()
+
+    def check_groups(self) -> None:
+        now = time.perf_counter()
+        budget = (now - self.t0) * self.share - self.spent
+        if budget <= 0:
+            return
+        hits = self.cbs.pair_hits
+
+        def weight(grp):
+            return -sum(hits.get(p, 0) for p in combinations(grp, 2))
+
+        groups = [
+            grp
+            for size in range(3, min(self.k, 5) + 1)
+            for grp in combinations(range(self.k), size)
+            if grp not in self.settled
+        ]
+        groups.sort(key=lambda grp: (self.tried.get(grp, 0), weight(grp), grp))
+        try:
+            for grp in groups:
+                if grp not in self.tried:
+                    self.tried[grp] = 0
+                    if self.prioritised(grp):
+                        self.settled.add(grp)
+                        continue
+                limit = max(1000, 4 * self.tried[grp])
+                if limit > budget * _CONFIGS_PER_SECOND:
+                    break
+                self.tried[grp] = limit
+                t = time.perf_counter()
+                res = _group_solvable(self.G, [self.starts[a] for a in grp], [self.goals[a] for a in grp], limit)
+                budget -= time.perf_counter() - t
+                if res is False:
+                    names = ", ".join(str(a + 1) for a in grp)
+                    raise _Unsolvable(f"agents {names} cannot all reach their goals")
+                if res:
+                    self.settled.add(grp)
+        finally:
+            self.spent += time.perf_counter() - now
+
+    def prioritised(self, grp: tuple[int, ...]) -> bool:
+        """Does planning the agents one after another (in a few orders, each avoiding
+        the paths before it) give the group a valid joint plan?"""
+        cbs = self.cbs
+        if len(grp) <= 3:
+            orders = list(permutations(grp))
+        else:
+            orders = [grp[i:] + grp[:i] for i in range(len(grp))]
+            orders += [o[::-1] for o in orders]
+        for order in orders:
+            cons: list[tuple] = []
+            for a in order:
+                p = cbs.plan(a, tuple(cons), None)
+                if p is None:
+                    break
+                path, T = p.path, p.T
+                cons.append((0, path[0], 0))
+                for t in range(1, T + 1):
+                    cons.append((0, path[t], t))
+                    if path[t] != path[t - 1]:
+                        cons.append((1, path[t], path[t - 1], t))
+                cons.append((2, path[T], T, _INF))
+            else:
+                return True
+        return False
+
+
+# ---------------------------------------------------------------------- entry
+
+# The joint search runs where the number of joint positions stays below _JOINT_MAX.
+# Turns are counted in work units, not seconds, so that results are deterministic:
+# a CBS expansion is one unit, 128 joint-search expansions about four.
+_JOINT_MAX = 3_000_000
+_JOINT_UNIT = 4
+_JOINT_STATES = 1_000_000  # memory cap of the joint search (states kept)
+_HEAD_START = 32  # units of CBS before the joint search gets its turns
+_SLICE = 16  # units per turn
+
+
+def solve(grid: Sequence[str], agents: Sequence[tuple[Cell, Cell]], *, time_limit: float = 10.0) -> Solution:
+    """Optimal sum-of-costs solution of a MAPF-FrozenLake instance.
+
+    ``agents`` are (start, goal) pairs. Raises ``ValueError`` on a malformed grid or a
+    start/goal off the map or on a hole; everything else is a verdict.
+    """
+    # The searches allocate many small acyclic objects; the cyclic garbage collector
+    # would repeatedly walk them for nothing (it costs up to half the time).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _solve(grid, agents, time_limit)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _solve(grid: Sequence[str], agents: Sequence[tuple[Cell, Cell]], time_limit: float) -> Solution:
+    deadline = time.perf_counter() + time_limit
+    G = _Grid(grid)
+    starts = [G.index(s, f"agents[{i}].start") for i, (s, _) in enumerate(agents)]
+    goals = [G.index(g, f"agents[{i}].goal") for i, (_, g) in enumerate(agents)]
+    k = len(starts)
+    if k == 0:
+        return Solution("optimal", (), 0, 0, False, 0)
+    dists = [G.bfs(g) for g in goals]
+    for i in range(k):
+        if dists[i][starts[i]] >= _INF:
+            return Solution("unsolvable", None, None, -1, None, 0, f"agent {i + 1} cannot reach its goal")
+    lb = sum(dists[i][starts[i]] for i in range(k))
+    if len(set(starts)) < k:
+        return Solution("unsolvable", None, None, lb, None, 0, "two agents share a start cell")
+    if len(set(goals)) < k:
+        return Solution("unsolvable", None, None, lb, None, 0, "two agents share a goal cell")
+
+    cbs = _CBS(G, starts, goals, dists, deadline)
+    runs = [[cbs.run(_Prover(G, cbs)), 1, 1.0, 0.0]]  # generator, unit, weight, units spent
+    area = 0
+    for s in starts:
+        area |= G.component(1 << s, G.free)
+    size = 1
+    for n in range(k):
+        size *= area.bit_count() - n
+    if size <= _JOINT_MAX:
+        weight = 4.0 if size <= 50_000 else 1.0 if size <= 500_000 else 0.25
+        joint = _joint_search(G, starts, goals, dists, _JOINT_STATES)
+        runs.append([joint, _JOINT_UNIT, weight, _HEAD_START * weight])
+    try:
+        which, result = _portfolio(runs, deadline)
+    except _Unsolvable as exc:
+        return Solution("unsolvable", None, None, lb, None, cbs.expanded, str(exc))
+    except _GiveUp as exc:
+        return Solution("gave_up", None, None, lb, None, cbs.expanded, str(exc))
+    if result is None:
+        why = "every branch of the search is infeasible" if which == 0 else "joint search exhausted"
+        return Solution("unsolvable", None, None, lb, None, cbs.expanded, why)
+    raw = [p.path for p in result.plans] if which == 0 else result
+    paths = tuple(tuple(G.cell(i) for i in p) for p in raw)
+    cost = sum(len(p) - 1 for p in raw)
+    return Solution("optimal", paths, cost, lb, cost > lb, cbs.expanded)
+
+
+def _portfolio(runs: list[list], deadline: float):
+    """Run the searches in turns, each getting work in proportion to its weight;
+    return (index, result) of the first to finish. A search that runs out of room
+    (returns False) leaves the others to it."""
+    while True:
+        live = [r for r in runs if r[0] is not None]
+        if not live:
+            raise _GiveUp("no search could finish")
+        run = min(live, key=lambda r: r[3] / r[2])
+        gen, unit = run[0], run[1]
+        try:
+            for _ in range(0, _SLICE, unit):
+                next(gen)
+                run[3] += unit
+        except StopIteration as done:
+            if done.value is False:
+                run[0] = None
+                continue
+            return runs.index(run), done.value
+        if time.perf_counter() > deadline:
+            raise _GiveUp("time limit reached")

@@ -1,0 +1,333 @@
+"""The MAPF-FrozenLake solver against an independent brute force and a plain checker.
+
+The brute force is a joint-state Dijkstra written from the contract alone: every agent
+is either still going (costs 1 per step) or has declared itself finished on its goal
+(stays there for ever, costs nothing), so the cheapest way to finish everyone is the
+optimal sum of costs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from envengineer.tasks.mapf_frozenlake.solver import Solution, distance_map, solve
+
+# ------------------------------------------------------------------ references
+
+
+def brute_force_cost(grid, agents):
+    """Optimal sum of costs by Dijkstra over (positions, finished flags); None if unsolvable."""
+    n_rows, n_cols = len(grid), len(grid[0])
+    free = {(r, c) for r in range(n_rows) for c in range(n_cols) if grid[r][c] == "F"}
+    k = len(agents)
+    starts = tuple(s for s, _ in agents)
+    goals = tuple(g for _, g in agents)
+    if len(set(starts)) < k or len(set(goals)) < k:
+        return None
+
+    def steps(p):
+        r, c = p
+        return [p] + [q for q in ((r + 1, c), (r - 1, c), (r, c + 1), (r, c - 1)) if q in free]
+
+    def finish_choices(pos, done):
+        on_goal = [i for i in range(k) if not done[i] and pos[i] == goals[i]]
+        for n in range(len(on_goal) + 1):
+            for chosen in itertools.combinations(on_goal, n):
+                yield tuple(done[i] or i in chosen for i in range(k))
+
+    heap = [(0, starts, d) for d in finish_choices(starts, (False,) * k)]
+    heapq.heapify(heap)
+    settled = set()
+    while heap:
+        cost, pos, done = heapq.heappop(heap)
+        if (pos, done) in settled:
+            continue
+        settled.add((pos, done))
+        if all(done):
+            return cost
+        going = sum(not d for d in done)
+        options = [[pos[i]] if done[i] else steps(pos[i]) for i in range(k)]
+        for new in itertools.product(*options):
+            if len(set(new)) < k:
+                continue
+            if any(
+                new[i] == pos[j] and new[j] == pos[i] and new[i] != pos[i]
+                for i in range(k)
+                for j in range(i + 1, k)
+            ):
+                continue
+            for d in finish_choices(new, done):
+                if (new, d) not in settled:
+                    heapq.heappush(heap, (cost + going, new, d))
+    return None
+
+
+def check_and_cost(grid, agents, paths):
+    """Assert the contract's checks on ``paths``; return their sum of costs."""
+    n_rows, n_cols = len(grid), len(grid[0])
+    assert len(paths) == len(agents)
+    for (start, goal), path in zip(agents, paths):
+        assert path, "empty path"
+        assert path[0] == start, "start"
+        assert path[-1] == goal, "goal"
+        for r, c in path:
+            assert 0 <= r < n_rows and 0 <= c < n_cols, "out_of_bounds"
+            assert grid[r][c] == "F", "hole"
+        for a, b in zip(path, path[1:]):
+            assert abs(a[0] - b[0]) + abs(a[1] - b[1]) <= 1, "illegal_move"
+
+    def at(path, t):
+        return path[min(t, len(path) - 1)]
+
+    horizon = max(len(p) for p in paths)
+    for t in range(horizon + 1):
+        cells = [at(p, t) for p in paths]
+        assert len(set(cells)) == len(cells), f"vertex conflict at t={t}"
+        if t:
+            for p, q in itertools.combinations(paths, 2):
+                moved = at(p, t) != at(p, t - 1)
+                assert not (moved and at(p, t) == at(q, t - 1) and at(q, t) == at(p, t - 1)), f"swap at t={t}"
+    total = 0
+    for (_, goal), path in zip(agents, paths):
+        arrival = len(path) - 1
+        while arrival > 0 and path[arrival - 1] == goal:
+            arrival -= 1
+        total += arrival
+    return total
+
+
+def individual_lengths(grid, agents):
+    total = 0
+    for start, goal in agents:
+        d = distance_map(grid, goal).get(start)
+        if d is None:
+            return -1
+        total += d
+    return total
+
+
+def assert_consistent(grid, agents, sol: Solution):
+    assert sol.lower_bound == individual_lengths(grid, agents)
+    if sol.status == "optimal":
+        assert sol.cost == check_and_cost(grid, agents, sol.paths)
+        assert sol.cost >= sol.lower_bound
+        assert sol.requires_wait == (sol.cost > sol.lower_bound)
+        for (_, goal), path in zip(agents, sol.paths):
+            assert len(path) == 1 or path[-2] != goal, "paths carry no trailing waits"
+    else:
+        assert sol.paths is None and sol.cost is None and sol.requires_wait is None
+        assert sol.reason
+
+
+# ------------------------------------------------------------------ instances
+
+
+@st.composite
+def tiny_instances(draw, sizes=(3, 4), max_agents=2, allow_home=False):
+    size = draw(st.sampled_from(sizes))
+    cells = [(r, c) for r in range(size) for c in range(size)]
+    holes = set(draw(st.lists(st.sampled_from(cells), max_size=size * size // 3, unique=True)))
+    free = [c for c in cells if c not in holes]
+    k = draw(st.integers(min_value=1, max_value=min(max_agents, len(free))))
+    starts = draw(st.permutations(free).map(lambda p: p[:k]))
+    goals = draw(st.permutations(free).map(lambda p: p[:k]))
+    if not allow_home and any(s == g for s, g in zip(starts, goals)):
+        goals = goals[1:] + goals[:1] if k > 1 else goals
+    grid = ["".join("H" if (r, c) in holes else "F" for c in range(size)) for r in range(size)]
+    return grid, list(zip(starts, goals))
+
+
+def random_instance(rng, size, hole_ratio, k):
+    cells = [(r, c) for r in range(size) for c in range(size)]
+    holes = set(rng.sample(cells, round(hole_ratio * size * size)))
+    free = [c for c in cells if c not in holes]
+    starts = rng.sample(free, k)
+    goals = rng.sample(free, k)
+    while any(s == g for s, g in zip(starts, goals)):
+        goals = rng.sample(free, k)
+    grid = ["".join("H" if (r, c) in holes else "F" for c in range(size)) for r in range(size)]
+    return grid, list(zip(starts, goals))
+
+
+# ------------------------------------------------------------------ tests
+
+FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(tiny_instances(sizes=(3, 4), max_agents=2, allow_home=True))
+def test_two_agents_match_brute_force(inst):
+    grid, agents = inst
+    sol = solve(grid, agents, time_limit=20)
+    expected = brute_force_cost(grid, agents)
+    assert_consistent(grid, agents, sol)
+    if expected is None:
+        assert sol.status == "unsolvable"
+    else:
+        assert sol.status == "optimal"
+        assert sol.cost == expected
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_instances(sizes=(3,), max_agents=3))
+def test_three_agents_match_brute_force(inst):
+    grid, agents = inst
+    sol = solve(grid, agents, time_limit=20)
+    expected = brute_force_cost(grid, agents)
+    assert_consistent(grid, agents, sol)
+    if expected is None:
+        assert sol.status == "unsolvable"
+    else:
+        assert sol.status == "optimal"
+        assert sol.cost == expected
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_three_agents_on_4x4_match_brute_force(seed):
+    rng = random.Random(seed)
+    for _ in range(6):
+        grid, agents = random_instance(rng, 4, 0.2, 3)
+        sol = solve(grid, agents, time_limit=20)
+        expected = brute_force_cost(grid, agents)
+        assert_consistent(grid, agents, sol)
+        assert sol.status == ("unsolvable" if expected is None else "optimal")
+        assert sol.cost == expected
+
+
+@pytest.mark.parametrize("size,k", [(6, 4), (8, 5), (10, 5), (10, 2)])
+def test_larger_random_instances_are_valid(size, k):
+    rng = random.Random(size * 10 + k)
+    for _ in range(40):
+        grid, agents = random_instance(rng, size, 0.2, k)
+        sol = solve(grid, agents, time_limit=20)
+        assert sol.status in ("optimal", "unsolvable")
+        assert_consistent(grid, agents, sol)
+
+
+def test_start_on_goal_costs_nothing():
+    sol = solve(["FFF", "FFF", "FFF"], [((1, 1), (1, 1))])
+    assert sol.status == "optimal" and sol.cost == 0 and sol.paths == (((1, 1),),)
+    assert sol.requires_wait is False and sol.lower_bound == 0
+
+
+def test_agent_home_in_the_way_must_step_aside():
+    grid = ["FFF", "HFH", "HFH"]
+    agents = [((2, 1), (0, 1)), ((1, 1), (1, 1))]
+    sol = solve(grid, agents)
+    assert sol.status == "optimal"
+    assert sol.cost == brute_force_cost(grid, agents)
+    assert_consistent(grid, agents, sol)
+
+
+def test_no_wait_needed_when_paths_are_independent():
+    grid = ["FFFF", "FFFF", "FFFF", "FFFF"]
+    agents = [((0, 0), (0, 3)), ((3, 0), (3, 3))]
+    sol = solve(grid, agents)
+    assert sol.cost == sol.lower_bound == 6 and sol.requires_wait is False
+
+
+def test_head_on_meeting_requires_wait():
+    grid = ["FFF", "FHF", "FFF"]
+    agents = [((0, 0), (0, 2)), ((0, 2), (0, 0))]
+    sol = solve(grid, agents)
+    assert sol.status == "optimal" and sol.requires_wait is True
+    assert sol.cost == brute_force_cost(grid, agents) > sol.lower_bound
+
+
+def test_corridor_swap_is_proven_unsolvable_quickly():
+    grid = ["FFFFF", "HHHHH", "HHHHH", "HHHHH", "HHHHH"]
+    agents = [((0, 0), (0, 4)), ((0, 4), (0, 0))]
+    t0 = time.perf_counter()
+    sol = solve(grid, agents, time_limit=30)
+    assert sol.status == "unsolvable" and time.perf_counter() - t0 < 1.0
+    assert sol.lower_bound == 8
+
+
+def test_swap_in_a_bent_corridor_is_proven_unsolvable_quickly():
+    grid = ["FFFFF", "HHHHF", "HHHHF", "HHHHF", "FFFFF"]
+    agents = [((0, 1), (3, 4)), ((2, 4), (0, 0))]
+    t0 = time.perf_counter()
+    sol = solve(grid, agents, time_limit=30)
+    assert sol.status == "unsolvable" and time.perf_counter() - t0 < 1.0
+
+
+def test_three_agents_cannot_rotate_on_a_ring():
+    # eight cells around a hole: agents keep their cyclic order
+    grid = ["FFF", "FHF", "FFF"]
+    agents = [((0, 0), (0, 2)), ((0, 2), (0, 0)), ((2, 2), (2, 1))]
+    assert brute_force_cost(grid, agents) is None
+    t0 = time.perf_counter()
+    sol = solve(grid, agents, time_limit=30)
+    assert sol.status == "unsolvable" and time.perf_counter() - t0 < 2.0
+
+
+def test_walled_off_goal_is_unsolvable():
+    grid = ["FFHF", "FFHF", "HHHF", "FFFF"]
+    agents = [((0, 0), (0, 3)), ((3, 0), (3, 3))]
+    sol = solve(grid, agents)
+    assert sol.status == "unsolvable" and sol.lower_bound == -1 and sol.nodes == 0
+
+
+def test_shared_goal_is_unsolvable():
+    sol = solve(["FFF", "FFF", "FFF"], [((0, 0), (1, 1)), ((2, 2), (1, 1))])
+    assert sol.status == "unsolvable"
+
+
+def test_reordering_in_a_dead_end_is_solved():
+    # CBS alone thrashes here (the agents must leave the corridor and come back in
+    # the other order); the solver has to find the optimum anyway
+    grid = ["FFFF", "HFFF", "FHHF", "FFFF"]
+    agents = [((3, 0), (3, 3)), ((3, 1), (3, 2))]
+    sol = solve(grid, agents, time_limit=30)
+    assert sol.status == "optimal" and sol.cost == brute_force_cost(grid, agents) == 18
+    assert_consistent(grid, agents, sol)
+
+
+def test_deterministic():
+    rng = random.Random(7)
+    for _ in range(20):
+        grid, agents = random_instance(rng, 8, 0.2, 4)
+        a = solve(grid, agents)
+        b = solve(list(grid), [tuple(x) for x in agents])
+        assert a == b
+
+
+def test_distance_map():
+    dm = distance_map(["FFF", "HHF", "FFF"], (2, 0))
+    assert dm[(2, 0)] == 0 and dm[(0, 0)] == 6 and (1, 0) not in dm
+
+
+def test_gives_up_at_the_time_limit():
+    rng = random.Random(3)
+    grid, agents = random_instance(rng, 10, 0.1, 5)
+    sol = solve(grid, agents, time_limit=0.0)
+    assert sol.status in ("gave_up", "optimal")
+    if sol.status == "gave_up":
+        assert sol.reason and sol.paths is None
+
+
+@pytest.mark.parametrize(
+    "grid,agents",
+    [
+        (["FFF", "FHF", "FFF", "FFF"], [((0, 0), (0, 1))]),  # not square is fine
+        (["FFX"], [((0, 0), (0, 1))]),
+    ],
+)
+def test_malformed_input(grid, agents):
+    if any(set(row) - {"F", "H"} for row in grid):
+        with pytest.raises(ValueError):
+            solve(grid, agents)
+    else:
+        assert solve(grid, agents).status == "optimal"
+
+
+def test_start_on_hole_is_rejected():
+    with pytest.raises(ValueError):
+        solve(["HF", "FF"], [((0, 0), (1, 1))])
