@@ -59,11 +59,14 @@ def _select(registry, names: Sequence[str] | None) -> list[Benchmark]:
 
 def benchmark_table(registry) -> Table:
     table = Table(title="benchmarks", title_justify="left")
-    for column in ("name", "task", "instances", "file", "sha256", "description"):
-        table.add_column(column)
+    table.add_column("name", no_wrap=True)
+    table.add_column("task", no_wrap=True)
+    table.add_column("instances", justify="right")
+    table.add_column("sha256", no_wrap=True)
+    table.add_column("description")
     for bench in _select(registry, None):
         count = sum(1 for line in bench.path.open() if line.strip()) if bench.path.exists() else 0
-        table.add_row(bench.name, bench.task, str(count), str(bench.path.name), bench.sha256[:12] or "-", bench.description)
+        table.add_row(bench.name, bench.task, str(count), bench.sha256[:12] or "-", bench.description)
     return table
 
 

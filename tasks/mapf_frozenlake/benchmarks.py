@@ -27,14 +27,22 @@ def fitting_sizes(agents: int) -> tuple[int, ...]:
 
 
 def build_set(name: str, agents: int) -> list[dict]:
+    """The set's records in canonical order; a repeated instance (tiny maps) is redrawn."""
     records = []
+    seen: set[str] = set()
     for subset, wait_ratio in SUBSETS.items():
         waits = int(wait_ratio * PER_CELL + 0.5)
         for size in fitting_sizes(agents):
             for hole_ratio in HOLE_RATIOS:
                 for index in range(PER_CELL):
-                    job = Job(size, hole_ratio, agents, index < waits, derive_seed("bench", name, subset, size, hole_ratio, index))
-                    record = make_instance(job).instance.to_record()
+                    seed = derive_seed("bench", name, subset, size, hole_ratio, index)
+                    record = make_instance(Job(size, hole_ratio, agents, index < waits, seed)).instance.to_record()
+                    retry = 0
+                    while record["id"] in seen:
+                        retry += 1
+                        redraw = Job(size, hole_ratio, agents, index < waits, derive_seed(seed, "dup", retry))
+                        record = make_instance(redraw).instance.to_record()
+                    seen.add(record["id"])
                     record["subset"] = subset
                     records.append(record)
     return records
