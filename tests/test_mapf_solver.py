@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from envengineer.tasks.mapf_frozenlake import solver as solver_module
 from envengineer.tasks.mapf_frozenlake.solver import Solution, distance_map, solve
 
 # ------------------------------------------------------------------ references
@@ -158,7 +159,7 @@ def random_instance(rng, size, hole_ratio, k):
 
 # ------------------------------------------------------------------ tests
 
-FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FAST
@@ -175,7 +176,7 @@ def test_two_agents_match_brute_force(inst):
         assert sol.cost == expected
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tiny_instances(sizes=(3,), max_agents=3))
 def test_three_agents_match_brute_force(inst):
     grid, agents = inst
@@ -209,6 +210,68 @@ def test_larger_random_instances_are_valid(size, k):
         sol = solve(grid, agents, time_limit=20)
         assert sol.status in ("optimal", "unsolvable")
         assert_consistent(grid, agents, sol)
+
+
+# The parts a typical instance never reaches (CBS settles it first) get their own
+# checks against the brute force.
+
+
+def _indexed(grid, agents):
+    G = solver_module._Grid(grid)
+    starts = [G.index(s, "start") for s, _ in agents]
+    goals = [G.index(g, "goal") for _, g in agents]
+    return G, starts, goals
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_instances(sizes=(3,), max_agents=3, allow_home=True))
+def test_joint_search_matches_brute_force(inst):
+    grid, agents = inst
+    if len({s for s, _ in agents}) < len(agents) or len({g for _, g in agents}) < len(agents):
+        return
+    G, starts, goals = _indexed(grid, agents)
+    dists = [G.bfs(g) for g in goals]
+    if any(dists[i][starts[i]] >= solver_module._INF for i in range(len(agents))):
+        return
+    search = solver_module._joint_search(G, starts, goals, dists, 10**6)
+    try:
+        while True:
+            next(search)
+    except StopIteration as done:
+        paths = done.value
+    expected = brute_force_cost(grid, agents)
+    if expected is None:
+        assert paths is None
+    else:
+        cells = [[G.cell(i) for i in p] for p in paths]
+        assert check_and_cost(grid, agents, cells) == expected
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_instances(sizes=(3, 4), max_agents=3))
+def test_solvability_proofs_match_brute_force(inst):
+    grid, agents = inst
+    if len(agents) < 2 or len({g for _, g in agents}) < len(agents):
+        return
+    G, starts, goals = _indexed(grid, agents)
+    solvable = brute_force_cost(grid, agents) is not None
+    assert solver_module._group_solvable(G, starts, goals, 10**6) is solvable
+    if len(agents) == 2:
+        assert solver_module._pair_solvable(G, starts[0], goals[0], starts[1], goals[1]) is solvable
+
+
+def test_garbage_collector_state_is_restored():
+    import gc
+
+    assert gc.isenabled()
+    solve(["FFF", "FHF", "FFF"], [((0, 0), (0, 2)), ((0, 2), (0, 0))])
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        solve(["FFF", "FHF", "FFF"], [((0, 0), (0, 2))])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_start_on_goal_costs_nothing():
