@@ -73,6 +73,8 @@ def main() -> None:
     ap.add_argument("--epochs", type=float, default=None, help="warm-start epochs (default: the tiny policy's)")
     ap.add_argument("--sft-lr", type=float, default=None, help="warm-start learning rate")
     ap.add_argument("--sft-batch", type=int, default=None, help="warm-start batch size")
+    ap.add_argument("--base", type=Path, default=None, help="start from this model directory (skip the warm start)")
+    ap.add_argument("--max-new-tokens", type=int, default=96, help="greedy evaluation length (answers on the val set are at most 60 tokens)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--round-instances", type=int, default=None, help="fresh training instances per round")
     ap.add_argument("--time-budget", type=float, default=None, help="seconds of GRPO per round")
@@ -85,6 +87,8 @@ def main() -> None:
     ap.add_argument("--prefilter", type=int, default=None, help="samples per prompt for the mixed-outcome filter (0: off)")
     ap.add_argument("--max-completion", type=int, default=None)
     ap.add_argument("--loss-type", default=None)
+    ap.add_argument("--optim", default=None, help="transformers optimizer name (adamw_torch, sgd, ...)")
+    ap.add_argument("--scale-rewards", default=None, choices=["group", "batch", "none"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "envengineer-bench-tiny")
@@ -103,7 +107,7 @@ def main() -> None:
 
     registry = load_registry(entry_points=False)
     generator, validator = registry.task("mapf-frozenlake", {"agents": 2})
-    policy_opts = {"threads": args.threads}
+    policy_opts = {"threads": args.threads, "max_new_tokens": args.max_new_tokens}
     if args.instances is not None:
         policy_opts["instances"] = args.instances
     if args.epochs is not None:
@@ -116,17 +120,21 @@ def main() -> None:
     trainer_opts = {k: v for k, v in {
         "learning_rate": args.lr, "beta": args.beta, "temperature": args.temperature, "num_generations": args.generations,
         "per_device_train_batch_size": args.batch, "prefilter_samples": args.prefilter, "max_completion_length": args.max_completion,
-        "time_budget_s": args.time_budget, "max_steps": args.max_steps, "loss_type": args.loss_type, "threads": args.threads,
+        "time_budget_s": args.time_budget, "max_steps": args.max_steps, "loss_type": args.loss_type, "optim": args.optim, "scale_rewards": args.scale_rewards, "threads": args.threads,
     }.items() if v is not None}
     trainer = registry.create("trainer", "trl", trainer_opts)
     figures: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "trainer": trainer.describe(), "rounds": []}
 
     val = held_out(policy.base_dir().parent)
     print(f"held-out: mapf-2agents-val, {len(val)} instances", flush=True)
-    cached = policy.warm_start_info() is not None
     started = time.perf_counter()
-    base = policy.prepare(generator=generator)
-    info = policy.warm_start_info()
+    if args.base:
+        cached, base = True, args.base
+        info = json.loads((args.base / "warm_start.json").read_text())
+    else:
+        cached = policy.warm_start_info() is not None
+        base = policy.prepare(generator=generator)
+        info = policy.warm_start_info()
     print(f"warm start: {'cached' if cached else f'built in {time.perf_counter() - started:.1f}s'}  {info['instances']} instances × "
           f"{info['epochs']} epochs, {info['parameters']:,} params, train {info['train']['seconds']}s "
           f"({info['train']['tokens_per_s']} tok/s), data {info['data_seconds']}s, loss {info['train']['final_loss']}", flush=True)

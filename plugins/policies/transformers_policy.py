@@ -8,7 +8,9 @@ and prompts give the same texts. Only the new tokens are decoded, special tokens
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -16,6 +18,44 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envengineer.components import Policy
 from envengineer.errors import ConfigError
+
+
+@contextlib.contextmanager
+def quiet_hf() -> Iterator[None]:
+    """Silence Hugging Face output inside our own calls, and restore it afterwards.
+
+    The ``Loading weights`` / ``Writing model shards`` progress bars of transformers and
+    huggingface_hub, transformers' info/warning log lines, and the FutureWarnings and
+    UserWarnings transformers, TRL, torch and accelerate raise about options we set on
+    purpose (gradient checkpointing, generation flags). Our own rich progress bars are
+    not affected; errors still surface.
+    """
+    import transformers.utils.logging as hf_logging
+
+    try:
+        import huggingface_hub.utils as hub_utils
+    except Exception:  # pragma: no cover - huggingface_hub ships with transformers
+        hub_utils = None
+    bars_on = hf_logging.is_progress_bar_enabled()
+    hub_bars_off = hub_utils.are_progress_bars_disabled() if hub_utils is not None else True
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    if hub_utils is not None:
+        hub_utils.disable_progress_bars()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            for module in ("transformers", "trl", "torch", "accelerate", "huggingface_hub", "datasets"):
+                warnings.filterwarnings("ignore", category=UserWarning, module=module)
+            yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars_on:
+            hf_logging.enable_progress_bar()
+        if hub_utils is not None and not hub_bars_off:
+            hub_utils.enable_progress_bars()
 
 
 class TransformersOptions(BaseModel):
@@ -94,11 +134,12 @@ class TransformersPolicy(Policy):
             dtype = "bfloat16" if device == "cuda" else "float32"
         if not Path(path).exists():
             raise ConfigError(f"policy.{self.name}.path: {path} does not exist")
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        tokenizer.padding_side = "left"
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
+        with quiet_hf():
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            tokenizer.padding_side = "left"
+            if tokenizer.pad_token is None:
+                tokenizer.pad_token = tokenizer.eos_token
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
         model.eval()
         self._loaded = (path, model, tokenizer)
         return model, tokenizer
@@ -142,7 +183,7 @@ class TransformersPolicy(Policy):
             else:
                 torch.manual_seed(generator_seed + start)
                 kwargs.update(do_sample=True, temperature=o.temperature, top_p=o.top_p, top_k=0, num_return_sequences=n)
-            with torch.inference_mode():
+            with torch.inference_mode(), quiet_hf():
                 generated = model.generate(**batch, **kwargs)
             new = generated[:, batch["input_ids"].shape[1] :]
             decoded = tokenizer.batch_decode(new, skip_special_tokens=True)

@@ -34,6 +34,7 @@ _LOG_KEYS = {
     "completions/mean_length": "completion_length",
     "loss": "loss",
     "learning_rate": "learning_rate",
+    "grad_norm": "grad_norm",  # beyond CURVE_KEYS: diagnostics
 }
 
 
@@ -45,6 +46,8 @@ class TrlGrpoOptions(BaseModel):
     beta: float = Field(0.0, ge=0, description="KL coefficient (0: no reference model)")
     learning_rate: float = Field(1e-4, gt=0)
     lr_scheduler_type: str = Field("constant", description="transformers scheduler name")
+    optim: str = Field("adamw_torch", description="transformers optimizer name (adamw_torch, sgd, adafactor, ...)")
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient norm clipping")
     max_completion_length: int = Field(128, ge=1)
     temperature: float = Field(1.0, gt=0, le=2.0, description="rollout sampling temperature")
     top_p: float = Field(1.0, gt=0, le=1.0)
@@ -83,7 +86,7 @@ class TrlGrpoTrainer(Trainer):
         o = self.options
         return {
             "algorithm": f"GRPO (TRL GRPOTrainer, loss {o.loss_type}, reward scaling {o.scale_rewards})",
-            "optimizer": "AdamW",
+            "optimizer": o.optim,
             "learning_rate": o.learning_rate,
             "lr_schedule": o.lr_scheduler_type,
             "kl_coef": o.beta,
@@ -147,6 +150,12 @@ class TrlGrpoTrainer(Trainer):
     # ------------------------------------------------------------------ one round
 
     def train(self, request: TrainRequest) -> TrainResult:
+        from envengineer.plugins.policies.transformers_policy import quiet_hf
+
+        with quiet_hf():
+            return self._train(request)
+
+    def _train(self, request: TrainRequest) -> TrainResult:
         import torch
         from datasets import Dataset
         from transformers import AutoTokenizer, PrinterCallback, TrainerCallback
@@ -176,12 +185,20 @@ class TrlGrpoTrainer(Trainer):
         )
         use_cpu = (not torch.cuda.is_available()) if o.use_cpu == "auto" else bool(o.use_cpu)
         batch = o.per_device_train_batch_size * o.gradient_accumulation_steps
+        # a ~1 M-parameter model has no activation memory to save: recomputing costs time
+        import dataclasses
+
+        names = {f.name for f in dataclasses.fields(GRPOConfig)}
+        checkpointing = {"activation_checkpointing": False} if "activation_checkpointing" in names else {"gradient_checkpointing": False}
         config = GRPOConfig(
+            **checkpointing,
             output_dir=str(out_dir / "trl"),
             num_train_epochs=o.epochs,
             max_steps=o.max_steps or -1,
             learning_rate=o.learning_rate,
             lr_scheduler_type=o.lr_scheduler_type,
+            optim=o.optim,
+            max_grad_norm=o.max_grad_norm,
             warmup_steps=0,
             per_device_train_batch_size=o.per_device_train_batch_size,
             gradient_accumulation_steps=o.gradient_accumulation_steps,
