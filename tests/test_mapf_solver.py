@@ -394,3 +394,16 @@ def test_malformed_input(grid, agents):
 def test_start_on_hole_is_rejected():
     with pytest.raises(ValueError):
         solve(["HF", "FF"], [((0, 0), (1, 1))])
+
+
+HARD_5X5 = (("HFFHH", "FFHHH", "FFHFH", "FHFFF", "FFFHF"),
+            [((2, 0), (1, 0)), ((1, 0), (3, 0)), ((4, 0), (3, 4)), ((3, 4), (2, 0)), ((4, 1), (4, 4))])
+
+
+def test_work_limit_gives_up_the_same_way_on_any_machine():
+    """A give-up by work units, not seconds: the same verdict and node count every time."""
+    grid, agents = HARD_5X5
+    first = solve(grid, agents, time_limit=600, work_limit=300)
+    second = solve(grid, agents, time_limit=600, work_limit=300)
+    assert first.status == second.status == "gave_up"
+    assert first.reason.startswith("work limit") and first.nodes == second.nodes

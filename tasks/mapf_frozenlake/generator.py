@@ -29,6 +29,11 @@ from envengineer.tasks.mapf_frozenlake.instance import Agent, Instance, instance
 from envengineer.tasks.mapf_frozenlake.solver import solve
 
 MAX_ATTEMPTS = 2000
+#: Solver work (units of search, not seconds) before a draw is discarded: a give-up that
+#: does not depend on the machine's speed, so the same config and seed give the same data
+#: everywhere. About 5-15 s on one core of a small VM. The time limit is only a safety net.
+WORK_LIMIT = 40_000
+TIME_LIMIT = 120.0
 MAX_DUPLICATE_RETRIES = 200
 
 
@@ -48,7 +53,8 @@ class Job:
 @dataclass
 class Made:
     instance: Instance
-    gave_up: int  # solver give-ups while making this instance (discarded draws)
+    gave_up: int  # draws discarded at the solver's work limit (deterministic)
+    timed_out: int = 0  # draws discarded at the time limit (machine-dependent: should stay 0)
 
 
 def derive_seed(*parts: object) -> int:
@@ -145,13 +151,16 @@ def _crossing_placement(rng: random.Random, size: int, free: list[bool], agents:
     return [(s1, g1), (s2, rng.choice(goals)), *base[2:]]
 
 
-def make_instance(job: Job, *, time_limit: float = 10.0, max_attempts: int = MAX_ATTEMPTS) -> Made:
+def make_instance(
+    job: Job, *, time_limit: float = TIME_LIMIT, work_limit: int = WORK_LIMIT, max_attempts: int = MAX_ATTEMPTS
+) -> Made:
     """Draw maps and placements from the job's own stream until the solver certifies one."""
     rng = random.Random(job.seed)
     size = job.size
     n_cells = size * size
     n_holes = hole_count(size, job.hole_ratio)
     gave_up = 0
+    timed_out = 0
     for _ in range(max_attempts):
         holes = set(rng.sample(range(n_cells), n_holes))
         free = [i not in holes for i in range(n_cells)]
@@ -163,9 +172,12 @@ def make_instance(job: Job, *, time_limit: float = 10.0, max_attempts: int = MAX
             "".join("H" if r * size + c in holes else "F" for c in range(size)) for r in range(size)
         )
         agents = tuple(Agent(divmod(s, size), divmod(g, size)) for s, g in placement)
-        solution = solve(grid, [(a.start, a.goal) for a in agents], time_limit=time_limit)
+        solution = solve(grid, [(a.start, a.goal) for a in agents], time_limit=time_limit, work_limit=work_limit)
         if solution.status == "gave_up":
-            gave_up += 1
+            if solution.reason.startswith("work limit"):
+                gave_up += 1
+            else:
+                timed_out += 1
             continue
         if solution.status != "optimal" or solution.requires_wait != job.wants_wait:
             continue
@@ -179,7 +191,7 @@ def make_instance(job: Job, *, time_limit: float = 10.0, max_attempts: int = MAX
             seed=job.seed,
             id=instance_id(size, grid, agents),
         )
-        return Made(instance, gave_up)
+        return Made(instance, gave_up, timed_out)
     kind = "that need a WAIT" if job.wants_wait else "that need no WAIT"
     raise GenerationError(
         f"sizes.{size}x{size}: found no solvable {job.agents}-agent instance {kind} at "
@@ -212,9 +224,9 @@ def plan_jobs(config: MapfConfig, *, n: int, seed: int, agents: int) -> list[Job
     return jobs
 
 
-def _make_chunk(args: tuple[list[Job], float]) -> list[Made]:
-    jobs, time_limit = args
-    return [make_instance(job, time_limit=time_limit) for job in jobs]
+def _make_chunk(args: tuple[list[Job], float, int]) -> list[Made]:
+    jobs, time_limit, work_limit = args
+    return [make_instance(job, time_limit=time_limit, work_limit=work_limit) for job in jobs]
 
 
 def generate(
@@ -224,7 +236,8 @@ def generate(
     seed: int,
     agents: int = 2,
     workers: int = 1,
-    time_limit: float = 10.0,
+    time_limit: float = TIME_LIMIT,
+    work_limit: int = WORK_LIMIT,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[Instance], dict[str, int]]:
     """``n`` certified instances in a seeded shuffled order, and the discard counts.
@@ -239,7 +252,7 @@ def generate(
     made: list[Made] = []
     if workers > 1 and len(jobs) > 1:
         chunk = max(1, min(64, len(jobs) // (workers * 4) or 1))
-        chunks = [(jobs[i : i + chunk], time_limit) for i in range(0, len(jobs), chunk)]
+        chunks = [(jobs[i : i + chunk], time_limit, work_limit) for i in range(0, len(jobs), chunk)]
         with ProcessPoolExecutor(max_workers=workers) as pool:
             for part in pool.map(_make_chunk, chunks):
                 made.extend(part)
@@ -247,7 +260,7 @@ def generate(
                     progress(len(part))
     else:
         for job in jobs:
-            made.append(make_instance(job, time_limit=time_limit))
+            made.append(make_instance(job, time_limit=time_limit, work_limit=work_limit))
             if progress:
                 progress(1)
 
@@ -257,6 +270,7 @@ def generate(
     discarded: Counter[str] = Counter()
     for job, item in zip(jobs, made):
         discarded["solver_gave_up"] += item.gave_up
+        discarded["solver_timed_out"] += item.timed_out
         instance = item.instance
         retry = 0
         while instance.id in seen:
@@ -270,8 +284,10 @@ def generate(
             again = make_instance(
                 Job(job.size, job.hole_ratio, job.agents, job.wants_wait, derive_seed(job.seed, "dup", retry)),
                 time_limit=time_limit,
+                work_limit=work_limit,
             )
             discarded["solver_gave_up"] += again.gave_up
+            discarded["solver_timed_out"] += again.timed_out
             instance = again.instance
         seen.add(instance.id)
         instances.append(instance)

@@ -24,7 +24,8 @@ class MapfOptions(BaseModel):
     name: Literal["mapf-frozenlake"] = TASK_NAME
     agents: int = Field(2, ge=1, le=16, description="agents per training instance")
     prompt_style: Literal["full", "compact"] = Field("full", description="prompt rendering for the policy")
-    solver_time_limit: float = Field(10.0, gt=0, description="seconds before the solver gives up on one instance")
+    solver_work_limit: int = Field(gen.WORK_LIMIT, ge=100, description="solver work units before a generated draw is discarded (deterministic)")
+    solver_time_limit: float = Field(gen.TIME_LIMIT, gt=0, description="seconds before the solver gives up (a safety net; machine-dependent)")
     workers: int = Field(1, ge=1, description="processes used to generate a training set")
 
 
@@ -51,6 +52,7 @@ class MapfGenerator(Generator):
             agents=self.options.agents,
             workers=workers or self.options.workers,
             time_limit=self.options.solver_time_limit,
+            work_limit=self.options.solver_work_limit,
             progress=progress,
         )
         return GenerationResult([i.to_record() for i in instances], discarded)
