@@ -105,6 +105,8 @@ def normalize_size_key(key: Any) -> str | None:
     if not isinstance(key, str):
         return None
     text = key.strip().lower().replace("×", "x").replace(" ", "")
+    if not text.isascii():  # '²'.isdigit() is True but int('²') fails
+        return None
     if text.isdigit():
         n = int(text)
         return f"{n}x{n}" if n in SIZES else None
