@@ -35,7 +35,7 @@ MAX_AGENTS = 8
 SIZES = range(3, 11)
 
 #: Bump when the tokenizer, the model or the warm-start recipe changes: it is part of the cache key.
-RECIPE_VERSION = 2  # 2: the compact answer starts at t = 1
+RECIPE_VERSION = 3  # 2: the compact answer starts at t = 1; 3: geometric cell init, data solved once
 
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 
@@ -389,15 +389,16 @@ class TinyOptions(TransformersOptions):
     """Sampling options of the transformers policy, plus the warm start's recipe."""
 
     prompt_style: Literal["full", "compact"] = Field("compact", description="the tiny tokenizer knows only the compact style")
-    max_new_tokens: int = Field(256, ge=1)
+    max_new_tokens: int = Field(128, ge=1, description="answers of 2-agent 10x10 instances are at most ~60-70 tokens")
     batch_size: int = Field(512, ge=1)
-    instances: int = Field(20000, ge=1, description="2-agent instances of the supervised warm start (20000 × 3 epochs: the recipe measured to reach ~26% valid)")
+    instances: int = Field(18000, ge=1, description="2-agent instances of the supervised warm start (18000 × 3 epochs ≈ 2 M tokens, ~3.5 min on one core: 16.5% valid on mapf-2agents-val)")
     epochs: float = Field(3.0, gt=0, description="passes over the warm-start instances")
     lr: float = Field(2e-3, gt=0, description="warm-start learning rate (AdamW, cosine)")
     train_batch_size: int = Field(64, ge=1, description="warm-start batch size")
     hidden_size: int = Field(128, ge=16)
     layers: int = Field(4, ge=1)
     ffn: int = Field(512, ge=16)
+    threads: int | None = Field(1, ge=1, description="torch CPU threads; 1 measured fastest for this ~1 M model (2 threads on 2 shared cores ran 3-10x slower)")
     cache_dir: str | None = Field(None, description="default: $ENVENGINEER_CACHE/tiny or ~/.cache/envengineer/tiny")
 
 

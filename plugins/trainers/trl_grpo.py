@@ -14,7 +14,6 @@ kept: all-equal groups give GRPO no signal and cost a full rollout each.
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -124,7 +123,7 @@ class TrlGrpoTrainer(Trainer):
         o = self.options
         policy = TransformersPolicy(TransformersOptions(
             path=str(request.policy_path), temperature=o.temperature, top_p=o.top_p,
-            max_new_tokens=o.max_completion_length, batch_size=64, seed=(o.seed if o.seed is not None else request.seed) + 7,
+            max_new_tokens=o.max_completion_length, batch_size=256, seed=(o.seed if o.seed is not None else request.seed) + 7,
             threads=o.threads,
         ))
         started = time.perf_counter()
@@ -228,10 +227,12 @@ class TrlGrpoTrainer(Trainer):
             def __init__(self) -> None:
                 self.t0 = time.perf_counter()
                 self.lines: list[dict[str, Any]] = []
+                self.stopped = False
 
             def on_step_end(self, args, state, control, **kwargs):
                 if budget is not None and time.perf_counter() - self.t0 >= budget:
                     control.should_training_stop = True
+                    self.stopped = state.global_step < state.max_steps
                 return control
 
             def on_log(self, args, state, control, logs=None, **kwargs):
@@ -286,14 +287,7 @@ class TrlGrpoTrainer(Trainer):
             "zero_std_frac": mean("zero_std_frac"),
             "completion_length": mean("completion_length"),
             "last_reward_mean": lines[-1]["reward_mean"] if lines else None,
-            "stopped_by_time_budget": bool(budget is not None and steps < _planned_steps(len(records), o, batch)),
+            "stopped_by_time_budget": curves.stopped,
         })
         del trainer
         return TrainResult(checkpoint=checkpoint, curves=curves_path, metrics=metrics)
-
-
-def _planned_steps(prompts: int, o: TrlGrpoOptions, batch: int) -> int:
-    if o.max_steps:
-        return o.max_steps
-    per_step = batch // o.num_generations
-    return int(math.ceil(prompts * o.epochs / max(1, per_step)))
