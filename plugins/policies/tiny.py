@@ -188,20 +188,28 @@ def warm_start_records(generator, *, instances: int, seed: int) -> list[dict[str
 WARM_PARTS = ((0.0, 0.0), (0.1, 0.3), (0.2, 0.3), (0.3, 0.3))
 
 
-def warm_start_pairs(*, instances: int, seed: int, time_limit: float = 2.0) -> list[tuple[str, str]]:
+def warm_start_pairs(*, instances: int, seed: int, time_limit: float = 10.0) -> list[tuple[str, str]]:
     """(compact prompt, compact optimal answer) for ``instances`` 2-agent instances.
 
     Sizes 3–10 in turn, hole ratio and crossing share from :data:`WARM_PARTS` in turn
     (the generator's own placement helpers). Each draw is
     solved once and its optimal paths are kept, so there is no rejection loop and no
-    second solve (unsolvable or timed-out draws are redrawn). Deterministic in ``seed``.
+    second solve (unsolvable draws, and draws past the generator's work limit, are redrawn).
+    Deterministic in ``seed``: the solver's work limit, not the clock, decides a give-up.
     """
+    import inspect
+
     from envengineer.tasks.mapf_frozenlake.config import hole_count
     from envengineer.tasks.mapf_frozenlake.generator import _crossing_placement, _random_placement
     from envengineer.tasks.mapf_frozenlake.instance import Agent, Instance
     from envengineer.tasks.mapf_frozenlake.prompts import compact_answer, render_compact
     from envengineer.tasks.mapf_frozenlake.solver import solve
 
+    limits: dict[str, Any] = {"time_limit": time_limit}
+    if "work_limit" in inspect.signature(solve).parameters:
+        from envengineer.tasks.mapf_frozenlake import generator as gen
+
+        limits["work_limit"] = getattr(gen, "WORK_LIMIT", 40_000)
     rng = random.Random(f"tiny-warm-start-{seed}")
     sizes = list(SIZES)
     out: list[tuple[str, str]] = []
@@ -217,7 +225,7 @@ def warm_start_pairs(*, instances: int, seed: int, time_limit: float = 2.0) -> l
             continue
         grid = tuple("".join("H" if r * size + c in holes else "F" for c in range(size)) for r in range(size))
         agents = tuple(Agent(divmod(s, size), divmod(g, size)) for s, g in placement)
-        solution = solve(grid, [(a.start, a.goal) for a in agents], time_limit=time_limit)
+        solution = solve(grid, [(a.start, a.goal) for a in agents], **limits)
         if solution.status != "optimal" or solution.paths is None:
             continue
         instance = Instance(size=size, grid=grid, agents=agents, hole_ratio=len(holes) / n_cells)
