@@ -87,6 +87,7 @@ def main() -> None:
     ap.add_argument("--prefilter", type=int, default=None, help="samples per prompt for the mixed-outcome filter (0: off)")
     ap.add_argument("--max-completion", type=int, default=None)
     ap.add_argument("--loss-type", default=None)
+    ap.add_argument("--optimality-bonus", type=float, default=None, help="added to R_acc for an optimal answer")
     ap.add_argument("--optim", default=None, help="transformers optimizer name (adamw_torch, sgd, ...)")
     ap.add_argument("--scale-rewards", default=None, choices=["group", "batch", "none"])
     ap.add_argument("--threads", type=int, default=2)
@@ -120,7 +121,7 @@ def main() -> None:
     trainer_opts = {k: v for k, v in {
         "learning_rate": args.lr, "beta": args.beta, "temperature": args.temperature, "num_generations": args.generations,
         "per_device_train_batch_size": args.batch, "prefilter_samples": args.prefilter, "max_completion_length": args.max_completion,
-        "time_budget_s": args.time_budget, "max_steps": args.max_steps, "loss_type": args.loss_type, "optim": args.optim, "scale_rewards": args.scale_rewards, "threads": args.threads,
+        "time_budget_s": args.time_budget, "max_steps": args.max_steps, "loss_type": args.loss_type, "optimality_bonus": args.optimality_bonus, "optim": args.optim, "scale_rewards": args.scale_rewards, "threads": args.threads,
     }.items() if v is not None}
     trainer = registry.create("trainer", "trl", trainer_opts)
     figures: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "trainer": trainer.describe(), "rounds": []}
