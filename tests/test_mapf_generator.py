@@ -145,3 +145,10 @@ def test_cli_bad_input_names_file_and_line(tmp_path):
     with pytest.raises(SystemExit) as info:
         main(["score", "mapf-frozenlake", "--instances", str(tmp_path / "missing.jsonl"), "--responses", str(inst), "--output", str(out)])
     assert info.value.code == 2
+
+
+def test_one_agent_needs_wait_ratio_zero():
+    with pytest.raises(ConfigError, match=r"wait_ratio"):
+        generate(uniform_config(wait_ratio=0.3), n=100, seed=0, agents=1)
+    instances, _ = generate(uniform_config(wait_ratio=0.0), n=40, seed=0, agents=1)
+    assert {i.k for i in instances} == {1} and not any(i.requires_wait for i in instances)

@@ -215,6 +215,10 @@ def plan_jobs(config: MapfConfig, *, n: int, seed: int, agents: int) -> list[Job
                 f"free cells; a {size}x{size} map with hole_ratio {knobs.hole_ratio:g} has {free}"
             )
         waits = int(knobs.wait_ratio * count + 0.5)
+        if waits and agents < 2:
+            raise ConfigError(
+                f"sizes.{size}x{size}.wait_ratio: a single agent never needs to WAIT; set wait_ratio to 0 for 1 agent"
+            )
         for wants_wait, stratum in ((True, waits), (False, count - waits)):
             for index in range(stratum):
                 jobs.append(
