@@ -6,9 +6,10 @@ the held-out valid rate with its standard error (overall and per size). The held
 set is the 480-instance ``mapf-2agents-val`` benchmark (built and cached if its file
 is not shipped yet); it never shrinks.
 
-    python bench/tiny_policy.py                               # the recommended defaults
-    python bench/tiny_policy.py --instances 6000 --epochs 3 --rounds 3 --time-budget 60 \
-        --lr 3e-4 --temperature 1.0 --prefilter 4 --round-instances 400
+    python bench/tiny_policy.py                               # the tiny defaults, trl defaults
+    python bench/tiny_policy.py --rounds 3 --lr 1e-4 --temperature 0.7 --prefilter 4 \
+        --round-instances 1200 --time-budget 45 --batch 64 --max-completion 64   # the quickstart's GRPO
+    python bench/tiny_policy.py --base DIR ...                 # start from a model directory
 
 Each round trains on fresh instances (uniform config, a new seed per round), as the loop does.
 """
@@ -90,7 +91,7 @@ def main() -> None:
     ap.add_argument("--optimality-bonus", type=float, default=None, help="added to R_acc for an optimal answer")
     ap.add_argument("--optim", default=None, help="transformers optimizer name (adamw_torch, sgd, ...)")
     ap.add_argument("--scale-rewards", default=None, choices=["group", "batch", "none"])
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: measured fastest on 2 shared cores)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "envengineer-bench-tiny")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
