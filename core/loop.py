@@ -107,9 +107,21 @@ class Loop:
     def pretrain(self) -> None:
         if self.dir.done("pretrain"):
             return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
         started = time.monotonic()
         self.console.print("[bold]preparing the starting policy[/]")
-        path = self.run.policy.prepare(generator=self.run.generator)
+        bars = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=True)
+        tasks: dict[str, Any] = {}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bars.add_task(stage, total=total)
+            bars.update(tasks[stage], completed=done, total=total)
+
+        with bars:
+            path = self.run.policy.prepare(generator=self.run.generator, progress=progress)
         self._finish("pretrain", None, started, base=str(Path(path).resolve()))
 
     def base_eval(self) -> None:
