@@ -20,6 +20,7 @@ from rich.table import Table
 
 from envengineer.errors import ConfigError
 from envengineer.fileio import read_jsonl, read_yaml, write_json, write_jsonl, write_yaml
+from envengineer.metrics import Rates
 from envengineer.registry import Registry
 from envengineer.rundir import RunDir
 from envengineer.runconfig import ResolvedRun
@@ -133,7 +134,7 @@ class Loop:
         if self._benchmarks_due(None):
             for name in self.cfg.eval.benchmarks:
                 self._evaluate(policy, name, self.dir.base_dir / "bench" / name, "base bench", examples=False)
-        self._finish("base_eval", None, started, valid_rate=summary["overall"]["valid_rate"], optimal_rate=summary["overall"]["optimal_rate"])
+        self._finish("base_eval", None, started, n=summary["overall"]["n"], valid_rate=summary["overall"]["valid_rate"], optimal_rate=summary["overall"]["optimal_rate"])
 
     def initial_config(self) -> Any:
         generator = self.run.generator
@@ -194,7 +195,7 @@ class Loop:
         started = time.monotonic()
         policy = self.run.policy.with_path(self.checkpoint(round))
         summary = self._evaluate(policy, self.cfg.eval.validation, self.dir.round_dir(round) / "eval", f"round {round} eval", examples=True)
-        self._finish("eval", round, started, valid_rate=summary["overall"]["valid_rate"], optimal_rate=summary["overall"]["optimal_rate"])
+        self._finish("eval", round, started, n=summary["overall"]["n"], valid_rate=summary["overall"]["valid_rate"], optimal_rate=summary["overall"]["optimal_rate"])
 
     def bench(self, round: int) -> None:
         if not self._benchmarks_due(round) or self.dir.done("bench", round):
@@ -255,14 +256,14 @@ class Loop:
         rows = []
         base = self.dir.done("base_eval")
         if base:
-            rows.append({"round": "base", "valid_rate": base["valid_rate"], "optimal_rate": base["optimal_rate"], "engineer": "", "fallback": None})
+            rows.append({"round": "base", "n": base.get("n"), "valid_rate": base["valid_rate"], "optimal_rate": base["optimal_rate"], "engineer": "", "fallback": None})
         for round in range(self.cfg.rounds):
             line = self.dir.done("eval", round)
             if not line:
                 continue
             design = self.dir.done("design", round) or {}
             rows.append({
-                "round": round, "valid_rate": line["valid_rate"], "optimal_rate": line["optimal_rate"],
+                "round": round, "n": line.get("n"), "valid_rate": line["valid_rate"], "optimal_rate": line["optimal_rate"],
                 "engineer": design.get("engineer", ""), "fallback": design.get("fallback"),
             })
         return rows
@@ -277,11 +278,14 @@ def _bookkeeping(trainer: Any, result: Any) -> dict[str, Any]:
 
 def print_table(rows: list[dict[str, Any]], console: Console, validation: str) -> None:
     table = Table(title=f"per-round results on {validation}", title_justify="left")
-    for column, justify in (("round", "left"), ("valid", "right"), ("optimal", "right"), ("engineer", "left"), ("design", "left")):
+    for column, justify in (("round", "left"), ("n", "right"), ("valid", "right"), ("± se", "right"), ("optimal", "right"), ("engineer", "left"), ("design", "left")):
         table.add_column(column, justify=justify)
     for row in rows:
         design = "" if row["fallback"] is None else ("fallback" if row["fallback"] else "applied")
-        table.add_row(str(row["round"]), f"{100 * row['valid_rate']:.1f}%", f"{100 * row['optimal_rate']:.1f}%", row["engineer"], design)
+        n = row.get("n")
+        se = f"{100 * Rates.stderr(row['valid_rate'], n):.1f}" if n else ""
+        table.add_row(str(row["round"]), str(n or ""), f"{100 * row['valid_rate']:.1f}%", se,
+                      f"{100 * row['optimal_rate']:.1f}%", row["engineer"], design)
     console.print(table)
 
 
