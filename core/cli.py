@@ -50,14 +50,9 @@ def _task(task: str, agents: int | None, options: list[str] | None = None):
 
 
 def _progress(description: str, total: int | None):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from envengineer.display import progress_bar
 
-    progress = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, transient=False,
-    )
-    task_id = progress.add_task(description, total=total)
-    return progress, (lambda n=1: progress.advance(task_id, n))
+    return progress_bar(description, total, console=err_console)
 
 
 TaskArg = typer.Argument(..., help="task family, e.g. mapf-frozenlake (see `envengineer plugins`)")
@@ -96,13 +91,13 @@ def solve(
 ) -> None:
     """Write the reference solver's optimal answers in the policy's answer format."""
     from envengineer.fileio import read_jsonl
-    from envengineer.taskops import solve_file
+    from envengineer.taskops import solve_records
 
     generator, _ = _task(task, None, option)
-    total = len(read_jsonl(instances))
-    progress, advance = _progress("solving", total)
+    records = read_jsonl(instances)
+    progress, advance = _progress("solving", len(records))
     with progress:
-        count = solve_file(generator, instances=instances, output=output, progress=advance)
+        count = solve_records(generator, records, source=instances, output=output, progress=advance)
     console.print(f"wrote {count} answers to [bold]{output}[/]")
 
 
@@ -330,7 +325,7 @@ def pretrain(
     """Build the embedded tiny policy's base model (cached), then print its greedy valid rate."""
     from envengineer.plugins.policies.cli import pretrain_command
 
-    pretrain_command(_registry(), console, _progress, force=force, instances=instances, epochs=epochs, threads=threads)
+    pretrain_command(_registry(), console, force=force, instances=instances, epochs=epochs, threads=threads)
 
 
 def main(argv: list[str] | None = None) -> None:

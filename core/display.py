@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from envengineer.metrics import Rates, Summary
@@ -50,3 +53,32 @@ def print_summary(summary: Summary, failure_types: Sequence[str], *, dimensions:
     if not dimensions or not any(summary.by.get(d) for d in dimensions):
         console.print(rates_table(summary, None, title or "results"))
     console.print(failures_table(summary, failure_types))
+
+
+def _bars(console: Console, transient: bool) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=transient,
+    )
+
+
+def progress_bar(description: str, total: int | None, *, console: Console, transient: bool = False) -> tuple[Progress, Callable[..., None]]:
+    """A progress bar (use it as a context manager) and its ``advance(n=1)`` callback."""
+    bars = _bars(console, transient)
+    task = bars.add_task(description, total=total)
+    return bars, (lambda n=1: bars.advance(task, n))
+
+
+@contextmanager
+def stage_progress(console: Console, *, transient: bool = True) -> Iterator[Callable[[str, int, int], None]]:
+    """One bar per stage for callbacks of the form ``progress(stage, done, total)``."""
+    bars = _bars(console, transient)
+    tasks: dict[str, Any] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if stage not in tasks:
+            tasks[stage] = bars.add_task(stage, total=total)
+        bars.update(tasks[stage], completed=done, total=total)
+
+    with bars:
+        yield progress

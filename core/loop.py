@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.table import Table
 
+from envengineer.display import progress_bar, stage_progress
 from envengineer.errors import ConfigError
 from envengineer.fileio import read_jsonl, read_yaml, write_json, write_jsonl, write_yaml
 from envengineer.metrics import Rates
@@ -44,11 +44,7 @@ class Loop:
 
     # ------------------------------------------------------------- helpers
     def _progress(self, description: str, total: int):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=self.console, transient=True)
-        task = progress.add_task(description, total=total)
-        return progress, (lambda n=1: progress.advance(task, n))
+        return progress_bar(description, total, console=self.console, transient=True)
 
     def _finish(self, step: str, round: int | None, started: float, **fields: Any) -> dict[str, Any]:
         line = self.dir.record(step, round, started, **fields)
@@ -108,20 +104,9 @@ class Loop:
     def pretrain(self) -> None:
         if self.dir.done("pretrain"):
             return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
         started = time.monotonic()
         self.console.print("[bold]preparing the starting policy[/]")
-        bars = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=True)
-        tasks: dict[str, Any] = {}
-
-        def progress(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = bars.add_task(stage, total=total)
-            bars.update(tasks[stage], completed=done, total=total)
-
-        with bars:
+        with stage_progress(self.console) as progress:
             path = self.run.policy.prepare(generator=self.run.generator, progress=progress)
         self._finish("pretrain", None, started, base=str(Path(path).resolve()))
 

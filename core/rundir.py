@@ -25,6 +25,7 @@ STEPS = ("pretrain", "base_eval", "generate", "train", "eval", "bench", "design"
 class RunDir:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._history: list[dict[str, Any]] | None = None  # read once, then appended to
 
     # ---------------------------------------------------------------- layout
     @property
@@ -44,9 +45,9 @@ class RunDir:
 
     # --------------------------------------------------------------- history
     def history(self) -> list[dict[str, Any]]:
-        if not self.history_path.exists():
-            return []
-        return list(iter_jsonl(self.history_path))
+        if self._history is None:
+            self._history = list(iter_jsonl(self.history_path)) if self.history_path.exists() else []
+        return self._history
 
     def done(self, step: str, round: int | None = None) -> dict[str, Any] | None:
         for line in self.history():
@@ -63,6 +64,7 @@ class RunDir:
             **fields,
         }
         append_jsonl(self.history_path, line)
+        self.history().append(line)
         return line
 
     def clean(self) -> list[Path]:

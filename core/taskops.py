@@ -63,13 +63,24 @@ def load_instances(path: str | Path, validate: Callable[[Mapping[str, Any]], Any
 
 
 def solve_file(generator: Generator, *, instances: str | Path, output: str | Path, progress: Callable[[int], None] | None = None) -> int:
-    records = read_jsonl(instances)
+    return solve_records(generator, read_jsonl(instances), source=instances, output=output, progress=progress)
+
+
+def solve_records(
+    generator: Generator,
+    records: list[dict[str, Any]],
+    *,
+    source: str | Path,
+    output: str | Path,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Write the reference answers of ``records`` (read from ``source``) to ``output`` atomically."""
     with atomic_open(output) as handle:
         for line, record in enumerate(records, start=1):
             try:
                 response = generator.reference_answer(record)
             except (ValueError, KeyError, TypeError) as exc:
-                raise InputError(f"{instances}, record {line}: {exc}") from None
+                raise InputError(f"{source}, record {line}: {exc}") from None
             handle.write(dumps_json({"id": record.get("id"), "response": response}) + "\n")
             if progress:
                 progress(1)

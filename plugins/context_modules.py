@@ -254,7 +254,7 @@ class OwnSummary(ContextModule):
         if not notes:
             return ""
         intro = "What you wrote after the previous round (your own earlier reasoning: check it against the evidence above, it may be wrong):"
-        return intro + "\n\n" + "\n\n".join(f"> " + note.replace("\n", "\n> ") for note in notes)
+        return intro + "\n\n" + "\n\n".join("> " + note.replace("\n", "\n> ") for note in notes)
 
 
 # ------------------------------------------------------------------------- T

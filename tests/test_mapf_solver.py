@@ -159,35 +159,31 @@ def random_instance(rng, size, hole_ratio, k):
 
 # ------------------------------------------------------------------ tests
 
+
+def assert_matches_brute_force(grid, agents):
+    sol = solve(grid, agents, time_limit=20)
+    expected = brute_force_cost(grid, agents)
+    assert_consistent(grid, agents, sol)
+    if expected is None:
+        assert sol.status == "unsolvable"
+    else:
+        assert sol.status == "optimal"
+        assert sol.cost == expected
+
+
 FAST = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FAST
 @given(tiny_instances(sizes=(3, 4), max_agents=2, allow_home=True))
 def test_two_agents_match_brute_force(inst):
-    grid, agents = inst
-    sol = solve(grid, agents, time_limit=20)
-    expected = brute_force_cost(grid, agents)
-    assert_consistent(grid, agents, sol)
-    if expected is None:
-        assert sol.status == "unsolvable"
-    else:
-        assert sol.status == "optimal"
-        assert sol.cost == expected
+    assert_matches_brute_force(*inst)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tiny_instances(sizes=(3,), max_agents=3))
 def test_three_agents_match_brute_force(inst):
-    grid, agents = inst
-    sol = solve(grid, agents, time_limit=20)
-    expected = brute_force_cost(grid, agents)
-    assert_consistent(grid, agents, sol)
-    if expected is None:
-        assert sol.status == "unsolvable"
-    else:
-        assert sol.status == "optimal"
-        assert sol.cost == expected
+    assert_matches_brute_force(*inst)
 
 
 @pytest.mark.parametrize("seed", range(3))

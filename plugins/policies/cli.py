@@ -39,10 +39,12 @@ def greedy_valid(policy: Any, generator: Any, validator: Any, records: list[dict
             "by_size": {size: sum(v) / len(v) for size, v in sorted(by_size.items())}}
 
 
-def pretrain_command(registry: Any, console: Any, make_progress: Any, *, force: bool, instances: int | None,
+def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int | None,
                      epochs: float | None, threads: int | None) -> None:
     import transformers
     from rich.table import Table
+
+    from envengineer.display import stage_progress
 
     transformers.utils.logging.disable_progress_bar()
 
@@ -50,22 +52,9 @@ def pretrain_command(registry: Any, console: Any, make_progress: Any, *, force: 
     policy = registry.create("policy", "tiny", options, where="policy.tiny")
     generator, validator = registry.task("mapf-frozenlake", {"agents": 2})
     cached = policy.warm_start_info() is not None and not force
-    bars: dict[str, Any] = {}
-
-    def progress(stage: str, done: int, total: int) -> None:
-        if stage not in bars:
-            bar, _ = make_progress(stage, total)
-            bar.start()
-            bars[stage] = (bar, bar.task_ids[0])
-        bar, task_id = bars[stage]
-        bar.update(task_id, completed=done, total=total)
-        if done >= total:
-            bar.stop()
-
     started = time.perf_counter()
-    path = policy.prepare(generator=generator, force=force, progress=progress)
-    for bar, _ in bars.values():
-        bar.stop()
+    with stage_progress(console, transient=False) as progress:
+        path = policy.prepare(generator=generator, force=force, progress=progress)
     info = policy.warm_start_info() or {}
     train = info.get("train", {})
     how = "cached" if cached else f"built in {time.perf_counter() - started:.0f}s"
