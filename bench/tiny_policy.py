@@ -89,9 +89,13 @@ def main() -> None:
     ap.add_argument("--max-completion", type=int, default=None)
     ap.add_argument("--loss-type", default=None)
     ap.add_argument("--optimality-bonus", type=float, default=None, help="added to R_acc for an optimal answer")
+    ap.add_argument("--negative-weight", type=float, default=None, help="weight of negative advantages (1: plain GRPO)")
+    ap.add_argument("--epochs-rl", type=float, default=None, help="GRPO passes over a round's prompts")
+    ap.add_argument("--grpo", action="append", default=[], metavar="KEY=VALUE", help="a further TRL GRPOConfig field (YAML value)")
     ap.add_argument("--optim", default=None, help="transformers optimizer name (adamw_torch, sgd, ...)")
     ap.add_argument("--scale-rewards", default=None, choices=["group", "batch", "none"])
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: measured fastest on 2 shared cores)")
+    ap.add_argument("--heldout", type=Path, default=None, help="instances JSONL to measure on instead of mapf-2agents-val")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "envengineer-bench-tiny")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
@@ -122,13 +126,20 @@ def main() -> None:
     trainer_opts = {k: v for k, v in {
         "learning_rate": args.lr, "beta": args.beta, "temperature": args.temperature, "num_generations": args.generations,
         "per_device_train_batch_size": args.batch, "prefilter_samples": args.prefilter, "max_completion_length": args.max_completion,
-        "time_budget_s": args.time_budget, "max_steps": args.max_steps, "loss_type": args.loss_type, "optimality_bonus": args.optimality_bonus, "optim": args.optim, "scale_rewards": args.scale_rewards, "threads": args.threads,
+        "time_budget_s": args.time_budget, "max_steps": args.max_steps, "loss_type": args.loss_type, "optimality_bonus": args.optimality_bonus, "negative_advantage_weight": args.negative_weight, "epochs": args.epochs_rl, "optim": args.optim, "scale_rewards": args.scale_rewards, "threads": args.threads,
     }.items() if v is not None}
+    if args.grpo:
+        import yaml
+
+        trainer_opts["grpo_config"] = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.grpo)}
     trainer = registry.create("trainer", "trl", trainer_opts)
     figures: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "trainer": trainer.describe(), "rounds": []}
 
-    val = held_out(policy.base_dir().parent)
-    print(f"held-out: mapf-2agents-val, {len(val)} instances", flush=True)
+    if args.heldout:
+        val = [json.loads(line) for line in args.heldout.read_text().splitlines() if line.strip()]
+    else:
+        val = held_out(policy.base_dir().parent)
+    print(f"held-out: {args.heldout or 'mapf-2agents-val'}, {len(val)} instances", flush=True)
     started = time.perf_counter()
     if args.base:
         cached, base = True, args.base

@@ -59,6 +59,36 @@ def test_compact_reference_matches_the_prompt_helpers():
     assert "Agent" not in compact_to_answer("| 0_1", [(0, 0), (1, 1)])  # wrong arity: parse failure
 
 
+def test_compact_answer_ends_where_every_agent_stands_on_its_goal(task):
+    starts, goals = [(0, 0), (1, 1)], [(0, 1), (1, 0)]
+    # reaches both goals at t = 2, then stalls and never emits a well-formed tail: the plan ends at t = 2
+    text = "| 0_1 1_1 | 0_1 1_0 | 0_1 1_0 | 0_1 1_0 | 0_1"
+    answer = compact_to_answer(text, starts, goals)
+    assert "Agent 1: (0,0) -> (0,1) -> (0,1)\n" in answer
+    assert "Agent 2: (1,1) -> (1,1) -> (1,0)\n" in answer
+    assert "Agent" not in compact_to_answer(text, starts)  # without goals the broken tail is a parse failure
+    # an agent passing over its goal before the other arrives does not end the plan
+    text = "| 0_0 1_0 | 0_0 1_1 | 0_1 1_0 | 9_9 9_9"
+    assert answer_lines(compact_to_answer(text, starts, goals)) == [
+        "Agent 1: (0,0) -> (0,0) -> (0,0) -> (0,1)", "Agent 2: (1,1) -> (1,0) -> (1,1) -> (1,0)"]
+    # a plan that never gets there is unchanged, and malformed steps before the goal still fail to parse
+    assert compact_to_answer("| 0_1 1_1", starts, goals) == compact_to_answer("| 0_1 1_1", starts)
+    assert "Agent" not in compact_to_answer("| 0_1 | 0_1 1_0", starts, goals)
+    # all agents already on their goals: the plan is the start cells, whatever follows
+    assert answer_lines(compact_to_answer("| 5_5 5_5 garbage", goals, goals)) == ["Agent 1: (0,1)", "Agent 2: (1,0)"]
+    # through the task: the cut answer scores valid, and no costlier than the same plan without the stall
+    generator, validator = task
+    record = next(r for r in generator.generate(generator.default_config(), n=40, seed=5).records if r["size"] >= 5)
+    optimal = tiny.compact_reference(generator, record)
+    stalled = optimal + " " + optimal.split("|")[-1].join(["|", ""]) * 3 + " | 0_0"
+    verdict = validator.score(record, generator.decode_response(record, stalled, "compact"))
+    assert verdict.valid and verdict.optimal
+
+
+def answer_lines(answer: str) -> list[str]:
+    return [line for line in answer.splitlines() if line.startswith("Agent")]
+
+
 def test_warm_start_writes_a_standard_model_directory(warm):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -33,6 +33,32 @@ def test_options_are_checked(registry):
         registry.create("trainer", "trl", {"learning_rat": 1e-4})
 
 
+def test_grpo_config_passes_trl_fields_and_names_unknown_ones(registry, tmp_path):
+    from envengineer.errors import ConfigError
+
+    trainer = registry.create("trainer", "trl", {"grpo_config": {"adam_epsilon": "1e-4", "warmup_steps": 3}, "learning_rate": 2e-5})
+    config = trainer.grpo_config(tmp_path, seed=4)
+    assert config.adam_epsilon == 1e-4 and config.warmup_steps == 3 and config.learning_rate == 2e-5 and config.seed == 4
+    with pytest.raises(ConfigError, match="'adam_epsilonn'"):
+        registry.create("trainer", "trl", {"grpo_config": {"adam_epsilonn": 1e-4}}).grpo_config(tmp_path, seed=0)
+    with pytest.raises(ConfigError, match="grpo_config.adam_epsilon"):
+        registry.create("trainer", "trl", {"grpo_config": {"adam_epsilon": "tiny"}}).grpo_config(tmp_path, seed=0)
+
+
+def test_negative_advantages_can_be_weighted(registry):
+    import torch
+
+    from envengineer.errors import ConfigError
+    from envengineer.plugins.trainers.trl_grpo import weight_negative_advantages
+
+    advantages = torch.tensor([2.0, -0.5, 0.0, -1.0])
+    assert weight_negative_advantages(advantages, 0.25).tolist() == [2.0, -0.125, 0.0, -0.25]
+    assert weight_negative_advantages(advantages, 1.0).tolist() == advantages.tolist()
+    assert registry.create("trainer", "trl", {"negative_advantage_weight": 0.0}).describe()["negative_advantage_weight"] == 0.0
+    with pytest.raises(ConfigError, match="negative_advantage_weight"):
+        registry.create("trainer", "trl", {"negative_advantage_weight": 1.5})
+
+
 def test_describe_for_the_t_module(registry):
     details = registry.create("trainer", "trl", {"beta": 0.001, "learning_rate": 1e-4}).describe()
     assert details["kl_coef"] == 0.001 and details["learning_rate"] == 1e-4
@@ -60,7 +86,7 @@ def test_one_round_on_cpu_writes_checkpoint_and_curves(registry, base, tmp_path)
     records = generator.generate(generator.default_config(), n=8, seed=2).records
     trainer = registry.create("trainer", "trl", {
         "max_steps": 2, "num_generations": 4, "per_device_train_batch_size": 8, "max_completion_length": 12,
-        "learning_rate": 1e-3, "beta": 0.01, "threads": 2,
+        "learning_rate": 1e-3, "beta": 0.01, "threads": 2, "negative_advantage_weight": 0.5,
     })
     result = trainer.train(TrainRequest(policy_path=base, records=records, generator=generator, validator=validator,
                                         out_dir=tmp_path / "round-00", seed=0, round=0, prompt_style="compact"))

@@ -37,6 +37,13 @@ _LOG_KEYS = {
 }
 
 
+def weight_negative_advantages(advantages, weight: float):
+    """``advantages`` with the negative entries multiplied by ``weight`` (a torch tensor)."""
+    import torch
+
+    return torch.where(advantages < 0, advantages * weight, advantages)
+
+
 class TrlGrpoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -55,6 +62,11 @@ class TrlGrpoOptions(BaseModel):
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "dapo"
     scale_rewards: Literal["group", "batch", "none"] = "group"
     optimality_bonus: float = Field(0.0, ge=0, description="added to R_acc for an optimal answer (0: off)")
+    negative_advantage_weight: float = Field(
+        1.0, ge=0, le=1,
+        description="multiplies negative advantages after group normalisation (1: plain GRPO; <1 weights "
+        "the completions that beat their group's mean more than those below it; 0: positive samples only)",
+    )
     max_steps: int | None = Field(None, ge=1, description="stop after this many optimiser steps")
     time_budget_s: float | None = Field(None, gt=0, description="stop the round after this many seconds of training")
     max_prompts: int | None = Field(None, ge=1, description="use at most this many of the round's instances")
@@ -63,6 +75,11 @@ class TrlGrpoOptions(BaseModel):
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
     seed: int | None = Field(None, description="default: the loop's seed for the round")
     logging_steps: int = Field(1, ge=1)
+    grpo_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="further TRL GRPOConfig fields passed as they are (e.g. warmup_steps, adam_beta2, "
+        "adam_epsilon, weight_decay, top_k); checked against the installed TRL's GRPOConfig",
+    )
 
     @model_validator(mode="after")
     def _divisible(self) -> "TrlGrpoOptions":
@@ -96,6 +113,7 @@ class TrlGrpoTrainer(Trainer):
             "temperature": o.temperature,
             "max_completion_length": o.max_completion_length,
             "reward": "R_acc (1 valid, 0 otherwise)" + (f" + {o.optimality_bonus} if optimal" if o.optimality_bonus else ""),
+            "negative_advantage_weight": o.negative_advantage_weight,
             "max_steps": o.max_steps,
             "time_budget_s": o.time_budget_s,
         }
@@ -146,50 +164,23 @@ class TrlGrpoTrainer(Trainer):
         }
         return keep, info
 
-    # ------------------------------------------------------------------ one round
+    def grpo_config(self, out_dir: Path, seed: int):
+        """TRL's ``GRPOConfig`` for one round (``grpo_config`` entries last, checked against TRL's fields)."""
+        import dataclasses
 
-    def train(self, request: TrainRequest) -> TrainResult:
-        from envengineer.plugins.policies.transformers_policy import quiet_hf
-
-        with quiet_hf():
-            return self._train(request)
-
-    def _train(self, request: TrainRequest) -> TrainResult:
         import torch
-        from datasets import Dataset
-        from transformers import AutoTokenizer, PrinterCallback, TrainerCallback
-        from trl import GRPOConfig, GRPOTrainer
+        from trl import GRPOConfig
 
         o = self.options
-        if o.threads:
-            torch.set_num_threads(o.threads)
-        seed = o.seed if o.seed is not None else request.seed
-        out_dir = Path(request.out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        records = list(request.records)
-        if o.max_prompts is not None:
-            records = records[: o.max_prompts]
-        if not records:
-            raise ConfigError("trainer.trl: the round has no training instances")
-        metrics: dict[str, Any] = {"prompts_given": len(request.records)}
-        started = time.perf_counter()
-        if o.prefilter_samples:
-            keep, info = self._prefilter(request, records)
-            metrics.update(info)
-            if keep:
-                records = [records[i] for i in keep]
-        metrics["prompts_used"] = len(records)
-        dataset = Dataset.from_list(
-            [{"prompt": request.generator.render(r, request.prompt_style), "record_index": i} for i, r in enumerate(records)]
-        )
         use_cpu = (not torch.cuda.is_available()) if o.use_cpu == "auto" else bool(o.use_cpu)
         batch = o.per_device_train_batch_size * o.gradient_accumulation_steps
         # a ~1 M-parameter model has no activation memory to save: recomputing costs time
-        import dataclasses
-
         names = {f.name for f in dataclasses.fields(GRPOConfig)}
         checkpointing = {"activation_checkpointing": False} if "activation_checkpointing" in names else {"gradient_checkpointing": False}
-        config = GRPOConfig(
+        unknown = sorted(set(o.grpo_config) - names)
+        if unknown:
+            raise ConfigError(f"trainer.trl.grpo_config: {', '.join(map(repr, unknown))} is not a field of TRL's GRPOConfig")
+        settings = dict(
             **checkpointing,
             output_dir=str(out_dir / "trl"),
             num_train_epochs=o.epochs,
@@ -219,6 +210,57 @@ class TrlGrpoTrainer(Trainer):
             disable_tqdm=True,
             dataloader_num_workers=0,
         )
+        fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+        for key, value in o.grpo_config.items():
+            if isinstance(value, str) and isinstance(fields[key].default, float):
+                try:  # YAML 1.1 reads 1e-4 as a string
+                    value = float(value)
+                except ValueError:
+                    raise ConfigError(f"trainer.trl.grpo_config.{key}: expected a number, got {value!r}") from None
+            settings[key] = value
+        try:
+            return GRPOConfig(**settings)
+        except (TypeError, ValueError) as error:
+            raise ConfigError(f"trainer.trl: TRL's GRPOConfig rejected the settings: {error}") from None
+
+    # ------------------------------------------------------------------ one round
+
+    def train(self, request: TrainRequest) -> TrainResult:
+        from envengineer.plugins.policies.transformers_policy import quiet_hf
+
+        with quiet_hf():
+            return self._train(request)
+
+    def _train(self, request: TrainRequest) -> TrainResult:
+        import torch
+        from datasets import Dataset
+        from transformers import AutoTokenizer, PrinterCallback, TrainerCallback
+        from trl import GRPOTrainer
+
+        o = self.options
+        if o.threads:
+            torch.set_num_threads(o.threads)
+        seed = o.seed if o.seed is not None else request.seed
+        out_dir = Path(request.out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        records = list(request.records)
+        if o.max_prompts is not None:
+            records = records[: o.max_prompts]
+        if not records:
+            raise ConfigError("trainer.trl: the round has no training instances")
+        metrics: dict[str, Any] = {"prompts_given": len(request.records)}
+        started = time.perf_counter()
+        if o.prefilter_samples:
+            keep, info = self._prefilter(request, records)
+            metrics.update(info)
+            if keep:
+                records = [records[i] for i in keep]
+        metrics["prompts_used"] = len(records)
+        dataset = Dataset.from_list(
+            [{"prompt": request.generator.render(r, request.prompt_style), "record_index": i} for i, r in enumerate(records)]
+        )
+        config = self.grpo_config(out_dir, seed)
+        batch = config.per_device_train_batch_size * config.gradient_accumulation_steps
         curves_path = out_dir / "curves.jsonl"
         curves_path.write_text("")
         budget = o.time_budget_s
@@ -255,7 +297,21 @@ class TrlGrpoTrainer(Trainer):
         tokenizer.padding_side = "left"
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        trainer = GRPOTrainer(
+        trainer_class = GRPOTrainer
+        if o.negative_advantage_weight != 1.0:
+            weight = o.negative_advantage_weight
+
+            class WeightedGRPOTrainer(GRPOTrainer):
+                """GRPO whose below-mean completions count ``weight`` times (advantages stay zero-centred per group
+                only when weight is 1)."""
+
+                def _generate_and_score_completions(self, inputs):
+                    out = super()._generate_and_score_completions(inputs)
+                    out["advantages"] = weight_negative_advantages(out["advantages"], weight)
+                    return out
+
+            trainer_class = WeightedGRPOTrainer
+        trainer = trainer_class(
             model=str(request.policy_path),
             reward_funcs=self.reward_fn(request, records),
             args=config,

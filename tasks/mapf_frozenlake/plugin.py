@@ -73,7 +73,8 @@ class MapfGenerator(Generator):
         """Convert a response in a style's own answer format to the contract's format."""
         style = style or self.options.prompt_style
         if style == "compact":
-            return prompts.compact_to_answer(response, [a["start"] for a in record["agents"]])
+            agents = record["agents"]
+            return prompts.compact_to_answer(response, [a["start"] for a in agents], [a["goal"] for a in agents])
         return response
 
     def check_record(self, record: Mapping[str, Any]) -> None:

@@ -91,30 +91,46 @@ MAX_COMPACT_STEPS = 512
 _UNPARSEABLE = "<answer>\n</answer>"
 
 
-def compact_to_answer(text: str, starts: Sequence[Sequence[int]]) -> str:
+def compact_to_answer(text: str, starts: Sequence[Sequence[int]], goals: Sequence[Sequence[int]] | None = None) -> str:
     """Convert a compact answer to the contract's format, each path beginning at its start.
 
     Steps are separated by ``|``; each must hold exactly one cell token per agent. Anything
     malformed yields a response without agent lines, which the validator scores as a
     ``parse`` failure. Bounded work: at most :data:`MAX_COMPACT_STEPS` steps are read.
+
+    With ``goals``, the plan ends at the first step where every agent stands on its goal
+    (or at t = 0 if all start there): what follows it, including ``</s>`` or its absence,
+    is not part of the answer. Cutting a plan there never makes it invalid or costlier
+    (after that step every agent waits on its goal), and solver-optimal plans end there
+    anyway, so a model need not learn to stop on its own.
     """
     agents = len(starts)
+    target = [tuple(int(v) for v in g) for g in goals] if goals is not None else None
+    paths: list[list[str]] = [[f"({r},{c})"] for r, c in starts]
+    done = target is not None and [tuple(int(v) for v in s) for s in starts] == target
     body = text.split("</s>", 1)[0]
     chunks = body.split("|", MAX_COMPACT_STEPS + 1)
     if chunks and not chunks[0].strip():
         chunks = chunks[1:]
-    if len(chunks) > MAX_COMPACT_STEPS:
-        return _UNPARSEABLE
-    paths: list[list[str]] = [[f"({r},{c})"] for r, c in starts]
+    steps = 0
     for chunk in chunks:
+        if done:
+            break
+        steps += 1
+        if steps > MAX_COMPACT_STEPS:
+            return _UNPARSEABLE
         tokens = chunk.split()
         if len(tokens) != agents:
             return _UNPARSEABLE
+        cells = []
         for i, token in enumerate(tokens):
             match = _CELL_TOKEN.match(token)
             if match is None:
                 return _UNPARSEABLE
-            paths[i].append(f"({int(match.group(1))},{int(match.group(2))})")
+            cell = (int(match.group(1)), int(match.group(2)))
+            cells.append(cell)
+            paths[i].append(f"({cell[0]},{cell[1]})")
+        done = target is not None and cells == target
     lines = [f"Agent {i}: " + " -> ".join(path) for i, path in enumerate(paths, start=1)]
     return "<answer>\n" + "\n".join(lines) + "\n</answer>"
 
