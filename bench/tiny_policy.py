@@ -91,6 +91,7 @@ def main() -> None:
     ap.add_argument("--optimality-bonus", type=float, default=None, help="added to R_acc for an optimal answer")
     ap.add_argument("--negative-weight", type=float, default=None, help="weight of negative advantages (1: plain GRPO)")
     ap.add_argument("--epochs-rl", type=float, default=None, help="GRPO passes over a round's prompts")
+    ap.add_argument("--keep-tail", action="store_true", help="keep tokens after the answer's end in the GRPO loss")
     ap.add_argument("--grpo", action="append", default=[], metavar="KEY=VALUE", help="a further TRL GRPOConfig field (YAML value)")
     ap.add_argument("--optim", default=None, help="transformers optimizer name (adamw_torch, sgd, ...)")
     ap.add_argument("--scale-rewards", default=None, choices=["group", "batch", "none"])
@@ -128,6 +129,8 @@ def main() -> None:
         "per_device_train_batch_size": args.batch, "prefilter_samples": args.prefilter, "max_completion_length": args.max_completion,
         "time_budget_s": args.time_budget, "max_steps": args.max_steps, "loss_type": args.loss_type, "optimality_bonus": args.optimality_bonus, "negative_advantage_weight": args.negative_weight, "epochs": args.epochs_rl, "optim": args.optim, "scale_rewards": args.scale_rewards, "threads": args.threads,
     }.items() if v is not None}
+    if args.keep_tail:
+        trainer_opts["mask_after_answer"] = False
     if args.grpo:
         import yaml
 

@@ -142,6 +142,13 @@ class Generator(Component, abc.ABC):
         """Turn a response in a prompt style's own answer format into the validator's format."""
         return response
 
+    def answer_end(self, record: Mapping[str, Any], response: str, style: str | None = None) -> int | None:
+        """How many leading characters of ``response`` :meth:`decode_response` reads (None: all of it).
+
+        A trainer leaves what follows out of the loss: those tokens never change the reward.
+        """
+        return None
+
     def group(self, record: Mapping[str, Any]) -> str:
         """The evidence group of an instance (per-group rates feed the engineer)."""
         return "all"

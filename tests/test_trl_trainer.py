@@ -59,6 +59,25 @@ def test_negative_advantages_can_be_weighted(registry):
         registry.create("trainer", "trl", {"negative_advantage_weight": 1.5})
 
 
+def test_tokens_after_the_answer_are_found(registry):
+    from envengineer.plugins.policies import tiny
+    from envengineer.plugins.trainers.trl_grpo import answer_tokens
+
+    generator, _ = registry.task("mapf-frozenlake", {"agents": 2})
+    record = {"agents": [{"start": [0, 0], "goal": [0, 1]}, {"start": [1, 1], "goal": [1, 0]}]}
+    tokenizer = tiny.build_tokenizer()
+
+    def keep(text: str) -> int | None:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        return answer_tokens(tokenizer, ids, lambda t: generator.answer_end(record, t, "compact"), [tokenizer.eos_token_id])
+
+    assert keep("| 0_1 1_1 | 0_1 1_0 | 0_1 1_0 | 0_1") == 6  # the stall after the goal step leaves the loss
+    assert keep("| 0_1 1_1 | 0_1 1_0 </s> | 0_1 1_0") == 7  # ... but a stop right after it stays in
+    assert keep("| 0_1 1_1 | 0_1 1_0 </s>") is None  # nothing after the answer
+    assert keep("| 0_1 1_1 | 0_0 1_1 | 5_5") is None  # never reaches the goals: all of it counts
+    assert generator.answer_end(record, "| 0_1 1_0 | 3_3 3_3", "full") is None
+
+
 def test_describe_for_the_t_module(registry):
     details = registry.create("trainer", "trl", {"beta": 0.001, "learning_rate": 1e-4}).describe()
     assert details["kl_coef"] == 0.001 and details["learning_rate"] == 1e-4

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from envengineer.components import Trainer
+from envengineer.components import Generator, Trainer
 from envengineer.errors import ConfigError
 from envengineer.training import CURVE_KEYS, TrainRequest, TrainResult
 
@@ -42,6 +42,29 @@ def weight_negative_advantages(advantages, weight: float):
     import torch
 
     return torch.where(advantages < 0, advantages * weight, advantages)
+
+
+def answer_tokens(tokenizer, ids: list[int], end_of, eos_ids) -> int | None:
+    """How many of a completion's token ``ids`` the answer uses, or None when all of them.
+
+    ``end_of(text)`` is the task's :meth:`~envengineer.components.Generator.answer_end` on the
+    decoded text; the smallest token prefix whose decoding reaches that offset is kept, plus an
+    end-of-sequence token that directly follows it (stopping there is worth learning).
+    """
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    end = end_of(text)
+    if end is None or end >= len(text.rstrip()):
+        return None
+    low, high = 0, len(ids)
+    while low < high:  # smallest k with len(decode(ids[:k])) >= end
+        mid = (low + high) // 2
+        if len(tokenizer.decode(ids[:mid], skip_special_tokens=True)) >= end:
+            high = mid
+        else:
+            low = mid + 1
+    if low < len(ids) and ids[low] in eos_ids:
+        low += 1
+    return low
 
 
 class TrlGrpoOptions(BaseModel):
@@ -75,6 +98,9 @@ class TrlGrpoOptions(BaseModel):
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
     seed: int | None = Field(None, description="default: the loop's seed for the round")
     logging_steps: int = Field(1, ge=1)
+    mask_after_answer: bool = Field(
+        True, description="leave a completion's tokens after the end of its answer (the task's answer_end) out of the loss",
+    )
     grpo_config: dict[str, Any] = Field(
         default_factory=dict,
         description="further TRL GRPOConfig fields passed as they are (e.g. warmup_steps, adam_beta2, "
@@ -114,6 +140,7 @@ class TrlGrpoTrainer(Trainer):
             "max_completion_length": o.max_completion_length,
             "reward": "R_acc (1 valid, 0 otherwise)" + (f" + {o.optimality_bonus} if optimal" if o.optimality_bonus else ""),
             "negative_advantage_weight": o.negative_advantage_weight,
+            "mask_after_answer": o.mask_after_answer,
             "max_steps": o.max_steps,
             "time_budget_s": o.time_budget_s,
         }
@@ -297,20 +324,34 @@ class TrlGrpoTrainer(Trainer):
         tokenizer.padding_side = "left"
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        trainer_class = GRPOTrainer
-        if o.negative_advantage_weight != 1.0:
-            weight = o.negative_advantage_weight
+        weight = o.negative_advantage_weight
+        generator, style = request.generator, request.prompt_style
+        mask_after = o.mask_after_answer and type(generator).answer_end is not Generator.answer_end
 
-            class WeightedGRPOTrainer(GRPOTrainer):
-                """GRPO whose below-mean completions count ``weight`` times (advantages stay zero-centred per group
-                only when weight is 1)."""
+        class RoundTrainer(GRPOTrainer):
+            """TRL's GRPO; tokens after the answer's end leave the loss, negative advantages weighted."""
 
-                def _generate_and_score_completions(self, inputs):
-                    out = super()._generate_and_score_completions(inputs)
+            def _generate_and_score_completions(self, inputs):
+                out = super()._generate_and_score_completions(inputs)
+                if mask_after:
+                    ids, mask = out["completion_ids"], out["completion_mask"]
+                    for row, example in enumerate(inputs):
+                        record = records[int(example["record_index"])]
+                        length = int(mask[row].sum())
+                        keep = answer_tokens(
+                            tokenizer, ids[row, :length].tolist(),
+                            lambda text, record=record: generator.answer_end(record, text, style),
+                            getattr(self, "eos_token_ids", [tokenizer.eos_token_id]),
+                        )
+                        if keep is not None:
+                            mask[row, keep:] = 0
+                    if "num_items_in_batch" in out:
+                        out["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+                if weight != 1.0:
                     out["advantages"] = weight_negative_advantages(out["advantages"], weight)
-                    return out
+                return out
 
-            trainer_class = WeightedGRPOTrainer
+        trainer_class = RoundTrainer if (mask_after or weight != 1.0) else GRPOTrainer
         trainer = trainer_class(
             model=str(request.policy_path),
             reward_funcs=self.reward_fn(request, records),

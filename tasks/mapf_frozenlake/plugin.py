@@ -77,6 +77,13 @@ class MapfGenerator(Generator):
             return prompts.compact_to_answer(response, [a["start"] for a in agents], [a["goal"] for a in agents])
         return response
 
+    def answer_end(self, record: Mapping[str, Any], response: str, style: str | None = None) -> int | None:
+        """Compact answers end at the step that puts every agent on its goal; full answers are read whole."""
+        if (style or self.options.prompt_style) == "compact":
+            agents = record["agents"]
+            return prompts.compact_answer_end(response, [a["start"] for a in agents], [a["goal"] for a in agents])
+        return None
+
     def check_record(self, record: Mapping[str, Any]) -> None:
         from_record(record)
 

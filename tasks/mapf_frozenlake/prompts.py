@@ -91,6 +91,38 @@ MAX_COMPACT_STEPS = 512
 _UNPARSEABLE = "<answer>\n</answer>"
 
 
+def _read_compact(text: str, starts: Sequence[Sequence[int]], goals: Sequence[Sequence[int]] | None):
+    """(paths as cell lists or None when malformed, end offset in ``text`` or None when all of it is read)."""
+    agents = len(starts)
+    target = [tuple(int(v) for v in g) for g in goals] if goals is not None else None
+    paths: list[list[tuple[int, int]]] = [[(int(s[0]), int(s[1]))] for s in starts]
+    if target is not None and [p[0] for p in paths] == target:
+        return paths, 0
+    body = text.split("</s>", 1)[0]
+    offset, steps = 0, 0
+    for index, chunk in enumerate(body.split("|", MAX_COMPACT_STEPS + 1)):
+        start, offset = offset, offset + len(chunk) + 1
+        if index == 0 and not chunk.strip():
+            continue
+        steps += 1
+        if steps > MAX_COMPACT_STEPS:
+            return None, None
+        tokens = chunk.split()
+        if len(tokens) != agents:
+            return None, None
+        cells = []
+        for token in tokens:
+            match = _CELL_TOKEN.match(token)
+            if match is None:
+                return None, None
+            cells.append((int(match.group(1)), int(match.group(2))))
+        for path, cell in zip(paths, cells):
+            path.append(cell)
+        if target is not None and cells == target:
+            return paths, start + len(chunk.rstrip())
+    return paths, None
+
+
 def compact_to_answer(text: str, starts: Sequence[Sequence[int]], goals: Sequence[Sequence[int]] | None = None) -> str:
     """Convert a compact answer to the contract's format, each path beginning at its start.
 
@@ -104,35 +136,17 @@ def compact_to_answer(text: str, starts: Sequence[Sequence[int]], goals: Sequenc
     (after that step every agent waits on its goal), and solver-optimal plans end there
     anyway, so a model need not learn to stop on its own.
     """
-    agents = len(starts)
-    target = [tuple(int(v) for v in g) for g in goals] if goals is not None else None
-    paths: list[list[str]] = [[f"({r},{c})"] for r, c in starts]
-    done = target is not None and [tuple(int(v) for v in s) for s in starts] == target
-    body = text.split("</s>", 1)[0]
-    chunks = body.split("|", MAX_COMPACT_STEPS + 1)
-    if chunks and not chunks[0].strip():
-        chunks = chunks[1:]
-    steps = 0
-    for chunk in chunks:
-        if done:
-            break
-        steps += 1
-        if steps > MAX_COMPACT_STEPS:
-            return _UNPARSEABLE
-        tokens = chunk.split()
-        if len(tokens) != agents:
-            return _UNPARSEABLE
-        cells = []
-        for i, token in enumerate(tokens):
-            match = _CELL_TOKEN.match(token)
-            if match is None:
-                return _UNPARSEABLE
-            cell = (int(match.group(1)), int(match.group(2)))
-            cells.append(cell)
-            paths[i].append(f"({cell[0]},{cell[1]})")
-        done = target is not None and cells == target
-    lines = [f"Agent {i}: " + " -> ".join(path) for i, path in enumerate(paths, start=1)]
+    paths, _ = _read_compact(text, starts, goals)
+    if paths is None:
+        return _UNPARSEABLE
+    lines = [f"Agent {i}: " + " -> ".join(f"({r},{c})" for r, c in path) for i, path in enumerate(paths, start=1)]
     return "<answer>\n" + "\n".join(lines) + "\n</answer>"
+
+
+def compact_answer_end(text: str, starts: Sequence[Sequence[int]], goals: Sequence[Sequence[int]]) -> int | None:
+    """Characters of ``text`` that :func:`compact_to_answer` reads: up to the step that puts every
+    agent on its goal (None when it reads all of it)."""
+    return _read_compact(text, starts, goals)[1]
 
 
 def guidelines(agents: int, budget: int | None = None) -> str:
