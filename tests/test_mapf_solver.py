@@ -256,6 +256,119 @@ def test_solvability_proofs_match_brute_force(inst):
         assert solver_module._pair_solvable(G, starts[0], goals[0], starts[1], goals[1]) is solvable
 
 
+UNDECIDED = "undecided"
+
+
+def _second_search(grid, agents, seconds=2.0):
+    """The second search alone (group bounds, then a CBS with the extra corridor
+    reasoning): per-agent paths, None when it proves there are none, UNDECIDED when
+    it runs out of time (crowded tiny maps are the joint search's job)."""
+    G, starts, goals = _indexed(grid, agents)
+    dists = [G.bfs(g) for g in goals]
+    deadline = time.perf_counter() + seconds
+    search = solver_module._second_search(G, starts, goals, dists, deadline, {}, [])
+    try:
+        while True:
+            next(search)
+    except StopIteration as done:
+        node = done.value
+    except solver_module._Unsolvable:
+        return None
+    except solver_module._GiveUp:
+        return UNDECIDED
+    return None if node is None else [[G.cell(i) for i in p.path] for p in node.plans]
+
+
+def assert_second_search_matches_brute_force(grid, agents):
+    if len({s for s, _ in agents}) < len(agents) or len({g for _, g in agents}) < len(agents):
+        return False
+    if individual_lengths(grid, agents) < 0:
+        return False
+    paths = _second_search(grid, agents)
+    if paths == UNDECIDED:
+        return False
+    expected = brute_force_cost(grid, agents)
+    if expected is None:
+        assert paths is None
+    else:
+        assert paths is not None
+        assert check_and_cost(grid, agents, paths) == expected
+    return True
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_instances(sizes=(3, 4), max_agents=3))
+def test_second_search_matches_brute_force(inst):
+    assert_second_search_matches_brute_force(*inst)
+
+
+# One-cell-wide corridors with goals inside them: the second search's corridor
+# reasoning (an agent parks in the corridor another one must cross).
+CORRIDOR_MAPS = [
+    ["FFFFF", "HHFHH", "HHFHH", "FFFFF"],
+    ["FFHFF", "FFHFF", "FFFFF", "HHFHH", "FFFFF"],
+    ["FFFFF", "HFHHF", "HFFFF", "HHHFH"],
+]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_second_search_on_corridor_goals_matches_brute_force(seed, monkeypatch):
+    fired = []
+    original = solver_module._CBS.corridor_goal
+
+    def spy(self, *args):
+        out = original(self, *args)
+        if out:
+            fired.append(out)
+        return out
+
+    monkeypatch.setattr(solver_module._CBS, "corridor_goal", spy)
+    rng = random.Random(seed)
+    decided = 0
+    for grid in CORRIDOR_MAPS:
+        free = [(r, c) for r, row in enumerate(grid) for c, ch in enumerate(row) if ch == "F"]
+        inner = [p for p in free if sum((p[0] + dr, p[1] + dc) in free for dr, dc in ((0, 1), (1, 0), (0, -1), (-1, 0))) == 2]
+        for _ in range(8):
+            k = rng.choice([2, 3])
+            outer = [p for p in free if p not in inner]
+            if len(outer) < k:
+                continue
+            goals = [rng.choice(inner)] + rng.sample(free, k - 1)
+            starts = rng.sample(outer, k)
+            agents = list(zip(starts, goals))
+            if any(s == g for s, g in agents):
+                continue
+            decided += bool(assert_second_search_matches_brute_force(grid, agents))
+    assert decided >= 10
+    if seed == 0:
+        assert fired, "the corridor-goal reasoning was never used"
+
+
+def test_second_search_runs_only_without_a_work_limit_and_for_three_or_more(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("second search started")
+
+    monkeypatch.setattr(solver_module, "_second_search", refuse)
+    rng = random.Random(5)
+    for k in (2, 3, 5):
+        grid, agents = random_instance(rng, 8, 0.2, k)
+        assert solve(grid, agents, time_limit=20, work_limit=40_000).status != "gave_up"
+    grid, agents = random_instance(rng, 8, 0.2, 2)
+    assert solve(grid, agents, time_limit=20).status != "gave_up"
+
+
+def test_second_search_takes_over_after_its_head_start(monkeypatch):
+    # with no head start both searches race from the first unit; the verdict is the same
+    rng = random.Random(8)
+    cases = [random_instance(rng, 10, 0.2, 5) for _ in range(25)]
+    before = [solve(grid, agents, time_limit=20) for grid, agents in cases]
+    monkeypatch.setattr(solver_module, "_SECOND_AFTER", 0)
+    for (grid, agents), old in zip(cases, before):
+        sol = solve(grid, agents, time_limit=20)
+        assert_consistent(grid, agents, sol)
+        assert (sol.status, sol.cost) == (old.status, old.cost)
+
+
 def test_garbage_collector_state_is_restored():
     import gc
 

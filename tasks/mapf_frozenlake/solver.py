@@ -15,6 +15,12 @@ the agent's multi-valued decision diagram (MDD) for free. Three parts:
   exact two-agent cost tables), run alongside CBS in alternating turns when the
   joint state space is small. Crowded small maps and agents that must reorder
   themselves in a dead end defeat CBS but not this.
+* Without a work limit, a second CBS for the rare instance of three or more agents
+  that the first has not settled within the generator's work budget, run in turns
+  with it: it first bounds the optimal cost of every smaller group of agents (each
+  group by a CBS of its own) and adds the bounds to its heuristic, and it has
+  corridor reasoning for a goal inside a corridor that another agent must cross.
+  Whatever the first CBS settles within that budget comes out exactly as before.
 * Proofs of unsolvability rather than time-outs: an unreachable goal is seen up
   front; when the search runs long, every pair of agents and then groups of three to
   five are tested for joint solvability by exact reachability searches over their
@@ -314,16 +320,37 @@ def _min_vertex_cover(edges: list[tuple[int, int]]) -> int:
 
 
 class _CBS:
-    def __init__(self, grid: _Grid, starts: list[int], goals: list[int], dists: list[list[int]], deadline: float):
+    def __init__(
+        self,
+        grid: _Grid,
+        starts: list[int],
+        goals: list[int],
+        dists: list[list[int]],
+        deadline: float,
+        *,
+        parked: bool = False,
+        bounds: list[tuple[tuple[int, ...], int]] | None = None,
+        tables: dict | None = None,
+    ):
         self.G = grid
         self.starts = starts
         self.goals = goals
         self.dists = dists
         self.k = len(starts)
         self.deadline = deadline
-        self.tables: dict[tuple, _Table] = {}
+        self.tables: dict[tuple, _Table] = {} if tables is None else tables
         self.expanded = 0
         self.pair_hits: dict[tuple[int, int], int] = {}  # splits per pair, for the prover
+        self.parked = parked  # corridor reasoning for goals inside corridors
+        # lower bounds on the summed arrivals of groups of agents, and the pairs of
+        # disjoint groups (whose bounds add up)
+        self.bounds = bounds or []
+        self.disjoint = [
+            (u, v)
+            for u, v in combinations(range(len(self.bounds)), 2)
+            if not set(self.bounds[u][0]) & set(self.bounds[v][0])
+        ]
+        self.heap: list = []  # the open list, for a caller that wants its lowest f
 
     # ------------------------------------------------------------ low level
 
@@ -540,6 +567,14 @@ class _CBS:
                 card.append((i, j))
         node.choice = best
         h = _min_vertex_cover(card)
+        if self.bounds:
+            ex = [max(0, c - sum(plans[a].T for a in grp)) for grp, c in self.bounds]
+            hb = max(ex)
+            for u, v in self.disjoint:
+                if ex[u] + ex[v] > hb:
+                    hb = ex[u] + ex[v]
+            if hb > h:
+                h = hb
         if h > node.h:
             node.h = h
 
@@ -619,21 +654,17 @@ class _CBS:
                     # or by t, and then nobody else may be on x from t on.
                     ban_all = [(m, (2, x, t, _INF)) for m in range(self.k) if m != fin]
                     return [[(fin, (3, t + 1))], [(fin, (4, t))] + ban_all]
+        if self.parked:
+            br = self.corridor_goal(node, i, j, t, x, y)
+            if br:
+                return br
+        if y < 0:
             return self.corridor(node, i, j, t, x, y) or [[(i, (0, x, t))], [(j, (0, x, t))]]
         return self.corridor(node, i, j, t, x, y) or [[(i, (1, x, y, t))], [(j, (1, y, x, t))]]
 
-    def corridor(self, node: _Node, i: int, j: int, t: int, x: int, y: int):
-        """Corridor reasoning for a head-on meeting inside a one-cell-wide corridor.
-
-        Let the corridor be c_0 .. c_L (inner cells of degree 2), agent a cross it from
-        c_0 to c_L and b from c_L to c_0, neither starting inside it or at its far end.
-        Every solution has a off c_L during [0, min(ta' - 1, tb + L)] or b off c_0
-        during [0, min(tb' - 1, ta + L)], with ta a lower bound on a's first time on
-        c_L and ta' on its first arrival there from outside the corridor (tb, tb' the
-        same for b). Otherwise both cross before those bounds; two agents cannot pass
-        inside the corridor, so one crossing ends before the other begins, and the
-        later one ends after the earlier one's first arrival + L: a contradiction.
-        """
+    def find_corridor(self, x: int, y: int) -> tuple[int, list[int]] | None:
+        """The one-cell-wide corridor through ``x`` (or ``y``): its inner cells (degree
+        2) as a mask and its two end cells; None if there is none."""
         G = self.G
         deg = G.deg
         nbr = G.nbr
@@ -653,6 +684,93 @@ class _CBS:
             ends.append(cur)
         if len(ends) != 2 or ends[0] == ends[1] or (inner >> ends[0]) & 1 or (inner >> ends[1]) & 1:
             return None
+        return inner, ends
+
+    def inside_at(self, path: list[int], T: int, t: int, inner: int) -> int:
+        """The time around ``t`` from which to look for the path's corridor crossing:
+        ``t`` itself, or with the second phase's reasoning a neighbouring time step
+        when the meeting is on a corridor's end cell."""
+        u = min(t, T)
+        if self.parked and not (inner >> path[u]) & 1:
+            for v in (u - 1, u + 1):
+                if 0 <= v <= T and (inner >> path[v]) & 1:
+                    return v
+        return u
+
+    def corridor_goal(self, node: _Node, i: int, j: int, t: int, x: int, y: int):
+        """Corridor reasoning when one agent's goal lies inside the corridor.
+
+        Agent a crosses the corridor from end ``src`` to end ``dst`` (starting outside
+        it and not on ``dst``); agent b (starting outside) parks for ever on its goal
+        g inside, d cells from ``dst``. If a stands on ``dst`` by ta_out - 1 (ta_out: a
+        lower bound on a's first arrival there from outside the corridor), it came
+        through the corridor and passed g, so b either reached g from the ``src``
+        side (at tb_src or later), or entered by ``dst`` after a left it, arriving at
+        ta_in + 1 + d or later (ta_in: a's earliest arrival on ``dst`` from inside):
+        two agents cannot pass each other in the corridor, and b cannot sit on g
+        while a passes. So every solution has a off ``dst`` during [0, ta_out - 1] or
+        b arriving at min(tb_src, ta_in + 1 + d) or later.
+        """
+        found = self.find_corridor(x, y)
+        if found is None:
+            return None
+        inner, ends = found
+        nbr = self.G.nbr
+        plans = node.plans
+        for a, b in ((i, j), (j, i)):
+            gb = self.goals[b]
+            if not (inner >> gb) & 1 or (inner >> self.starts[b]) & 1 or (inner >> self.starts[a]) & 1:
+                continue
+            pa = plans[a]
+            path, T = pa.path, pa.T
+            a0 = b0 = self.inside_at(path, T, t, inner)
+            while a0 > 0 and (inner >> path[a0]) & 1:
+                a0 -= 1
+            while b0 < T and (inner >> path[b0]) & 1:
+                b0 += 1
+            src, dst = path[a0], path[b0]
+            if src == dst or src not in ends or dst not in ends or self.starts[a] == dst:
+                continue
+            cells = [src]
+            prev, cur = src, (nbr[src] & inner).bit_length() - 1
+            while cur != dst:
+                cells.append(cur)
+                prev, cur = cur, (nbr[cur] & ~(1 << prev)).bit_length() - 1
+            cells.append(dst)
+            m = cells.index(gb)
+            d = len(cells) - 1 - m
+            ca, cb = node.cons[a], node.cons[b]
+            ta_in = self.earliest(a, ca, dst, 1 << cells[-2])
+            if ta_in >= _INF:
+                continue
+            X = min(self.earliest(b, cb, gb, 1 << cells[m - 1]), ta_in + 1 + d)
+            ta_out = self.earliest(a, ca, dst, nbr[dst] & ~inner)
+            r = min(ta_out - 1, max(X, pa.T) + len(cells))
+            c_a = (2, dst, 0, r)
+            c_b = (3, X)
+            if r < 0 or not (self.violates(pa, c_a) and self.violates(plans[b], c_b)):
+                continue
+            return [[(a, c_a)], [(b, c_b)]]
+        return None
+
+    def corridor(self, node: _Node, i: int, j: int, t: int, x: int, y: int):
+        """Corridor reasoning for a head-on meeting inside a one-cell-wide corridor.
+
+        Let the corridor be c_0 .. c_L (inner cells of degree 2), agent a cross it from
+        c_0 to c_L and b from c_L to c_0, neither starting inside it or at its far end.
+        Every solution has a off c_L during [0, min(ta' - 1, tb + L)] or b off c_0
+        during [0, min(tb' - 1, ta + L)], with ta a lower bound on a's first time on
+        c_L and ta' on its first arrival there from outside the corridor (tb, tb' the
+        same for b). Otherwise both cross before those bounds; two agents cannot pass
+        inside the corridor, so one crossing ends before the other begins, and the
+        later one ends after the earlier one's first arrival + L: a contradiction.
+        """
+        G = self.G
+        nbr = G.nbr
+        found = self.find_corridor(x, y)
+        if found is None:
+            return None
+        inner, ends = found
         L = inner.bit_count() + 1
         plans = node.plans
         dirs = []  # (entry, exit) of each agent's crossing around time t
@@ -661,7 +779,7 @@ class _CBS:
             path, T = p.path, p.T
             if (inner >> path[0]) & 1 or (inner >> path[T]) & 1:
                 return None
-            a0 = b0 = min(t, T)
+            a0 = b0 = self.inside_at(path, T, t, inner)
             while a0 > 0 and (inner >> path[a0]) & 1:
                 a0 -= 1
             while b0 < T and (inner >> path[b0]) & 1:
@@ -711,7 +829,7 @@ class _CBS:
         if root is None:
             return None
         self.classify(root)
-        heap = [(root.g + root.h, root.nconf, 0, root)]
+        heap = self.heap = [(root.g + root.h, root.nconf, 0, root)]
         counter = 1
         while heap:
             node = heapq.heappop(heap)[-1]
@@ -1183,6 +1301,12 @@ _JOINT_UNIT = 4
 _JOINT_STATES = 1_000_000  # memory cap of the joint search (states kept)
 _HEAD_START = 32  # units of CBS before the joint search gets its turns
 _SLICE = 16  # units per turn
+# Without a work limit (a time limit only), instances with three or more agents that
+# the CBS has not settled within the generator's work budget get a second CBS, run in
+# turns with the first: whatever the first settles within that budget comes out
+# exactly as before (paths included).
+_SECOND_AFTER = 40_000
+_GROUP_NODES = 5000  # expansions per group bound before it settles for the lowest open f
 
 
 def solve(
@@ -1228,6 +1352,11 @@ def _solve(grid: Sequence[str], agents: Sequence[tuple[Cell, Cell]], time_limit:
 
     cbs = _CBS(G, starts, goals, dists, deadline)
     runs = [[cbs.run(_Prover(G, cbs)), 1, 1.0, 0.0]]  # generator, unit, weight, units spent
+    second: list[_CBS] = []
+    if work_limit is None and k >= 3:
+        # the second CBS gets turns only once the first has done _SECOND_AFTER units
+        strong = _second_search(G, starts, goals, dists, deadline, cbs.tables, second)
+        runs.append([strong, 1, 1.0, float(_SECOND_AFTER)])
     area = 0
     for s in starts:
         area |= G.component(1 << s, G.free)
@@ -1241,16 +1370,70 @@ def _solve(grid: Sequence[str], agents: Sequence[tuple[Cell, Cell]], time_limit:
     try:
         which, result = _portfolio(runs, deadline, work_limit)
     except _Unsolvable as exc:
-        return Solution("unsolvable", None, None, lb, None, cbs.expanded, str(exc))
+        return Solution("unsolvable", None, None, lb, None, _nodes(cbs, second), str(exc))
     except _GiveUp as exc:
-        return Solution("gave_up", None, None, lb, None, cbs.expanded, str(exc))
+        return Solution("gave_up", None, None, lb, None, _nodes(cbs, second), str(exc))
     if result is None:
-        why = "every branch of the search is infeasible" if which == 0 else "joint search exhausted"
-        return Solution("unsolvable", None, None, lb, None, cbs.expanded, why)
-    raw = [p.path for p in result.plans] if which == 0 else result
+        why = "joint search exhausted" if runs[which][1] == _JOINT_UNIT else "every branch of the search is infeasible"
+        return Solution("unsolvable", None, None, lb, None, _nodes(cbs, second), why)
+    raw = [p.path for p in result.plans] if isinstance(result, _Node) else result
     paths = tuple(tuple(G.cell(i) for i in p) for p in raw)
     cost = sum(len(p) - 1 for p in raw)
-    return Solution("optimal", paths, cost, lb, cost > lb, cbs.expanded)
+    return Solution("optimal", paths, cost, lb, cost > lb, _nodes(cbs, second))
+
+
+def _nodes(cbs: _CBS, second: list[_CBS]) -> int:
+    return cbs.expanded + sum(c.expanded for c in second)
+
+
+def _second_search(G: _Grid, starts, goals, dists, deadline: float, tables: dict, searches: list[_CBS]):
+    """Bounds for every smaller group of agents, then a fresh CBS that uses them,
+    with corridor reasoning for goals inside corridors and for meetings on a
+    corridor's end cell."""
+    bounds = yield from _group_bounds(G, starts, goals, dists, deadline, tables, searches)
+    strong = _CBS(G, starts, goals, dists, deadline, parked=True, bounds=bounds, tables=tables)
+    searches.append(strong)
+    return (yield from strong.run(_Prover(G, strong)))
+
+
+def _group_bounds(G: _Grid, starts, goals, dists, deadline: float, tables: dict, searches: list[_CBS]):
+    """Lower bounds on the optimal cost of every group of two to k - 1 agents alone
+    on the map, smallest groups first, each from a CBS that uses the bounds of its
+    own subgroups (exact unless it runs past _GROUP_NODES expansions, then the lowest
+    f left open). A group with no solution proves the instance unsolvable."""
+    k = len(starts)
+    bounds: list[tuple[tuple[int, ...], int]] = []
+    for size in range(2, k):
+        for grp in combinations(range(k), size):
+            members = set(grp)
+            inner = [(tuple(grp.index(a) for a in sg), c) for sg, c in bounds if members.issuperset(sg)]
+            sub = _CBS(
+                G,
+                [starts[a] for a in grp],
+                [goals[a] for a in grp],
+                [dists[a] for a in grp],
+                deadline,
+                parked=True,
+                bounds=inner,
+                tables=tables,
+            )
+            searches.append(sub)
+            gen = sub.run(lambda n: None)
+            c = None
+            try:
+                for _ in range(_GROUP_NODES):
+                    next(gen)
+                    yield
+            except StopIteration as done:
+                c = _INF if done.value is None else done.value.g
+            if c is None:
+                c = sub.heap[0][0] if sub.heap else _INF
+            if c >= _INF:
+                names = ", ".join(str(a + 1) for a in grp)
+                raise _Unsolvable(f"agents {names} cannot all reach their goals")
+            if c > sum(dists[a][starts[a]] for a in grp):
+                bounds.append((grp, c))
+    return bounds
 
 
 def _portfolio(runs: list[list], deadline: float, work_limit: int | None = None):
