@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from envengineer.components import Benchmark
@@ -86,7 +87,7 @@ def verify(registry, names: Sequence[str] | None = None, *, console: Console | N
             else:
                 console.print(f"[green]ok[/]  {bench.name}  {actual[:16]}…")
     for problem in problems:
-        console.print(f"[red]FAIL[/] {problem}")
+        console.print(f"[red]FAIL[/] {escape(str(problem))}")
     return problems
 
 
@@ -113,5 +114,5 @@ def build(registry, names: Sequence[str] | None = None, *, check: bool = False, 
         state = "unchanged" if digest == bench.sha256 else "frozen"
         console.print(f"[green]{state}[/] {bench.name}: {bench.path} ({digest[:16]}…)")
     for problem in problems:
-        console.print(f"[red]FAIL[/] {problem}")
+        console.print(f"[red]FAIL[/] {escape(str(problem))}")
     return problems

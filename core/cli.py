@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from envengineer.errors import EnvEngineerError
 
@@ -79,7 +80,7 @@ def generate(
     with progress:
         discarded = generate_file(generator, cfg, n=n, seed=seed, output=output, workers=workers, progress=advance)
     note = ", ".join(f"{k}: {v}" for k, v in discarded.items()) or "none"
-    console.print(f"wrote {n} instances to [bold]{output}[/] (discarded draws: {note})")
+    console.print(f"wrote {n} instances to [bold]{escape(str(output))}[/] (discarded draws: {escape(str(note))})")
 
 
 @app.command()
@@ -98,7 +99,7 @@ def solve(
     progress, advance = _progress("solving", len(records))
     with progress:
         count = solve_records(generator, records, source=instances, output=output, progress=advance)
-    console.print(f"wrote {count} answers to [bold]{output}[/]")
+    console.print(f"wrote {count} answers to [bold]{escape(str(output))}[/]")
 
 
 @app.command()
@@ -116,7 +117,7 @@ def score(
     generator, validator = _task(task, None, option)
     summary = score_file(generator, validator, instances=instances, responses=responses, output=output)
     print_summary(summary, validator.failure_types, dimensions=["size"], console=console, title=f"{task}")
-    console.print(f"wrote {summary.overall.n} verdicts to [bold]{output}[/]")
+    console.print(f"wrote {summary.overall.n} verdicts to [bold]{escape(str(output))}[/]")
 
 
 @app.command()
@@ -135,9 +136,9 @@ def plugins() -> None:
     console.print(table)
     report = registry.pm.load_report
     for who, error in report.failed:
-        err_console.print(f"[red]failed to load[/] {who}: {error}")
+        err_console.print(f"[red]failed to load[/] {escape(str(who))}: {escape(str(error))}")
     for who in report.blocked:
-        console.print(f"[dim]blocked: {who}[/]")
+        console.print(f"[dim]blocked: {escape(str(who))}[/]")
 
 
 @bench_app.command("list")
@@ -211,7 +212,7 @@ def propose(
     console.rule("proposal")
     console.print(yaml.safe_dump(outcome.proposal, sort_keys=False) if outcome.proposal is not None else "(none)", markup=False, highlight=False)
     if outcome.fallback:
-        console.print(f"[bold yellow]fallback:[/] {outcome.reason}", highlight=False)
+        console.print(f"[bold yellow]fallback:[/] {escape(str(outcome.reason))}", highlight=False)
     if outcome.projection is not None:
         table = Table(title="projection", title_justify="left")
         for column in ("field", "proposed", "applied", "reason"):
@@ -219,7 +220,7 @@ def propose(
         for change in outcome.projection.changes:
             table.add_row(change.field, repr(change.proposed), repr(change.applied), change.reason)
         console.print(table if table.row_count else "projection: no changes to the proposal")
-        console.print(f"accepted: {', '.join(outcome.projection.accepted) or 'none'}", highlight=False)
+        console.print(f"accepted: {escape(', '.join(outcome.projection.accepted) or 'none')}", highlight=False)
     diff = Table(title=f"config: round {round} -> next", title_justify="left")
     for column in ("field", "current", "next"):
         diff.add_column(column)
@@ -246,7 +247,7 @@ def run_command(
     if not resume and (target / "history.jsonl").exists():
         raise EnvEngineerError(f"{target}: already holds a run; pass --resume to continue it or choose another --output")
     run(config, console=console, output=output)
-    console.print(f"run directory: [bold]{target}[/]  (report: envengineer report {target})")
+    console.print(f"run directory: [bold]{escape(str(target))}[/]  (report: envengineer report {escape(str(target))})")
 
 
 @app.command("eval")
@@ -285,7 +286,7 @@ def eval_command(
             console.print(f"Sum over subsets: valid {100 * sums['valid']:.1f}, optimal {100 * sums['optimal']:.1f}")
         if output:
             write_eval(output / bench_name, result)
-            console.print(f"wrote {output / bench_name}")
+            console.print(f"wrote {escape(str(output / bench_name))}")
 
 
 @app.command()
@@ -295,9 +296,9 @@ def report(run_dir: Path = typer.Argument(..., help="run directory (finished or 
 
     with console.status("rendering report"):
         result = write_report(run_dir)
-    console.print(f"wrote [bold]{result.html}[/] and {len(result.images)} plots in [bold]{result.html.parent / 'report'}[/]", highlight=False, soft_wrap=True)
+    console.print(f"wrote [bold]{escape(str(result.html))}[/] and {len(result.images)} plots in [bold]{escape(str(result.html.parent / 'report'))}[/]", highlight=False, soft_wrap=True)
     for problem in result.problems:
-        err_console.print(f"[yellow]skipped:[/] {problem}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]skipped:[/] {escape(str(problem))}", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -312,7 +313,7 @@ def compare(
     for table in rich_tables(comparison):
         console.print(table)
     if output is not None:
-        console.print(f"wrote [bold]{write_comparison(comparison, output)}[/]", highlight=False, soft_wrap=True)
+        console.print(f"wrote [bold]{escape(str(write_comparison(comparison, output)))}[/]", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -333,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, standalone_mode=False)
     except EnvEngineerError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         sys.exit(2)
     except (typer.Exit, SystemExit) as exc:
         code = getattr(exc, "exit_code", getattr(exc, "code", 0))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from envengineer.display import progress_bar, stage_progress
@@ -98,7 +99,7 @@ class Loop:
         else:
             write_yaml(self.dir.run_yaml, resolved)
         for path in self.dir.clean():
-            self.console.print(f"[dim]removed half-built {path.relative_to(self.dir.path)} (left by an interrupted run)[/]")
+            self.console.print(f"[dim]removed half-built {escape(str(path.relative_to(self.dir.path)))} (left by an interrupted run)[/]")
         self.hook.on_run_start(run_dir=self.dir, config=self.cfg)
 
     def pretrain(self) -> None:
@@ -159,7 +160,7 @@ class Loop:
         started = time.monotonic()
         records = read_jsonl(self.dir.round_dir(round) / "train.jsonl")
         policy_path = self.base_path() if round == 0 else self.checkpoint(round - 1)
-        self.console.print(f"[bold]round {round}: training[/] on {len(records)} instances from {policy_path}")
+        self.console.print(f"[bold]round {round}: training[/] on {len(records)} instances from {escape(str(policy_path))}")
         target = self.dir.round_dir(round) / "train"
         with self.dir.building(target) as partial:
             request = TrainRequest(

@@ -271,3 +271,15 @@ def test_report_survives_odd_files(tmp_path):
     for image in (run / "report").glob("*.png"):
         check_png(image)
     assert runner.invoke(app, ["compare", str(run), "--output", str(tmp_path / "t.csv")]).exit_code == 0
+
+
+def test_error_messages_keep_square_brackets(tmp_path):
+    """Rich markup must not eat text in brackets (file names, extras such as envengineer[report])."""
+    import subprocess
+    import sys
+
+    missing = tmp_path / "run[report].yaml"
+    code = "import sys; from envengineer.cli import main; sys.argv = ['envengineer', 'run', sys.argv[1]]; main()"
+    result = subprocess.run([sys.executable, "-c", code, str(missing)], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "run[report].yaml" in result.stderr
