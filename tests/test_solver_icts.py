@@ -54,7 +54,7 @@ def test_icts_matches_brute_force(inst):
     assert_icts_matches_brute_force(*inst)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(2))
 def test_icts_matches_brute_force_four_agents(seed):
     # crowded small maps, where the groups of two to three agents prune most vectors
     rng = random.Random(seed)
