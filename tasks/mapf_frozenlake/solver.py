@@ -20,7 +20,11 @@ the agent's multi-valued decision diagram (MDD) for free. Three parts:
   with it: it first bounds the optimal cost of every smaller group of agents (each
   group by a CBS of its own) and adds the bounds to its heuristic, and it has
   corridor reasoning for a goal inside a corridor that another agent must cross.
-  Whatever the first CBS settles within that budget comes out exactly as before.
+  The same fallback runs an increasing cost tree search (ICTS) with 16 turns to each
+  CBS's one: per-agent cost vectors in order of their sum, each pruned when a group of
+  two to k - 1 agents has no conflict-free solution at its part of the vector, the full
+  searches of one total run in turns. Whatever the first CBS settles within that budget
+  comes out exactly as before.
 * Proofs of unsolvability rather than time-outs: an unreachable goal is seen up
   front; when the search runs long, every pair of agents and then groups of three to
   five are tested for joint solvability by exact reachability searches over their
