@@ -21,7 +21,7 @@ from rich.table import Table
 from envengineer.display import progress_bar, stage_progress
 from envengineer.errors import ConfigError
 from envengineer.fileio import read_jsonl, read_yaml, write_json, write_jsonl, write_yaml
-from envengineer.metrics import Rates
+from envengineer.metrics import Rates, paired_change
 from envengineer.registry import Registry
 from envengineer.rundir import RunDir
 from envengineer.runconfig import ResolvedRun
@@ -241,6 +241,7 @@ class Loop:
     def table(self) -> list[dict[str, Any]]:
         rows = []
         base = self.dir.done("base_eval")
+        base_valid = _valid_by_id(self.dir.base_dir / "eval" / "verdicts.jsonl") if base else None
         if base:
             rows.append({"round": "base", "n": base.get("n"), "valid_rate": base["valid_rate"], "optimal_rate": base["optimal_rate"], "engineer": "", "fallback": None})
         for round in range(self.cfg.rounds):
@@ -248,11 +249,23 @@ class Loop:
             if not line:
                 continue
             design = self.dir.done("design", round) or {}
-            rows.append({
+            row = {
                 "round": round, "n": line.get("n"), "valid_rate": line["valid_rate"], "optimal_rate": line["optimal_rate"],
                 "engineer": design.get("engineer", ""), "fallback": design.get("fallback"),
-            })
+            }
+            after = _valid_by_id(self.dir.round_dir(round) / "eval" / "verdicts.jsonl")
+            if base_valid and after and [i for i, _ in base_valid] == [i for i, _ in after]:
+                row["vs_base"] = paired_change([v for _, v in base_valid], [v for _, v in after])
+            rows.append(row)
         return rows
+
+
+def _valid_by_id(path: Path) -> list[tuple[str, bool]] | None:
+    """(id, valid) per verdict line of an evaluation, or None when the file is missing or unreadable."""
+    try:
+        return [(str(v.get("id")), bool(v.get("valid"))) for v in read_jsonl(path)]
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _bookkeeping(trainer: Any, result: Any) -> dict[str, Any]:
@@ -264,15 +277,22 @@ def _bookkeeping(trainer: Any, result: Any) -> dict[str, Any]:
 
 def print_table(rows: list[dict[str, Any]], console: Console, validation: str) -> None:
     table = Table(title=f"per-round results on {validation}", title_justify="left")
-    for column, justify in (("round", "left"), ("n", "right"), ("valid", "right"), ("± se", "right"), ("optimal", "right"), ("engineer", "left"), ("design", "left")):
-        table.add_column(column, justify=justify)
+    columns = [("round", "left"), ("n", "right"), ("valid", "right"), ("± se", "right"), ("vs base", "right"),
+               ("optimal", "right"), ("engineer", "left"), ("design", "left")]
+    for column, justify in columns:
+        table.add_column(column, justify=justify, no_wrap=True)
     for row in rows:
         design = "" if row["fallback"] is None else ("fallback" if row["fallback"] else "applied")
         n = row.get("n")
         se = f"{100 * Rates.stderr(row['valid_rate'], n):.1f}" if n else ""
-        table.add_row(str(row["round"]), str(n or ""), f"{100 * row['valid_rate']:.1f}%", se,
+        change = row.get("vs_base")
+        versus = f"+{change['gained']} −{change['lost']} p={change['p']:.3f}" if change else ""
+        table.add_row(str(row["round"]), str(n or ""), f"{100 * row['valid_rate']:.1f}%", se, versus,
                       f"{100 * row['optimal_rate']:.1f}%", row["engineer"], design)
     console.print(table)
+    if any(row.get("vs_base") for row in rows):
+        console.print("[dim]vs base: instances solved that the base missed (+) and the reverse (−); "
+                      "p: two-sided exact sign test[/]")
 
 
 def run(config_path: str | Path, *, registry: Registry | None = None, console: Console | None = None, output: str | None = None) -> list[dict[str, Any]]:

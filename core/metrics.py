@@ -90,3 +90,25 @@ def summarize(
     for dimension in list(summary.by):
         summary.by[dimension] = {k: v for k, v in summary.by[dimension].items() if v.n}
     return summary
+
+
+def sign_test(gained: int, lost: int) -> float:
+    """Two-sided exact sign test (McNemar's exact test) for paired pass/fail outcomes.
+
+    ``gained``: items that fail before and pass after; ``lost``: the reverse. Items with
+    the same outcome both times carry no information about the change and are left out.
+    """
+    n = gained + lost
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(gained, lost) + 1))
+    return min(1.0, 2 * tail / 2**n)
+
+
+def paired_change(before: Sequence[bool], after: Sequence[bool]) -> dict[str, Any]:
+    """Per-item change between two runs on the same items, in the same order."""
+    if len(before) != len(after):
+        raise ValueError(f"paired_change: {len(before)} items before, {len(after)} after")
+    gained = sum(1 for b, a in zip(before, after) if a and not b)
+    lost = sum(1 for b, a in zip(before, after) if b and not a)
+    return {"gained": gained, "lost": lost, "p": sign_test(gained, lost)}

@@ -150,6 +150,11 @@ def test_end_to_end_loop_writes_every_artifact(reference):
     assert not list(out.rglob("*.partial")) and not list(out.rglob(".*.tmp"))
     summary = json.loads((out / "round-01/eval/summary.json").read_text())
     assert summary["overall"]["n"] == 10 and "size" in summary["by"]
+    base_valid = round(rows[0]["valid_rate"] * rows[0]["n"])
+    for row in rows[1:]:  # the paired change against the base adds up to the change in valid counts
+        change = row["vs_base"]
+        assert change["gained"] - change["lost"] == round(row["valid_rate"] * row["n"]) - base_valid
+        assert 0 <= change["p"] <= 1
     bench = json.loads((out / "round-01/bench/mapf-3agents/summary.json").read_text())
     assert "sum_over_subsets" in bench
 
