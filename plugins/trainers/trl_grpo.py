@@ -103,8 +103,9 @@ class TrlGrpoOptions(BaseModel):
     )
     grpo_config: dict[str, Any] = Field(
         default_factory=dict,
-        description="further TRL GRPOConfig fields passed as they are (e.g. warmup_steps, adam_beta2, "
-        "adam_epsilon, weight_decay, top_k); checked against the installed TRL's GRPOConfig",
+        description="further TRL GRPOConfig fields passed as they are (e.g. adam_beta2, adam_epsilon, "
+        "weight_decay, top_k; warmup_steps needs a scheduler with warm-up, such as lr_scheduler_type "
+        "constant_with_warmup); checked against the installed TRL's GRPOConfig",
     )
 
     @model_validator(mode="after")
@@ -141,6 +142,7 @@ class TrlGrpoTrainer(Trainer):
             "reward": "R_acc (1 valid, 0 otherwise)" + (f" + {o.optimality_bonus} if optimal" if o.optimality_bonus else ""),
             "negative_advantage_weight": o.negative_advantage_weight,
             "mask_after_answer": o.mask_after_answer,
+            **({"grpo_config": dict(o.grpo_config)} if o.grpo_config else {}),
             "max_steps": o.max_steps,
             "time_budget_s": o.time_budget_s,
         }
