@@ -21,7 +21,8 @@ from rich.table import Table
 from envengineer.display import progress_bar, stage_progress
 from envengineer.errors import ConfigError
 from envengineer.fileio import read_jsonl, read_yaml, write_json, write_jsonl, write_yaml
-from envengineer.metrics import Rates, paired_change
+from envengineer.metrics import Rates
+from envengineer.runview import paired_with_base, read_verdicts
 from envengineer.registry import Registry
 from envengineer.rundir import RunDir
 from envengineer.runconfig import ResolvedRun
@@ -241,7 +242,7 @@ class Loop:
     def table(self) -> list[dict[str, Any]]:
         rows = []
         base = self.dir.done("base_eval")
-        base_valid = _valid_by_id(self.dir.base_dir / "eval" / "verdicts.jsonl") if base else None
+        base_verdicts = read_verdicts(self.dir.base_dir) if base else None
         if base:
             rows.append({"round": "base", "n": base.get("n"), "valid_rate": base["valid_rate"], "optimal_rate": base["optimal_rate"], "engineer": "", "fallback": None})
         for round in range(self.cfg.rounds):
@@ -253,19 +254,11 @@ class Loop:
                 "round": round, "n": line.get("n"), "valid_rate": line["valid_rate"], "optimal_rate": line["optimal_rate"],
                 "engineer": design.get("engineer", ""), "fallback": design.get("fallback"),
             }
-            after = _valid_by_id(self.dir.round_dir(round) / "eval" / "verdicts.jsonl")
-            if base_valid and after and [i for i, _ in base_valid] == [i for i, _ in after]:
-                row["vs_base"] = paired_change([v for _, v in base_valid], [v for _, v in after])
+            change = paired_with_base(read_verdicts(self.dir.round_dir(round)), base_verdicts)
+            if change:
+                row["vs_base"] = change
             rows.append(row)
         return rows
-
-
-def _valid_by_id(path: Path) -> list[tuple[str, bool]] | None:
-    """(id, valid) per verdict line of an evaluation, or None when the file is missing or unreadable."""
-    try:
-        return [(str(v.get("id")), bool(v.get("valid"))) for v in read_jsonl(path)]
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def _bookkeeping(trainer: Any, result: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from envengineer.errors import EnvEngineerError
-from envengineer.runview import SUBSETS, RunView, Stage, bench_label, load_run, rate, sort_keys, subset_sum
+from envengineer.runview import SUBSETS, RunView, Stage, bench_label, load_run, paired_with_base, rate, sort_keys, subset_sum
 
 REPORT_HTML = "report.html"
 IMAGE_DIR = "report"
@@ -444,6 +444,11 @@ def _shade(value: float | None) -> str:
     return f' style="background:hsl({hue},70%,92%)"'
 
 
+def _paired(stage: Stage, base: Stage) -> str:
+    change = paired_with_base(stage.verdicts, base.verdicts)
+    return _e(f"+{change['gained']} −{change['lost']} (p = {change['p']:.3f})") if change else "–"
+
+
 def _validation(run: RunView, images: dict[str, Path]) -> str:
     stages = _evaluated(run)
     if not stages:
@@ -458,12 +463,14 @@ def _validation(run: RunView, images: dict[str, Path]) -> str:
             _e(s.title), _e(overall.get("n", "–")), _rate_cell(s.eval, "valid"), _rate_cell(s.eval, "optimal"),
             _delta(rate(s.eval, "valid_rate"), rate(base, "valid_rate")) if s.index is not None else "",
             _delta(rate(s.eval, "optimal_rate"), rate(base, "optimal_rate")) if s.index is not None else "",
+            _paired(s, run.base) if s.index is not None else "",
             _e(f"{top} ({failures[top]})") if top else "–",
         ])
     parts = [
         '<section id="validation"><h2>Validation</h2>',
         _img(images, "rates.png", "valid and optimal rate per round"),
-        _table(["stage", "n", "valid", "optimal", "Δ valid vs base (pts)", "Δ optimal vs base (pts)", "top failure"], rows, raw=True),
+        _table(["stage", "n", "valid", "optimal", "Δ valid vs base (pts)", "Δ optimal vs base (pts)",
+                "vs base, same instances: +solved −lost (sign test p)", "top failure"], rows, raw=True),
         _img(images, "rates_by_size.png", "valid and optimal rate per size and round"),
     ]
     settings = (stages[-1].eval or {}).get("settings")

@@ -32,6 +32,7 @@ class Stage:
     bench: dict[str, dict[str, Any]] = field(default_factory=dict)  # benchmark name -> Summary.to_dict()
     summary_md: str | None = None  # the engineer's S note
     projection: dict[str, Any] | None = None  # engineer/projection.yaml
+    verdicts: list[tuple[str, bool]] | None = None  # (id, valid) per validation verdict line, in order
 
     @property
     def title(self) -> str:
@@ -141,6 +142,25 @@ def subset_sum(summary: dict[str, Any] | None, metric: str, subsets: tuple[str, 
     return sum(100 * v for v in values)  # type: ignore[operator]
 
 
+def paired_with_base(stage: list[tuple[str, bool]] | None, base: list[tuple[str, bool]] | None) -> dict[str, Any] | None:
+    """A stage's validation verdicts against the base's on the same instances (+gained, −lost,
+    sign test p), or None unless both have (id, valid) verdicts for the same ids in the same order."""
+    from envengineer.metrics import paired_change
+
+    if not stage or not base or [i for i, _ in stage] != [i for i, _ in base]:
+        return None
+    return paired_change([v for _, v in base], [v for _, v in stage])
+
+
+def read_verdicts(folder: Path, problems: list[str] | None = None) -> list[tuple[str, bool]] | None:
+    """(id, valid) per line of ``folder/eval/verdicts.jsonl`` (``folder``: base/ or round-NN/), or None."""
+    path = folder / "eval" / "verdicts.jsonl"
+    if not path.is_file():
+        return None
+    lines = _read_jsonl(path, problems if problems is not None else [])
+    return [(str(v.get("id")), bool(v.get("valid"))) for v in lines] or None
+
+
 # ------------------------------------------------------------------ reading
 
 
@@ -215,6 +235,8 @@ def _stage(folder: Path, label: str, index: int | None, problems: list[str]) -> 
     stage.config = config if isinstance(config, dict) else None
     stage.curves = _read_jsonl(folder / "train" / "curves.jsonl", problems)
     stage.eval = _summary(folder / "eval" / "summary.json", problems)
+    if stage.eval is not None:
+        stage.verdicts = read_verdicts(folder, problems)
     bench_root = folder / "bench"
     if bench_root.is_dir():
         for sub in sorted(bench_root.iterdir()):

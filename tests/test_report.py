@@ -283,3 +283,19 @@ def test_error_messages_keep_square_brackets(tmp_path):
     result = subprocess.run([sys.executable, "-c", code, str(missing)], capture_output=True, text=True)
     assert result.returncode != 0
     assert "run[report].yaml" in result.stderr
+
+
+def test_report_pairs_each_round_with_the_base_on_the_same_instances(tmp_path):
+    run = make_run(tmp_path, "paired", "heuristic", rounds=2, finished=2)
+
+    def verdicts(stage, valid):
+        lines = [json.dumps({"id": f"i{k}", "valid": v}) for k, v in enumerate(valid)]
+        (run / stage / "eval" / "verdicts.jsonl").write_text("\n".join(lines) + "\n")
+
+    verdicts("base", [True, False, False, True, False, False])
+    verdicts("round-00", [True, True, True, False, True, True])  # +4 −1
+    verdicts("round-01", [True, False])  # other instances: no pairing
+    assert runner.invoke(app, ["report", str(run)]).exit_code == 0
+    page = (run / "report.html").read_text()
+    assert "+4 −1 (p = 0.375)" in page  # 2 * P(X <= 1), X ~ Bin(5, 1/2) = 2 * 6/32
+    assert page.count("(p = ") == 1
