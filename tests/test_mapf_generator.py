@@ -152,3 +152,43 @@ def test_one_agent_needs_wait_ratio_zero():
         generate(uniform_config(wait_ratio=0.3), n=100, seed=0, agents=1)
     instances, _ = generate(uniform_config(wait_ratio=0.0), n=40, seed=0, agents=1)
     assert {i.k for i in instances} == {1} and not any(i.requires_wait for i in instances)
+
+
+def test_shortest_paths_check_agrees_with_the_solver():
+    import random
+
+    from envengineer.tasks.mapf_frozenlake.solver import shortest_paths_suffice, solve
+
+    rng = random.Random(11)
+    decided = 0
+    for _ in range(300):
+        size, k = rng.randint(3, 6), rng.randint(2, 5)
+        cells = [(r, c) for r in range(size) for c in range(size)]
+        holes = set(rng.sample(cells, int(rng.choice([0.0, 0.2, 0.3]) * size * size)))
+        free = [c for c in cells if c not in holes]
+        if len(free) < 2 * k:
+            continue
+        agents = list(zip(rng.sample(free, k), rng.sample(free, k)))
+        grid = ["".join("H" if (r, c) in holes else "F" for c in range(size)) for r in range(size)]
+        verdict, total = shortest_paths_suffice(grid, agents)
+        truth = solve(grid, agents, time_limit=30)
+        assert truth.status != "gave_up"
+        assert verdict is not None
+        assert verdict == (truth.status == "optimal" and not truth.requires_wait), (grid, agents)
+        if verdict:
+            assert truth.cost == total
+        decided += 1
+    assert decided > 200
+
+
+def test_the_shortest_paths_shortcut_changes_no_instance(monkeypatch):
+    """Crowded 5-agent maps: the same records with the shortcut and with every draw fully solved."""
+    import envengineer.tasks.mapf_frozenlake.generator as generator_module
+    from envengineer.registry import load_registry
+    from envengineer.tasks.mapf_frozenlake.config import uniform_config
+
+    generator, _ = load_registry(entry_points=False).task("mapf-frozenlake", {"agents": 5})
+    config = uniform_config(hole_ratio=0.3, wait_ratio=0.5)
+    fast = generator.generate(config, n=24, seed=4).records
+    monkeypatch.setattr(generator_module, "shortest_paths_suffice", lambda *args, **kwargs: (None, None))
+    assert generator.generate(config, n=24, seed=4).records == fast

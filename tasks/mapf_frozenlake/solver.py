@@ -1389,6 +1389,40 @@ def _solve(grid: Sequence[str], agents: Sequence[tuple[Cell, Cell]], time_limit:
     return Solution("optimal", paths, cost, lb, cost > lb, _nodes(cbs, second))
 
 
+def shortest_paths_suffice(
+    grid: Sequence[str], agents: Sequence[tuple[Cell, Cell]], *, work_limit: int = 100_000
+) -> tuple[bool | None, int | None]:
+    """Whether every agent can follow one of its shortest paths without a conflict.
+
+    Returns (verdict, sum of the individual shortest path lengths). True means the optimal
+    sum of costs equals that sum (``requires_wait`` is false); False means it does not, or
+    the instance is unsolvable; None means undecided within ``work_limit`` search steps (a
+    deterministic budget), and then only :func:`solve` can tell. One exact test of the ICTS
+    at its root cost vector: far cheaper than certifying the optimum when the answer is no.
+    """
+    G = _Grid(grid)
+    starts = [G.index(s, f"agents[{i}].start") for i, (s, _) in enumerate(agents)]
+    goals = [G.index(g, f"agents[{i}].goal") for i, (_, g) in enumerate(agents)]
+    k = len(starts)
+    dists = [G.bfs(g) for g in goals]
+    lengths = [dists[i][starts[i]] for i in range(k)]
+    if any(d >= _INF for d in lengths) or len(set(starts)) < k or len(set(goals)) < k:
+        return False, None
+    total = sum(lengths)
+    if k < 2:
+        return True, total
+    check = _ICTS(G, starts, goals, dists).feasible(tuple(range(k)), tuple(lengths))
+    steps = 0
+    try:
+        while True:
+            next(check)
+            steps += 1
+            if steps > work_limit:
+                return None, total
+    except StopIteration as stop:
+        return bool(stop.value), total
+
+
 def _nodes(cbs: _CBS, second: list[_CBS]) -> int:
     return cbs.expanded + sum(c.expanded for c in second)
 
