@@ -36,9 +36,9 @@ def test_options_are_checked(registry):
 def test_grpo_config_passes_trl_fields_and_names_unknown_ones(registry, tmp_path):
     from envengineer.errors import ConfigError
 
-    trainer = registry.create("trainer", "trl", {"grpo_config": {"adam_epsilon": "1e-4", "warmup_steps": 3}, "learning_rate": 2e-5})
+    trainer = registry.create("trainer", "trl", {"grpo_config": {"adam_epsilon": "1e-4", "min_p": "5e-2", "warmup_steps": 3}, "learning_rate": 2e-5})
     config = trainer.grpo_config(tmp_path, seed=4)
-    assert config.adam_epsilon == 1e-4 and config.warmup_steps == 3 and config.learning_rate == 2e-5 and config.seed == 4
+    assert config.adam_epsilon == 1e-4 and config.min_p == 0.05 and config.warmup_steps == 3 and config.learning_rate == 2e-5 and config.seed == 4
     with pytest.raises(ConfigError, match="'adam_epsilonn'"):
         registry.create("trainer", "trl", {"grpo_config": {"adam_epsilonn": 1e-4}}).grpo_config(tmp_path, seed=0)
     with pytest.raises(ConfigError, match="grpo_config.adam_epsilon"):

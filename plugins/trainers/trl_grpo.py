@@ -241,7 +241,7 @@ class TrlGrpoTrainer(Trainer):
         )
         fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
         for key, value in o.grpo_config.items():
-            if isinstance(value, str) and isinstance(fields[key].default, float):
+            if isinstance(value, str) and (isinstance(fields[key].default, float) or "float" in str(fields[key].type)):
                 try:  # YAML 1.1 reads 1e-4 as a string
                     value = float(value)
                 except ValueError:
