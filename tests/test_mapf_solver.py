@@ -344,11 +344,12 @@ def test_second_search_on_corridor_goals_matches_brute_force(seed, monkeypatch):
         assert fired, "the corridor-goal reasoning was never used"
 
 
-def test_second_search_runs_only_without_a_work_limit_and_for_three_or_more(monkeypatch):
+@pytest.mark.parametrize("fallback", ["_second_search", "_ICTS"])
+def test_fallbacks_run_only_without_a_work_limit_and_for_three_or_more(monkeypatch, fallback):
     def refuse(*args, **kwargs):
-        raise AssertionError("second search started")
+        raise AssertionError(f"{fallback} started")
 
-    monkeypatch.setattr(solver_module, "_second_search", refuse)
+    monkeypatch.setattr(solver_module, fallback, refuse)
     rng = random.Random(5)
     for k in (2, 3, 5):
         grid, agents = random_instance(rng, 8, 0.2, k)

@@ -102,19 +102,6 @@ def test_icts_settles_the_hard_draw():
     assert check_and_cost(grid, agents, paths) == 86
 
 
-def test_icts_runs_only_without_a_work_limit_and_for_three_or_more(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("ICTS started")
-
-    monkeypatch.setattr(solver_module, "_ICTS", refuse)
-    rng = random.Random(5)
-    for k in (2, 3, 5):
-        grid, agents = random_instance(rng, 8, 0.2, k)
-        assert solve(grid, agents, time_limit=20, work_limit=40_000).status != "gave_up"
-    grid, agents = random_instance(rng, 8, 0.2, 2)
-    assert solve(grid, agents, time_limit=20).status != "gave_up"
-
-
 def test_icts_takes_over_after_its_head_start(monkeypatch):
     # with no head start the ICTS races both CBSs from the first unit; same verdicts
     rng = random.Random(8)
