@@ -179,31 +179,27 @@ def make_instance(
         # optimum is the sum of those lengths) and rejects a WAIT draw; no rejects a no-WAIT draw.
         # Only what is left needs the optimum certified. The accepted instances are the ones the
         # full solve alone would accept.
-        suffice, sic = shortest_paths_suffice(grid, pairs, work_limit=SHORTCUT_WORK)
-        if suffice is True and not job.wants_wait:
-            instance = Instance(
-                size=size, grid=grid, agents=agents, hole_ratio=job.hole_ratio, optimal_cost=sic,
-                requires_wait=False, seed=job.seed, id=instance_id(size, grid, agents),
-            )
-            return Made(instance, gave_up, timed_out)
-        if suffice is True or (suffice is False and not job.wants_wait):
-            continue
-        solution = solve(grid, pairs, time_limit=time_limit, work_limit=work_limit)
-        if solution.status == "gave_up":
-            if solution.reason.startswith("work limit"):
-                gave_up += 1
-            else:
-                timed_out += 1
-            continue
-        if solution.status != "optimal" or solution.requires_wait != job.wants_wait:
-            continue
+        suffice, cost = shortest_paths_suffice(grid, pairs, work_limit=SHORTCUT_WORK)
+        if suffice is not None and suffice == job.wants_wait:
+            continue  # a WAIT draw whose shortest paths suffice, or a no-WAIT draw whose do not
+        if suffice is None or job.wants_wait:
+            solution = solve(grid, pairs, time_limit=time_limit, work_limit=work_limit)
+            if solution.status == "gave_up":
+                if solution.reason.startswith("work limit"):
+                    gave_up += 1
+                else:
+                    timed_out += 1
+                continue
+            if solution.status != "optimal" or solution.requires_wait != job.wants_wait:
+                continue
+            cost = solution.cost
         instance = Instance(
             size=size,
             grid=grid,
             agents=agents,
             hole_ratio=job.hole_ratio,
-            optimal_cost=solution.cost,
-            requires_wait=solution.requires_wait,
+            optimal_cost=cost,
+            requires_wait=job.wants_wait,
             seed=job.seed,
             id=instance_id(size, grid, agents),
         )

@@ -73,15 +73,13 @@ class MapfGenerator(Generator):
         """Convert a response in a style's own answer format to the contract's format."""
         style = style or self.options.prompt_style
         if style == "compact":
-            agents = record["agents"]
-            return prompts.compact_to_answer(response, [a["start"] for a in agents], [a["goal"] for a in agents])
+            return prompts.compact_to_answer(response, *_starts_and_goals(record))
         return response
 
     def answer_end(self, record: Mapping[str, Any], response: str, style: str | None = None) -> int | None:
         """Compact answers end at the step that puts every agent on its goal; full answers are read whole."""
         if (style or self.options.prompt_style) == "compact":
-            agents = record["agents"]
-            return prompts.compact_answer_end(response, [a["start"] for a in agents], [a["goal"] for a in agents])
+            return prompts.compact_answer_end(response, *_starts_and_goals(record))
         return None
 
     def check_record(self, record: Mapping[str, Any]) -> None:
@@ -123,3 +121,8 @@ def register_benchmarks(register):
 
     for spec in specs():
         register(spec)
+
+
+def _starts_and_goals(record: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
+    agents = record["agents"]
+    return [a["start"] for a in agents], [a["goal"] for a in agents]
