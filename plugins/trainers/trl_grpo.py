@@ -4,7 +4,8 @@ The reward is the task validator's R_acc on the response decoded from the prompt
 style's answer format (``generator.decode_response``), plus ``optimality_bonus`` for an
 optimal answer when that option is set. Each logged step becomes one line of
 ``curves.jsonl`` (reward mean and std, share of zero-variance groups, KL, completion
-length, loss, learning rate). A time budget stops a round cleanly between steps.
+length, loss, learning rate). A round is budgeted by work (``epochs``, ``max_steps``,
+``max_prompts``), never by seconds, so the same config trains the same weights on any machine.
 
 Optionally (``prefilter_samples > 0``) the round's prompts are first sampled with the
 current policy and only those where it is neither always right nor always wrong are
@@ -91,7 +92,6 @@ class TrlGrpoOptions(BaseModel):
         "the completions that beat their group's mean more than those below it; 0: positive samples only)",
     )
     max_steps: int | None = Field(None, ge=1, description="stop after this many optimiser steps")
-    time_budget_s: float | None = Field(None, gt=0, description="stop the round after this many seconds of training")
     max_prompts: int | None = Field(None, ge=1, description="use at most this many of the round's instances")
     prefilter_samples: int = Field(0, ge=0, description="sample each prompt this many times first; keep prompts with mixed outcomes (0: off)")
     use_cpu: Literal["auto"] | bool = Field("auto", description="auto: CPU when no CUDA device is available")
@@ -107,6 +107,16 @@ class TrlGrpoOptions(BaseModel):
         "weight_decay, top_k; warmup_steps needs a scheduler with warm-up, such as lr_scheduler_type "
         "constant_with_warmup); checked against the installed TRL's GRPOConfig",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_time_budget(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "time_budget_s" in data:
+            raise ValueError(
+                "time_budget_s was removed: a wall-clock budget makes the trained weights depend on the "
+                "machine's speed and load; budget a round by max_steps, epochs or max_prompts"
+            )
+        return data
 
     @model_validator(mode="after")
     def _divisible(self) -> "TrlGrpoOptions":
@@ -144,7 +154,6 @@ class TrlGrpoTrainer(Trainer):
             "mask_after_answer": o.mask_after_answer,
             **({"grpo_config": dict(o.grpo_config)} if o.grpo_config else {}),
             "max_steps": o.max_steps,
-            "time_budget_s": o.time_budget_s,
         }
 
     # ------------------------------------------------------------------ reward
@@ -292,19 +301,11 @@ class TrlGrpoTrainer(Trainer):
         batch = config.per_device_train_batch_size * config.gradient_accumulation_steps
         curves_path = out_dir / "curves.jsonl"
         curves_path.write_text("")
-        budget = o.time_budget_s
 
         class Curves(TrainerCallback):
             def __init__(self) -> None:
                 self.t0 = time.perf_counter()
                 self.lines: list[dict[str, Any]] = []
-                self.stopped = False
-
-            def on_step_end(self, args, state, control, **kwargs):
-                if budget is not None and time.perf_counter() - self.t0 >= budget:
-                    control.should_training_stop = True
-                    self.stopped = state.global_step < state.max_steps
-                return control
 
             def on_log(self, args, state, control, logs=None, **kwargs):
                 logs = logs or {}
@@ -386,7 +387,6 @@ class TrlGrpoTrainer(Trainer):
             "zero_std_frac": mean("zero_std_frac"),
             "completion_length": mean("completion_length"),
             "last_reward_mean": lines[-1]["reward_mean"] if lines else None,
-            "stopped_by_time_budget": curves.stopped,
         })
         del trainer
         return TrainResult(checkpoint=checkpoint, curves=curves_path, metrics=metrics)
