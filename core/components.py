@@ -5,7 +5,7 @@ section of the run config). The registry validates a section against ``Options``
 and instantiates the class with the result, so each plugin owns its own schema and
 an error reads ``engineer.openai.model: Field required``.
 
-Task families are split the way design.md splits them: a :class:`Generator` (knobs,
+A task family is split in two: a :class:`Generator` (knobs,
 generation, projection, prompts) and a :class:`Validator` (scoring), paired by name.
 """
 
