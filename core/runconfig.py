@@ -44,6 +44,16 @@ class DesignSection(BaseModel):
     summary: bool = Field(True, description="ask the engineer for the S note after each design")
 
 
+class SuiteSection(BaseModel):
+    """Where ``envengineer suite`` shows the run; never part of the run itself."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    table: str = Field(min_length=1, description="the table this run is a row of, e.g. 'context variants'")
+    row: str | None = Field(None, min_length=1, description="the row's label (default: the run's name)")
+    order: int = Field(0, description="rows sort by order, then by config file name")
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -60,6 +70,8 @@ class RunConfig(BaseModel):
     eval: EvalSection = Field(default_factory=EvalSection)
     design: DesignSection = Field(default_factory=DesignSection)
     output: str | None = Field(None, description="run directory (default: runs/<name>)")
+    # Excluded from run.yaml: relabelling a row must not make a run directory "a different run".
+    suite: SuiteSection | None = Field(None, exclude=True, description="table and row for `envengineer suite`")
 
     @field_validator("task", "engineer", "policy", "trainer", mode="before")
     @classmethod
