@@ -206,6 +206,10 @@ class ContextModule(Component, abc.ABC):
 class Engineer(Component, abc.ABC):
     """Reads a context and proposes the next generator config."""
 
+    #: A language model answers (API or local weights): its fallbacks mean a broken experiment
+    #: (missing key, model not found), so ``design.max_fallbacks`` stops the run after a few.
+    uses_llm: ClassVar[bool] = False
+
     @abc.abstractmethod
     def propose(self, request: Any) -> Any:
         """Return the engineer's reply for one design step."""

@@ -43,6 +43,7 @@ class CheckpointEngineer(Engineer):
     description: ClassVar[str] = "the current policy checkpoint as engineer (vLLM on GPU, transformers on CPU)"
     Options: ClassVar[type[BaseModel]] = CheckpointOptions
     options: CheckpointOptions
+    uses_llm: ClassVar[bool] = True
     which: ClassVar[str] = "policy_path"
 
     def __init__(self, options: BaseModel | None = None) -> None:

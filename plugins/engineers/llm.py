@@ -82,6 +82,7 @@ class APIEngineer(Engineer):
     """Shared propose/summarize over a ``complete(messages)`` call."""
 
     options: LLMOptions
+    uses_llm: ClassVar[bool] = True
     default_key_env: ClassVar[str | None] = None
     key_required: ClassVar[bool] = True
 
