@@ -5,6 +5,11 @@ with exponential backoff, and every try is recorded (model, usage, latency, erro
 The SDKs' own retries are switched off so that each API call is one record. API keys
 come from environment variables named in the options and are never written anywhere.
 The SDKs are imported inside the methods: ``import envengineer`` stays light.
+
+Each request carries only the parameters its model family accepts (``envengineer.plugins.api_params``):
+a parameter the service refuses would turn every design step into a fallback. An answer with no
+text (a reasoning model that spent its token limit thinking) is a failed call whose error names the
+finish reason and the tokens used, not an empty proposal.
 """
 
 from __future__ import annotations
@@ -13,11 +18,12 @@ import os
 import time
 from typing import Any, Callable, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from envengineer.components import Engineer
 from envengineer.design import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply, factual_note, load_prompt, summary_prompt
 from envengineer.errors import ConfigError
+from envengineer.plugins.api_params import TokenField, chat_sampling, gemini_thinking_problem, sends_temperature
 
 SYSTEM_PROMPT = (
     "You are an environment engineer for reinforcement-learning training. You answer with analysis "
@@ -34,14 +40,25 @@ class LLMOptions(BaseModel):
     model: str = Field(..., description="model name sent to the API")
     api_key_env: str | None = Field(None, description="environment variable holding the API key")
     base_url: str | None = Field(None, description="API base URL (default: the provider's)")
-    temperature: float = Field(0.7, ge=0.0, le=2.0)
-    max_tokens: int = Field(4096, ge=16, description="most tokens in one answer")
+    temperature: float = Field(0.7, ge=0.0, le=2.0, description="sampling temperature, sent only where the model accepts one (see send_temperature)")
+    send_temperature: bool | None = Field(
+        None, description="send `temperature` (null: unless the model family fixes it, e.g. gpt-5, o3, kimi-k2.5)"
+    )
+    max_tokens: int = Field(4096, ge=16, description="most tokens in one answer (thinking models: thinking included)")
     timeout: float = Field(120.0, gt=0, description="seconds before one call times out")
     max_retries: int = Field(4, ge=0, le=20, description="retries of one call on 429, 5xx, timeouts, connection errors")
     backoff_initial: float = Field(1.0, ge=0, description="seconds before the first retry; doubled each time")
     backoff_max: float = Field(30.0, ge=0, description="longest wait between retries")
     system_prompt: str | None = Field(SYSTEM_PROMPT, description="system message (null: none)")
     summary_prompt_file: str | None = Field(None, description="a summary prompt template to use instead of the built-in one")
+
+
+class EmptyAnswer(Exception):
+    """The service answered, but with no text; the message says why (finish reason, tokens used)."""
+
+    def __init__(self, message: str, usage: dict[str, int]) -> None:
+        super().__init__(message)
+        self.usage = usage
 
 
 def call_with_retries(
@@ -52,22 +69,29 @@ def call_with_retries(
     max_retries: int,
     backoff_initial: float,
     backoff_max: float,
+    params: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, int], list[dict[str, Any]]]:
-    """Call ``fn`` until it succeeds or a non-retryable error / the retry limit; one record per call."""
+    """Call ``fn`` until it succeeds or a non-retryable error / the retry limit; one record per call.
+
+    ``params`` (the sampling parameters sent) goes into every record, so a refused request can be
+    read off ``calls.jsonl``.
+    """
     calls: list[dict[str, Any]] = []
+    sent = {"params": dict(params)} if params else {}
     for attempt in range(1, max_retries + 2):
         started = time.monotonic()
         try:
             text, usage = fn()
         except Exception as exc:
-            error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-            calls.append({"model": model, "attempt": attempt, "usage": {}, "latency_s": round(time.monotonic() - started, 3), "error": error})
+            error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"
+            usage = exc.usage if isinstance(exc, EmptyAnswer) else {}
+            calls.append({"model": model, "attempt": attempt, "usage": usage, "latency_s": round(time.monotonic() - started, 3), "error": error, **sent})
             if not retryable(exc) or attempt > max_retries:
                 why = "gave up after" if retryable(exc) else "non-retryable error after"
                 raise EngineerCallError(f"{why} {attempt} call(s): {error}", calls) from None
             time.sleep(min(backoff_max, backoff_initial * 2 ** (attempt - 1)))
             continue
-        calls.append({"model": model, "attempt": attempt, "usage": usage, "latency_s": round(time.monotonic() - started, 3), "error": None})
+        calls.append({"model": model, "attempt": attempt, "usage": usage, "latency_s": round(time.monotonic() - started, 3), "error": None, **sent})
         return text, usage, calls
     raise AssertionError("unreachable")
 
@@ -114,6 +138,10 @@ class APIEngineer(Engineer):
     def retryable(self, exc: BaseException) -> bool:
         return _transport_error(exc)
 
+    def request_params(self) -> dict[str, Any]:
+        """The sampling parameters each request sends (recorded with every call)."""
+        return {}
+
     def _messages(self, messages: list[dict[str, str]]) -> list[dict[str, str]]:
         system = [{"role": "system", "content": self.options.system_prompt}] if self.options.system_prompt else []
         return system + list(messages)
@@ -134,6 +162,7 @@ class APIEngineer(Engineer):
             max_retries=self.options.max_retries,
             backoff_initial=self.options.backoff_initial,
             backoff_max=self.options.backoff_max,
+            params=self.request_params(),
         )
         return EngineerReply(text=text, usage=usage, latency_s=time.monotonic() - started, model=self.options.model, attempts=len(calls), calls=calls)
 
@@ -161,6 +190,9 @@ class OpenAIOptions(LLMOptions):
     model: str = Field("gpt-5", description="model name sent to the API")
     api_key_env: str | None = Field("OPENAI_API_KEY", description="environment variable holding the API key")
     extra_body: dict[str, Any] = Field(default_factory=dict, description="extra JSON fields of each request (e.g. chat_template_kwargs for vLLM)")
+    max_tokens_field: TokenField | None = Field(
+        None, description="the request field that carries max_tokens (null: max_completion_tokens for OpenAI's endpoint and reasoning models, else max_tokens)"
+    )
 
 
 class OpenAIEngineer(APIEngineer):
@@ -182,17 +214,29 @@ class OpenAIEngineer(APIEngineer):
             )
         return self._client
 
+    def request_params(self) -> dict[str, Any]:
+        o = self.options
+        return chat_sampling(
+            o.model, o.base_url, temperature=o.temperature, max_tokens=o.max_tokens,
+            send_temperature=o.send_temperature, max_tokens_field=o.max_tokens_field,
+        )
+
+    def extra_body(self) -> dict[str, Any]:
+        return dict(self.options.extra_body)
+
     def complete(self, messages: list[dict[str, str]]) -> tuple[str, dict[str, int]]:
-        kwargs: dict[str, Any] = {"model": self.options.model, "messages": messages, "temperature": self.options.temperature, "max_tokens": self.options.max_tokens}
-        if self.options.extra_body:
-            kwargs["extra_body"] = self.options.extra_body
+        kwargs: dict[str, Any] = {"model": self.options.model, "messages": messages, **self.request_params()}
+        extra = self.extra_body()
+        if extra:
+            kwargs["extra_body"] = extra
         response = self.client().chat.completions.create(**kwargs)
-        text = (response.choices[0].message.content or "") if response.choices else ""
-        usage = response.usage
-        return text, {
-            "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
-            "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
-        }
+        choice = response.choices[0] if response.choices else None
+        text = (choice.message.content or "") if choice is not None else ""
+        usage = chat_usage(response.usage)
+        if not text.strip():
+            finish = getattr(choice, "finish_reason", None) if choice is not None else "no choices"
+            raise EmptyAnswer(empty_answer_message(self.options.model, finish, usage, self.options.max_tokens, "length"), usage)
+        return text, usage
 
     def retryable(self, exc: BaseException) -> bool:
         import openai
@@ -208,6 +252,7 @@ class KimiOptions(OpenAIOptions):
     model: str = Field("kimi-k2.5", description="Moonshot model name")
     api_key_env: str | None = Field("MOONSHOT_API_KEY", description="environment variable holding the API key")
     base_url: str | None = Field("https://api.moonshot.ai/v1", description="Moonshot's OpenAI-compatible endpoint")
+    thinking: bool | None = Field(None, description="kimi-k2.5 thinking mode: sent as thinking: {type: enabled|disabled} (null: the service's default, enabled)")
 
 
 class KimiEngineer(OpenAIEngineer):
@@ -215,6 +260,13 @@ class KimiEngineer(OpenAIEngineer):
     description: ClassVar[str] = "Kimi (Moonshot) through its OpenAI-compatible endpoint"
     Options: ClassVar[type[BaseModel]] = KimiOptions
     default_key_env: ClassVar[str | None] = "MOONSHOT_API_KEY"
+    options: KimiOptions
+
+    def extra_body(self) -> dict[str, Any]:
+        extra = super().extra_body()
+        if self.options.thinking is not None:
+            extra["thinking"] = {"type": "enabled" if self.options.thinking else "disabled"}
+        return extra
 
 
 class CompatibleOptions(OpenAIOptions):
@@ -243,6 +295,17 @@ class CompatibleEngineer(OpenAIEngineer):
 class GeminiOptions(LLMOptions):
     model: str = Field("gemini-2.5-pro", description="Gemini model name")
     api_key_env: str | None = Field("GEMINI_API_KEY", description="environment variable holding the API key")
+    thinking_budget: int | None = Field(
+        None, description="thinking tokens (ThinkingConfig.thinking_budget): -1 dynamic, 0 off where allowed; they count against max_tokens (null: the model's default)"
+    )
+
+    @field_validator("thinking_budget")
+    @classmethod
+    def _budget_in_range(cls, value: int | None, info: ValidationInfo) -> int | None:
+        problem = gemini_thinking_problem(str(info.data.get("model", "")), value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class GeminiEngineer(APIEngineer):
@@ -274,21 +337,43 @@ class GeminiEngineer(APIEngineer):
             for m in messages
             if m["role"] != "system"
         ]
+        params = self.request_params()
         config = types.GenerateContentConfig(
-            temperature=self.options.temperature,
-            max_output_tokens=self.options.max_tokens,
+            temperature=params.get("temperature"),
+            max_output_tokens=params["max_output_tokens"],
             system_instruction=system,
+            thinking_config=types.ThinkingConfig(thinking_budget=params["thinking_budget"]) if "thinking_budget" in params else None,
         )
         response = self.client().models.generate_content(model=self.options.model, contents=contents, config=config)
-        try:
-            text = response.text or ""
-        except Exception:
-            text = ""
-        usage = response.usage_metadata
-        return text, {
-            "prompt_tokens": int(getattr(usage, "prompt_token_count", 0) or 0),
-            "completion_tokens": int(getattr(usage, "candidates_token_count", 0) or 0),
+        candidate = response.candidates[0] if response.candidates else None
+        parts = (candidate.content.parts if candidate is not None and candidate.content is not None else None) or []
+        text = "".join(part.text for part in parts if part.text and not part.thought)
+        meta = response.usage_metadata
+        usage = {
+            "prompt_tokens": int(getattr(meta, "prompt_token_count", 0) or 0),
+            "completion_tokens": int(getattr(meta, "candidates_token_count", 0) or 0),
         }
+        thoughts = int(getattr(meta, "thoughts_token_count", 0) or 0)
+        if thoughts:  # counted into completion_tokens as OpenAI counts reasoning (and Gemini bills it)
+            usage["completion_tokens"] += thoughts
+            usage["reasoning_tokens"] = thoughts
+        if not text.strip():
+            if candidate is not None:
+                finish = _enum_name(candidate.finish_reason)
+            else:
+                blocked = getattr(response.prompt_feedback, "block_reason", None)
+                finish = f"no candidates (prompt blocked: {_enum_name(blocked)})" if blocked else "no candidates"
+            raise EmptyAnswer(empty_answer_message(self.options.model, finish, usage, self.options.max_tokens, "MAX_TOKENS"), usage)
+        return text, usage
+
+    def request_params(self) -> dict[str, Any]:
+        o = self.options
+        params: dict[str, Any] = {"max_output_tokens": o.max_tokens}
+        if sends_temperature(o.model, o.send_temperature):
+            params["temperature"] = o.temperature
+        if o.thinking_budget is not None:
+            params["thinking_budget"] = o.thinking_budget
+        return params
 
     def retryable(self, exc: BaseException) -> bool:
         from google.genai import errors
@@ -297,6 +382,33 @@ class GeminiEngineer(APIEngineer):
             code = int(getattr(exc, "code", 0) or 0)
             return code in (408, 429) or code >= 500
         return _transport_error(exc)
+
+
+def _enum_name(value: Any) -> str:
+    return str(getattr(value, "name", value))
+
+
+def chat_usage(usage: Any) -> dict[str, int]:
+    """Token counts of a chat-completions reply (reasoning tokens when the service reports them)."""
+    out = {
+        "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
+        "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
+    }
+    reasoning = int(getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", 0) or 0)
+    if reasoning:
+        out["reasoning_tokens"] = reasoning
+    return out
+
+
+def empty_answer_message(model: str, finish: Any, usage: dict[str, int], max_tokens: int, limit_reason: str) -> str:
+    """Why an answer came back without text, and what to change when the token limit was the cause."""
+    used = f"{usage.get('completion_tokens', 0)} output tokens"
+    if usage.get("reasoning_tokens"):
+        used += f", {usage['reasoning_tokens']} of them thinking"
+    message = f"{model} returned no text (finish reason {finish}; {used}; max_tokens {max_tokens})"
+    if str(finish) == limit_reason:
+        message += ": thinking used up max_tokens; raise max_tokens or lower the thinking budget"
+    return message
 
 
 ENGINEERS = (OpenAIEngineer, KimiEngineer, CompatibleEngineer, GeminiEngineer)
