@@ -273,7 +273,7 @@ def eval_command(
     for bench_name in bench:
         spec = registry.benchmark(bench_name)
         generator, validator = registry.task(spec.task, dict(spec.options))
-        if hasattr(sampler, "prepare"):
+        if sampler.has_weights:
             sampler = sampler.with_path(sampler.prepare(generator=generator))
         records = spread(read_jsonl(spec.path), limit)
         progress, advance = _progress(f"evaluating on {bench_name}", len(records))
@@ -287,6 +287,17 @@ def eval_command(
         if output:
             write_eval(output / bench_name, result)
             console.print(f"wrote {escape(str(output / bench_name))}")
+        if result.failed_calls:
+            calls = result.calls
+            err_console.print(
+                f"[yellow]{calls['failed']} of {calls['responses']} calls gave no answer (scored as empty responses); "
+                f"first error:[/] {escape(str(calls['first_error']))}",
+                highlight=False, soft_wrap=True,
+            )
+        if result.all_failed:
+            raise EnvEngineerError(
+                f"{bench_name}: every call to policy {name} failed, so its rates mean nothing; first error: {result.calls['first_error']}"
+            )
 
 
 @app.command()

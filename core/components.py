@@ -230,6 +230,13 @@ class Trainer(Component, abc.ABC):
 class Policy(Component, abc.ABC):
     """Samples responses from a policy (used by evaluation)."""
 
+    #: False for a model behind an API: no weights to prepare, train or load from a path.
+    has_weights: ClassVar[bool] = True
+
+    def failed_calls(self) -> Sequence[str]:
+        """Errors of the calls that gave no answer so far, oldest first (their responses are empty)."""
+        return ()
+
     @abc.abstractmethod
     def sample(self, prompts: Sequence[list[dict[str, str]] | str], *, n: int = 1) -> list[list[str]]:
         """``n`` responses per prompt."""

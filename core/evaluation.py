@@ -1,13 +1,15 @@
 """Evaluate a policy on a set of instances: sample, decode, score, aggregate.
 
 Rates are reported overall and per size, subset and hole ratio, with failure counts,
-and the paper's "Sum" over the wait-ratio subsets.
+and the paper's "Sum" over the wait-ratio subsets. A policy behind an API reports the calls
+that gave no answer (scored as empty responses); the summary records how many and the first
+error, so a refused request is never mistaken for a weak model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,21 @@ class EvalResult:
     responses: list[str]
     records: list[dict[str, Any]]
     settings: dict[str, Any]
+    failed_calls: list[str] = field(default_factory=list)  # errors of calls that gave no answer, oldest first
+    report_calls: bool = False  # record the calls section even when none failed (API policies)
+
+    @property
+    def calls(self) -> dict[str, Any]:
+        """Responses requested, calls that gave none, and the first such error."""
+        return {
+            "responses": len(self.responses),
+            "failed": len(self.failed_calls),
+            "first_error": self.failed_calls[0] if self.failed_calls else None,
+        }
+
+    @property
+    def all_failed(self) -> bool:
+        return bool(self.responses) and len(self.failed_calls) >= len(self.responses)
 
     def subset_sum(self) -> dict[str, float]:
         """The paper's aggregate: per-subset rates added up (valid and optimal)."""
@@ -40,6 +57,8 @@ class EvalResult:
         if self.summary.by.get("subset"):
             data["sum_over_subsets"] = self.subset_sum()
         data["settings"] = self.settings
+        if self.report_calls or self.failed_calls:
+            data["calls"] = self.calls
         return data
 
 
@@ -74,6 +93,7 @@ def evaluate(
 ) -> EvalResult:
     """Sample one response per record from ``policy`` and score it."""
     style = style or getattr(policy.options, "prompt_style", None) or "full"
+    failed_before = len(policy.failed_calls())
     responses: list[str] = []
     for start in range(0, len(records), batch_size):
         batch = records[start : start + batch_size]
@@ -89,7 +109,8 @@ def evaluate(
     orders = {"size": generator.groups()}
     summary = summarize(verdicts, [groups_of(generator, r) for r in records], orders=orders)
     settings = {"policy": policy.name, "prompt_style": style, **_sampling(policy)}
-    return EvalResult(summary, verdicts, responses, list(records), settings)
+    failed = list(policy.failed_calls())[failed_before:]
+    return EvalResult(summary, verdicts, responses, list(records), settings, failed_calls=failed, report_calls=not policy.has_weights)
 
 
 def _sampling(policy: Any) -> dict[str, Any]:
