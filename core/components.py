@@ -161,6 +161,20 @@ class Generator(Component, abc.ABC):
         """Task-specific text for the G context module: the task, the knobs, the rules."""
         return ""
 
+    def design_brief(self, budget: int | None = None) -> str:
+        """A few sentences every design prompt carries, whichever context modules are on: how
+        the training setting differs from the one the policy is judged on, and the hard
+        constraints of a configuration (``budget``: training instances per round)."""
+        per_round = f" at {budget} instances per round" if budget else ""
+        return (
+            "The policy trains on instances drawn from your configuration and is judged on held-out "
+            "evaluation sets it never trains on.\n\n"
+            "Constraints on the configuration:\n"
+            "- Change only the generator configuration's fields; unknown fields are ignored and "
+            "out-of-range values clipped.\n"
+            f"- The training budget is fixed{per_round}."
+        )
+
     def reference_answer(self, record: Mapping[str, Any]) -> str:
         """An optimal answer in the policy's answer format (for checks and warm starts)."""
         raise NotImplementedError(f"task {self.name!r} has no reference solver")

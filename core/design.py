@@ -193,20 +193,34 @@ def analysis_prompt(evidence: Evidence, context: str, config: Any, template: str
         rounds_total=evidence.rounds_total,
         task=getattr(evidence.task, "name", "the task"),
         budget=evidence.budget or "the fixed",
+        brief=evidence.task.design_brief(evidence.budget or None).strip(),
     )
+
+
+def _groups_text(evidence: Evidence) -> str:
+    """The evidence's groups for the summary prompt, e.g. ``size groups (3x3, 4x4, ...)``."""
+    dims = [dim for dim, values in (evidence.report.get("by") or {}).items() if values]
+    names = [str(g) for g in evidence.task.groups()]
+    kind = f"{dims[0]} groups" if dims else "groups"
+    return f"{kind} ({', '.join(names)})" if names and names != ["all"] else kind
 
 
 def summary_prompt(request: DesignRequest, outcome: DesignOutcome, template: str | None = None) -> str:
     changes = "\n".join(f"- {c.field}: {c.proposed!r} -> {c.applied!r} ({c.reason})" for c in getattr(outcome.projection, "changes", ()))
+    differ = "\n".join(f"- {name}: {old} -> {new}" for name, old, new in diff_rows(request.current_config, outcome.config))
+    evidence = request.evidence
     return fill_prompt(
         template if template is not None else load_prompt("summary"),
         context=request.context.rstrip(),
         previous_config=_config_yaml(request.current_config),
         config=_config_yaml(outcome.config),
+        config_changes=differ or "- none",
         projection=changes or "- none",
         fallback="yes: " + outcome.reason if outcome.fallback else "no",
-        round=request.evidence.round + 1,
-        next_round=request.evidence.round + 2,
+        round=evidence.round + 1,
+        next_round=evidence.round + 2,
+        groups=_groups_text(evidence),
+        failure_types=", ".join(evidence.failure_types) or "as named in the evidence",
     )
 
 

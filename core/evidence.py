@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from envengineer.errors import ConfigError, InputError
 
@@ -52,18 +52,22 @@ class Evidence:
 
 MODULE_NAMES = ("F", "G", "H", "S", "T")
 
-#: Our reading of the paper's six context variants (paper.md): V1–V3 start from a
-#: random round-0 config and add modules one at a time; V4 is V3 with the non-random
-#: start; V5 adds the engineer's own summary S; V6 (the adopted framework) adds
-#: bookkeeping-only training details T.
+#: Our reading of the paper's six context variants (docs/context.md). The paper's summary
+#: fixes only V4 (no random round-0 config), V5/V6 (add S) and V6 = V4 + S + T; the rest is
+#: our reading: V1–V3 start from a random round-0 config and add one module each, V4 is V3
+#: started from the uniform config. ``start`` is the round-0 config; the other reading of V4
+#: (random start, round 0 left out of the history) is ``{preset: V4, start: random,
+#: options: {H: {omit_round0: true}}}``.
 PRESETS: dict[str, dict[str, Any]] = {
-    "V1": {"modules": ["F"], "T": None, "initial_config": "random"},
-    "V2": {"modules": ["F", "G"], "T": None, "initial_config": "random"},
-    "V3": {"modules": ["F", "G", "H"], "T": None, "initial_config": "random"},
-    "V4": {"modules": ["F", "G", "H"], "T": None, "initial_config": "uniform"},
-    "V5": {"modules": ["F", "G", "H", "S"], "T": None, "initial_config": "uniform"},
-    "V6": {"modules": ["F", "G", "H", "S", "T"], "T": "bookkeeping", "initial_config": "uniform"},
+    "V1": {"modules": ["F"], "T": None, "start": "random"},
+    "V2": {"modules": ["F", "G"], "T": None, "start": "random"},
+    "V3": {"modules": ["F", "G", "H"], "T": None, "start": "random"},
+    "V4": {"modules": ["F", "G", "H"], "T": None, "start": "uniform"},
+    "V5": {"modules": ["F", "G", "H", "S"], "T": None, "start": "uniform"},
+    "V6": {"modules": ["F", "G", "H", "S", "T"], "T": "bookkeeping", "start": "uniform"},
 }
+#: Round-0 starts every task has; anything else given as a start is a config file's path.
+BUILTIN_STARTS = ("uniform", "random")
 DEFAULT_PRESET = "V6"
 
 
@@ -71,8 +75,9 @@ class ContextSpec(BaseModel):
     """The run config's ``context:`` section: ``{preset: V6}`` or ``{modules: [F, G, H, S], T: bookkeeping}``.
 
     ``T`` given with a preset overrides the preset's T mode (``{preset: V6, T: full}``)
-    and adds T when the preset lacks it. ``options`` passes options to a module by name
-    (``{F: {examples: 5}}``).
+    and adds T when the preset lacks it. ``start`` overrides the preset's round-0 config
+    (``uniform``, ``random`` or a config file). ``options`` passes options to a module by
+    name (``{F: {examples: 5}, H: {omit_round0: true}}``).
     """
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -80,8 +85,15 @@ class ContextSpec(BaseModel):
     preset: Literal["V1", "V2", "V3", "V4", "V5", "V6"] | None = None
     modules: list[str] | None = Field(None, description="context modules in prompt order")
     T: Literal["full", "bookkeeping"] | None = Field(None, description="training-detail mode; adds T to the modules")
-    initial_config: Literal["random", "uniform"] | None = Field(None, description="round-0 config (default: the preset's)")
+    start: str | None = Field(None, description="round-0 config: uniform | random | path/to/config.yaml (default: the preset's; uniform for a module list)")
     options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="per-module options by module name")
+
+    @field_validator("start")
+    @classmethod
+    def _start_named(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError(f"give {' or '.join(BUILTIN_STARTS)} or the path of a generator config file")
+        return value.strip() if value is not None else None
 
     @model_validator(mode="after")
     def _one_choice(self) -> "ContextSpec":
@@ -110,17 +122,18 @@ def parse_context_spec(spec: ContextSpec | dict[str, Any] | str | None) -> Conte
 
 
 def resolve_context(spec: ContextSpec | dict[str, Any] | str | None) -> tuple[list[tuple[str, dict[str, Any]]], str]:
-    """The modules (name, options) in prompt order, and the round-0 start ("random" | "uniform")."""
+    """The modules (name, options) in prompt order, and the context's round-0 start
+    ("uniform", "random" or a config file's path; see :func:`choose_start` for the run's)."""
     spec = parse_context_spec(spec)
     if spec.modules is None:
         preset = PRESETS[spec.preset or DEFAULT_PRESET]
         names = list(preset["modules"])
         t_mode = spec.T or preset["T"]
-        initial = spec.initial_config or preset["initial_config"]
+        start = spec.start or preset["start"]
     else:
         names = list(spec.modules)
         t_mode = spec.T
-        initial = spec.initial_config or "uniform"
+        start = spec.start or "uniform"
     if t_mode is not None and "T" not in names:
         names.append("T")
     resolved = []
@@ -132,7 +145,35 @@ def resolve_context(spec: ContextSpec | dict[str, Any] | str | None) -> tuple[li
     unknown = set(spec.options) - set(names)
     if unknown:
         raise ConfigError(f"context.options: options for modules not in use: {', '.join(sorted(unknown))}")
-    return resolved, initial
+    return resolved, start
+
+
+def choose_start(spec: ContextSpec | dict[str, Any] | str | None, initial_config: str | None = None, generator: Any = None) -> str:
+    """The run's round-0 config: the run config's ``initial_config`` or ``context.start``
+    (the same setting, give at most one), else the preset's start.
+
+    With ``generator``, a config file is read and validated now, so a bad path fails before
+    any training rather than at round 0.
+    """
+    spec = parse_context_spec(spec)
+    _, start = resolve_context(spec)
+    where = "context.start"
+    if initial_config is not None:
+        if spec.start is not None and spec.start != initial_config.strip():
+            raise ConfigError(
+                f"initial_config: {initial_config!r} disagrees with context.start {spec.start!r}; "
+                "they are the same setting, give it once"
+            )
+        start, where = initial_config.strip(), "initial_config"
+    if not start:
+        raise ConfigError(f"{where}: give {' or '.join(BUILTIN_STARTS)} or the path of a generator config file")
+    if generator is not None and start not in BUILTIN_STARTS:
+        if not Path(start).is_file():
+            raise ConfigError(f"{where}: {start}: no such file (give {' or '.join(BUILTIN_STARTS)} or the path of a generator config file)")
+        from envengineer.taskops import load_generator_config
+
+        load_generator_config(generator, start)  # raises ConfigError naming the file and field
+    return start
 
 
 def compose_context(registry: Any, spec: ContextSpec | dict[str, Any] | str | None, evidence: Evidence) -> str:
@@ -243,7 +284,7 @@ def load_evidence(run_dir: str | Path, round: int, registry: Any, *, max_example
     training = _read_json(details_path) if details_path.exists() else {}
     budget = int(run.get("budget") or 0)
     rounds_total = int(run.get("rounds") or round + 1)
-    training.setdefault("bookkeeping", {"round": round, "rounds_total": rounds_total, "budget": budget})
+    training.setdefault("bookkeeping", {"round": round, "rounds_total": rounds_total})
     return Evidence(
         task=task,
         round=round,

@@ -62,7 +62,7 @@ class RunConfig(BaseModel):
     rounds: int = Field(3, ge=1, le=1000)
     seed: int = 0
     budget: int = Field(4000, ge=1, description="training instances per round")
-    initial_config: str | None = Field(None, description="uniform | random | path/to/config.yaml (default: the context preset's)")
+    initial_config: str | None = Field(None, description="uniform | random | path/to/config.yaml; the same setting as context.start, give one (default: the context preset's)")
     context: dict[str, Any] | str = Field(default_factory=lambda: {"preset": "V6"})
     engineer: dict[str, Any] = Field(default_factory=lambda: {"name": "heuristic"})
     policy: dict[str, Any] = Field(default_factory=lambda: {"name": "tiny"})
@@ -91,7 +91,7 @@ class ResolvedRun:
     trainer: Any
     context: Any
     run_dir: Path
-    context_initial: str = "uniform"  # the context preset's round-0 config
+    context_initial: str = "uniform"  # the round-0 config: initial_config, context.start or the preset's
 
 
 def _section(registry: Registry, kind: str, section: dict[str, Any], where: str) -> Any:
@@ -111,7 +111,7 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
 
 def resolve(config: RunConfig, registry: Registry, *, base_dir: Path | None = None) -> ResolvedRun:
     """Instantiate every component; each section's errors name their path."""
-    from envengineer.evidence import parse_context_spec, resolve_context
+    from envengineer.evidence import choose_start, parse_context_spec
 
     task_options = dict(config.task)
     generator = registry.create("generator", task_options["name"], task_options, where="task")
@@ -131,7 +131,7 @@ def resolve(config: RunConfig, registry: Registry, *, base_dir: Path | None = No
     run_dir = Path(config.output) if config.output else Path("runs") / config.name
     if not run_dir.is_absolute():
         run_dir = base / run_dir
-    _, initial = resolve_context(context)
+    initial = choose_start(context, config.initial_config, generator)
     return ResolvedRun(config, generator, validator, engineer, policy, trainer, context, run_dir, initial)
 
 

@@ -151,6 +151,7 @@ class HistoryOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_rounds: int = Field(4, ge=2, le=100, description="rounds shown in full; the middle of a longer history is summarised one line per round")
+    omit_round0: bool = Field(False, description="leave round 0 (trained on the round-0 config) out of the history: one reading of the paper's V4")
 
 
 def _knob_table(config: Mapping[str, Any], groups: list[str]) -> tuple[str, dict[str, dict[str, Any]]] | None:
@@ -216,6 +217,10 @@ class History(ContextModule):
 
     def render(self, evidence: Evidence) -> str:
         records = [*evidence.history, RoundRecord(evidence.round, evidence.config, evidence.report)]
+        if self.options.omit_round0:
+            records = [r for r in records if r.round != 0]
+            if not records:
+                return ""
         labels = {r.round: f"Round {r.round + 1}" + (" (the round just finished)" if r.round == evidence.round else "") for r in records}
         keep = self.options.max_rounds
         if len(records) <= keep:
@@ -263,33 +268,33 @@ class OwnSummary(ContextModule):
 class TrainingOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    mode: Literal["full", "bookkeeping"] = Field("bookkeeping", description="full RL details, or round/epoch/step counts only")
+    mode: Literal["full", "bookkeeping"] = Field("bookkeeping", description="round and epoch counts only, or those and the trainer's settings")
 
 
 class TrainingDetails(ContextModule):
+    """``bookkeeping``: where the loop stands (round n of N, epochs per round) and nothing about
+    the optimisation; ``full`` adds the trainer's own settings (``Trainer.describe()``, as
+    recorded in the round's ``train/details.json``)."""
+
     name: ClassVar[str] = "T"
     title: ClassVar[str] = "Training details"
-    description: ClassVar[str] = "RL training details: full (algorithm, optimiser, KL, batch sizes) or bookkeeping only"
+    description: ClassVar[str] = "RL training details: full (algorithm, optimiser, KL, batch sizes) or bookkeeping (round and epoch counts)"
     Options: ClassVar[type[BaseModel]] = TrainingOptions
 
     def render(self, evidence: Evidence) -> str:
-        book = dict(evidence.training.get("bookkeeping") or {})
-        book.setdefault("round", evidence.round)
-        book.setdefault("rounds_total", evidence.rounds_total)
-        if evidence.budget:
-            book.setdefault("budget", evidence.budget)
-        parts = [f"Round {int(book.pop('round')) + 1} of {book.pop('rounds_total')} finished."]
-        labels = {"epochs": "epochs per round", "steps": "optimiser steps this round", "budget": "training instances per round"}
-        facts = [f"{labels.get(k, k)}: {_num(v)}" for k, v in book.items() if v is not None]
-        if facts:
-            parts.append("; ".join(facts) + ".")
-        text = " ".join(parts)
+        # The recorded bookkeeping also holds steps and budget; the paper's bookkeeping T is
+        # round and epoch counts only, so nothing else is read from it.
+        book = evidence.training.get("bookkeeping") or {}
+        text = f"Round {int(book.get('round', evidence.round)) + 1} of {book.get('rounds_total') or evidence.rounds_total} finished."
+        epochs = book.get("epochs")
+        if isinstance(epochs, (int, float)) and not isinstance(epochs, bool):
+            text += f" Each round trains for {_num(epochs)} epoch{'' if epochs == 1 else 's'} over its training set."
         if self.options.mode == "full":
             full = evidence.training.get("full") or {}
             if full:
-                text += "\n\n```yaml\n" + yaml.safe_dump(full, sort_keys=False, allow_unicode=True).rstrip() + "\n```"
+                text += "\n\nTrainer settings:\n\n```yaml\n" + yaml.safe_dump(dict(full), sort_keys=False, allow_unicode=True).rstrip() + "\n```"
             else:
-                text += "\n\n(The trainer reported no further details.)"
+                text += "\n\n(The trainer reported no settings.)"
         return text
 
 

@@ -1,9 +1,11 @@
 """Context modules and presets: snapshots on a recorded round, presets, history shortening, safety."""
 
 import os
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from envengineer.errors import ConfigError
 from envengineer.evidence import PRESETS, RoundRecord, compose_context, load_evidence, resolve_context
@@ -51,7 +53,8 @@ def test_presets_read_as_documented():
     assert names(None) == names("V6")
 
 
-@pytest.mark.parametrize("bad", [{"preset": "V7"}, {"preset": "V6", "modules": ["F"]}, {"modules": ["F", "F"]}, {"presets": "V6"}, {"T": "partial"}])
+@pytest.mark.parametrize("bad", [{"preset": "V7"}, {"preset": "V6", "modules": ["F"]}, {"modules": ["F", "F"]}, {"presets": "V6"}, {"T": "partial"},
+                                 {"start": " "}, {"start": 3}, {"initial_config": "random"}])
 def test_bad_context_sections_name_the_field(bad):
     with pytest.raises(ConfigError, match="context"):
         resolve_context(bad)
@@ -89,3 +92,126 @@ def test_summary_module_is_empty_without_notes(registry, evidence):
     evidence.summaries = []
     assert registry.create("context_module", "S", {}).render(evidence) == ""
     assert "## Your summary" not in compose_context(registry, "V6", evidence)
+
+
+# ------------------------------------------------------------ what the engineer sees
+
+
+def test_analysis_prompt_snapshot(registry, evidence):
+    from envengineer.design import build_request
+
+    check_snapshot("prompt-analysis-V6", build_request(evidence, registry, "V6").prompt)
+
+
+def test_summary_prompt_snapshot(registry, evidence):
+    from envengineer.design import DesignOutcome, build_request, summary_prompt
+
+    request = build_request(evidence, registry, "V6")
+    projection = evidence.task.project({"sizes": {"9x9": {"ratio": 0.2, "wait_ratio": 0.5}}}, request.current_config)
+    outcome = DesignOutcome(config=projection.config, projection=projection, fallback=False, reason="")
+    text = summary_prompt(request, outcome)
+    check_snapshot("prompt-summary-V6", text)
+    assert "- sizes.9x9.wait_ratio: 0.3 -> 0.5" in text
+    assert "size groups (3x3, 4x4, 5x5, 6x6, 7x7, 8x8, 9x9, 10x10)" in text and "(parse, " in text
+
+
+@pytest.mark.parametrize("preset", ["V1", "V6"])
+def test_every_prompt_states_the_setting_and_the_constraints(preset, registry, evidence):
+    """Even without G: training on 2 agents vs held-out 3-5 agents, continual rounds, the hard rules."""
+    from envengineer.design import build_request
+
+    prompt = build_request(evidence, registry, preset).prompt
+    assert ("## Task guidelines (G)" in prompt) == (preset == "V6")
+    assert "every training instance has 2 agents" in prompt and "held-out benchmarks with 3, 4 and 5 agents" in prompt
+    assert "It trains the\ncheckpoint that round 2 produced" in prompt
+    assert "Keep all 8 map sizes (3x3 to 10x10)" in prompt and "ratios sum to 1" in prompt
+    assert "The budget is fixed at 4000 instances per round" in prompt
+
+
+def test_design_brief_follows_the_task_options(registry):
+    three = registry.create("generator", "mapf-frozenlake", {"agents": 3}).design_brief(100)
+    assert "has 3 agents" in three and "with 4 and 5 agents" in three and "fixed at 100 instances" in three
+    five = registry.create("generator", "mapf-frozenlake", {"agents": 5}).design_brief()
+    assert "held-out benchmarks it never trains on" in five and "The budget is fixed:" in five
+
+
+def test_default_design_brief_is_task_neutral(registry):
+    from envengineer.components import Generator
+
+    text = Generator.design_brief(registry.create("generator", "mapf-frozenlake", {}), 50)  # the base class's text
+    assert "fixed at 50 instances per round" in text and "held-out" in text
+    assert not re.search(r"\b(agents?|sizes?|ratios?|MAPF)\b", text)
+
+
+# ------------------------------------------------------------------ T bookkeeping vs full
+
+
+def test_bookkeeping_shows_round_and_epochs_only(registry, evidence):
+    text = registry.create("context_module", "T", {"mode": "bookkeeping"}).render(evidence)
+    assert text == "Round 2 of 3 finished. Each round trains for 3 epochs over its training set."
+    evidence.training = {}  # a trainer that recorded nothing: the round still shows
+    assert registry.create("context_module", "T", {}).render(evidence) == "Round 2 of 3 finished."
+
+
+def test_full_training_details_show_the_recorded_settings(registry, evidence):
+    text = registry.create("context_module", "T", {"mode": "full"}).render(evidence)
+    for line in ("algorithm: GRPO", "optimizer: AdamW", "kl_coef: 0.001", "batch_size: 32"):
+        assert line in text
+    assert "375" not in text and "4000" not in text  # steps and budget are not settings
+
+
+# ------------------------------------------------------------------ V4's two readings
+
+
+def test_omit_round0_leaves_round_0_out_of_the_history(registry, evidence):
+    text = registry.create("context_module", "H", {"omit_round0": True}).render(evidence)
+    assert text.startswith("Round 2 (the round just finished)") and "Round 1:" not in text
+
+
+def test_round0_only_history_is_left_out_when_omitted(registry, recorded_run):
+    first = load_evidence(recorded_run, 0, registry)
+    assert registry.create("context_module", "H", {"omit_round0": True}).render(first) == ""
+    spec = {"preset": "V4", "start": "random", "options": {"H": {"omit_round0": True}}}
+    text = compose_context(registry, spec, first)
+    assert "## Failure breakdown (F)" in text and "## Task guidelines (G)" in text and "## Configuration–failure history (H)" not in text
+    assert resolve_context(spec)[1] == "random"
+
+
+def test_round0_start_has_one_source(registry, tmp_path):
+    from envengineer.evidence import choose_start
+    from envengineer.tasks.mapf_frozenlake.config import uniform_config
+
+    generator = registry.create("generator", "mapf-frozenlake", {})
+    assert choose_start("V3") == "random" and choose_start("V4") == "uniform" and choose_start({"modules": ["F"]}) == "uniform"
+    assert choose_start({"preset": "V4", "start": "random"}) == "random"
+    assert choose_start("V3", "uniform") == "uniform"  # the run config's initial_config overrides the preset
+    assert choose_start({"preset": "V4", "start": "random"}, "random") == "random"  # the same value twice is fine
+    with pytest.raises(ConfigError, match="initial_config: 'uniform' disagrees with context.start 'random'"):
+        choose_start({"preset": "V4", "start": "random"}, "uniform")
+    with pytest.raises(ConfigError, match=r"context.start: .*missing.yaml: no such file"):
+        choose_start({"preset": "V4", "start": str(tmp_path / "missing.yaml")}, None, generator)
+    with pytest.raises(ConfigError, match=r"initial_config: .*missing.yaml: no such file"):
+        choose_start("V4", str(tmp_path / "missing.yaml"), generator)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sizes: {3x3: {ratio: 2}}\n")
+    with pytest.raises(ConfigError, match="bad.yaml"):
+        choose_start({"modules": ["F"], "start": str(bad)}, None, generator)
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(uniform_config().model_dump()))
+    assert choose_start({"preset": "V1", "start": str(good)}, None, generator) == str(good)
+
+
+def test_run_config_chooses_the_other_reading_of_v4(registry, tmp_path):
+    from envengineer.runconfig import parse_run_config, resolve
+
+    data = {"name": "v4-random", "context": {"preset": "V4", "start": "random", "options": {"H": {"omit_round0": True}}}}
+    run = resolve(parse_run_config(data), registry, base_dir=tmp_path)
+    assert run.context_initial == "random"
+    assert dict(resolve_context(run.context)[0])["H"] == {"omit_round0": True}
+    with pytest.raises(ConfigError, match="disagrees with context.start"):
+        resolve(parse_run_config({**data, "initial_config": "uniform"}), registry, base_dir=tmp_path)
+
+
+def test_bad_module_option_names_its_path(registry, evidence):
+    with pytest.raises(ConfigError, match=r"context\.options\.H\.omit_round0"):
+        compose_context(registry, {"preset": "V4", "options": {"H": {"omit_round0": "often"}}}, evidence)

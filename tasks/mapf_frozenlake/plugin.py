@@ -94,6 +94,12 @@ class MapfGenerator(Generator):
     def guidelines(self) -> str:
         return prompts.guidelines(self.options.agents)
 
+    def design_brief(self, budget: int | None = None) -> str:
+        from envengineer.tasks.mapf_frozenlake.benchmarks import specs
+
+        held_out = sorted({b.options["agents"] for b in specs() if b.options.get("agents", 0) > self.options.agents})
+        return prompts.design_brief(self.options.agents, held_out, budget)
+
     def reference_answer(self, record: Mapping[str, Any]) -> str:
         from envengineer.tasks.mapf_frozenlake.answer import format_answer
         from envengineer.tasks.mapf_frozenlake.solver import solve

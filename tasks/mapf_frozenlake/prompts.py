@@ -11,9 +11,12 @@ scoring, so the validator only ever sees one format.
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from envengineer.tasks.mapf_frozenlake import SIZE_NAMES
+from envengineer.tasks.mapf_frozenlake.config import HOLE_RATIO_MAX, RATIO_FLOOR
 from envengineer.tasks.mapf_frozenlake.instance import Cell, Instance
 
 STYLES = ("full", "compact")
@@ -149,9 +152,38 @@ def compact_answer_end(text: str, starts: Sequence[Sequence[int]], goals: Sequen
     return _read_compact(text, starts, goals)[1]
 
 
+def constraint_rules(budget: int | None = None) -> list[str]:
+    """The hard rules of a configuration: in the G module, and in every design prompt."""
+    per_round = f" at {budget} instances per round" if budget else ""
+    return [
+        f"Keep all {len(SIZE_NAMES)} map sizes ({SIZE_NAMES[0]} to {SIZE_NAMES[-1]}); every ratio stays at or above {RATIO_FLOOR} and the ratios sum to 1.",
+        f"The budget is fixed{per_round}: raising one size's ratio lowers the others.",
+        f"Change only ratio, hole_ratio and wait_ratio. hole_ratio is between 0 and {HOLE_RATIO_MAX}; wait_ratio between 0 and 1.",
+    ]
+
+
+def design_brief(agents: int, held_out: Sequence[int], budget: int | None = None) -> str:
+    """The training-versus-evaluation setting and the hard rules, for every design prompt."""
+    if held_out:
+        counts = ", ".join(map(str, held_out[:-1])) + (" and " if len(held_out) > 1 else "") + str(held_out[-1])
+        judged = (f"the policy is judged on held-out benchmarks with {counts} agents on the same kind of maps, which are "
+                  "harder (more agents to coordinate, more conflicts and waits)")
+    else:
+        judged = "the policy is judged on held-out benchmarks it never trains on"
+    setting = textwrap.fill(
+        f"Training and evaluation differ: every training instance has {agents} agent{'s' if agents != 1 else ''}, "
+        f"while {judged}. Favour training data that builds skills which carry over (coordination, waiting, "
+        "detours) over squeezing the last points out of the training setting.",
+        width=100,
+    )
+    rules = "\n".join(f"- {rule}" for rule in constraint_rules(budget))
+    return f"{setting}\n\nConstraints on the configuration:\n{rules}"
+
+
 def guidelines(agents: int, budget: int | None = None) -> str:
     """The task-specific part of the G context module."""
     budget_text = f" ({budget} per round)" if budget else ""
+    rules = "\n".join(f"- {rule}" for rule in constraint_rules(budget))
     return f"""\
 Task: MAPF-FrozenLake. The policy plans collision-free paths for {agents} agents on N×N grids of
 frozen cells (F) and holes (H); a response is valid when all eight checks pass (parse, agent count,
@@ -164,10 +196,8 @@ The training generator has one set of knobs per map size (3x3, 4x4, ..., 10x10):
   because of another agent (more: more coordination, more conflict practice).
 
 Rules for a new configuration:
-- Keep all eight sizes; every ratio stays at or above 0.02 and the ratios sum to 1.
-- The budget is fixed: raising one size's ratio lowers the others.
+{rules}
 - Keep an easy-to-hard progression across sizes; do not make every size maximally hard.
-- Change only ratio, hole_ratio and wait_ratio. hole_ratio is between 0 and 0.5; wait_ratio between 0 and 1.
 - Answer with one fenced YAML block that contains only the fields you change, for example:
 ```yaml
 sizes:
