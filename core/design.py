@@ -41,6 +41,7 @@ class DesignRequest:
     generator: Any  # the task's Generator component
     policy_path: str | None = None  # the current policy checkpoint (for the checkpoint engineer)
     base_policy_path: str | None = None  # the starting weights (for the base engineer)
+    chat_template_kwargs: dict[str, Any] | None = None  # the policy's chat-template options (checkpoint/base engineers)
     followups: list[dict[str, str]] = field(default_factory=list)  # a re-ask's extra turns
     seed: int = 0
 
@@ -234,6 +235,7 @@ def build_request(
     base_policy_path: str | None = None,
     prompt_path: str | Path | None = None,
     seed: int = 0,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> DesignRequest:
     """Compose the context, fill the analysis prompt, and wrap it all in a :class:`DesignRequest`."""
     from envengineer.evidence import compose_context
@@ -252,6 +254,7 @@ def build_request(
         generator=generator,
         policy_path=policy_path,
         base_policy_path=base_policy_path,
+        chat_template_kwargs=chat_template_kwargs,
         seed=seed,
     )
 
@@ -497,23 +500,34 @@ def engineer_section(run_dir: Path, name: str | None, config_file: Path | None) 
 
 
 def propose_offline(registry: Any, run_dir: Path, round: int, engineer: str | None, config_file: Path | None, *, out_dir: Path | None = None, reask: int = 1) -> tuple[DesignRequest, DesignOutcome]:
-    """Run an engineer on a recorded round's evidence, without training (``envengineer propose``)."""
-    from envengineer.evidence import load_evidence, round_dir
+    """Run an engineer on a recorded round's evidence, without training (``envengineer propose``).
+
+    The checkpoint and base engineers get the models the run itself used: the round's
+    trained checkpoint and the base policy its ``pretrain`` step recorded; the analysis
+    prompt is the run's own ``design.prompt_file`` when it set one.
+    """
+    from envengineer.evidence import load_evidence
+    from envengineer.loop import round_seed
+    from envengineer.rundir import RunDir
 
     run_dir = Path(run_dir)
     name, options = engineer_section(run_dir, engineer, config_file)
     instance = registry.create("engineer", name, options, where=f"engineer.{name}")
     evidence = load_evidence(run_dir, round, registry)
     run = _run_config(run_dir)
-    checkpoint = round_dir(run_dir, round) / "checkpoint"
-    policy = run.get("policy") or {}
+    records = RunDir(run_dir)
+    checkpoint, base = records.checkpoint(round), records.base_policy()
+    section = run.get("design")
+    prompt_file = section.get("prompt_file") if isinstance(section, dict) else None
     request = build_request(
         evidence,
         registry,
         run.get("context") or None,
-        policy_path=str(checkpoint) if checkpoint.exists() else None,
-        base_policy_path=policy.get("path") if isinstance(policy, dict) else None,
-        seed=int(run.get("seed") or 0),
+        policy_path=str(checkpoint),  # even when gone: the engineer's error then names the path
+        base_policy_path=str(base) if base is not None else None,
+        prompt_path=prompt_file if isinstance(prompt_file, str) else None,
+        seed=round_seed(int(run.get("seed") or 0), round),  # the seed the loop's design step had
+        chat_template_kwargs=policy.get("chat_template_kwargs") if isinstance(policy := run.get("policy"), dict) else None,
     )
     return request, design(instance, request, out_dir=out_dir, reask=reask)
 

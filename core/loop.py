@@ -19,17 +19,32 @@ from rich.markup import escape
 from rich.table import Table
 
 from envengineer.display import progress_bar, stage_progress
-from envengineer.errors import ConfigError
+from envengineer.errors import ConfigError, EnvEngineerError
 from envengineer.fileio import read_jsonl, read_yaml, write_json, write_jsonl, write_yaml
 from envengineer.metrics import Rates
-from envengineer.runview import paired_with_base, read_verdicts
+from envengineer.runview import design_alarm, fallback_streak, latest_designs, paired_with_base, read_verdicts
 from envengineer.registry import Registry
 from envengineer.rundir import RunDir
-from envengineer.runconfig import ResolvedRun
+from envengineer.runconfig import ResolvedRun, parse_run_config
+
+#: Settings that decide whether a run stops, never what it produces: a resumed run may change them.
+GUARDS = (("design", "max_fallbacks"),)
+
+
+class FallbackLimitError(EnvEngineerError):
+    """An LLM engineer fell back ``design.max_fallbacks`` times in a row: the experiment is broken."""
 
 
 def round_seed(seed: int, round: int) -> int:
     return seed * 1_000_003 + round
+
+
+def _without_guards(config: dict[str, Any]) -> dict[str, Any]:
+    out = dict(config)
+    for section, key in GUARDS:
+        if isinstance(out.get(section), dict):
+            out[section] = {k: v for k, v in out[section].items() if k != key}
+    return out
 
 
 @dataclass
@@ -42,6 +57,8 @@ class Loop:
         self.dir = RunDir(self.run.run_dir)
         self.cfg = self.run.config
         self.style = getattr(self.run.policy.options, "prompt_style", None) or "full"
+        # one rendering of chat prompts for training, evaluation and the checkpoint/base engineers
+        self.chat_template_kwargs = getattr(self.run.policy.options, "chat_template_kwargs", None)
         self.hook = self.registry.pm.hook
 
     # ------------------------------------------------------------- helpers
@@ -77,13 +94,11 @@ class Loop:
             return False
         return round is None or when == "all" or round == self.cfg.rounds - 1
 
-    def checkpoint(self, round: int) -> Path:
-        return self.dir.round_dir(round) / "train" / "checkpoint"
-
     def base_path(self) -> Path:
-        line = self.dir.done("pretrain")
-        assert line is not None
-        return Path(line["base"])
+        path = self.dir.base_policy()
+        if path is None:
+            raise EnvEngineerError(f"{self.dir.history_path}: no pretrain step records the base policy")
+        return path
 
     # --------------------------------------------------------------- steps
     def start(self) -> None:
@@ -91,12 +106,20 @@ class Loop:
         resolved = self.cfg.model_dump(mode="json")
         if self.dir.run_yaml.exists():
             existing = read_yaml(self.dir.run_yaml)
-            if existing != resolved:
-                changed = sorted(k for k in set(existing or {}) | set(resolved) if (existing or {}).get(k) != resolved.get(k))
+            try:  # through the model: a field added since (with its default) is not a difference
+                existing = parse_run_config(existing, str(self.dir.run_yaml)).model_dump(mode="json")
+            except ConfigError:
+                pass  # compared as written; the differing fields are named below
+            existing = existing if isinstance(existing, dict) else {}
+            ours, theirs = _without_guards(resolved), _without_guards(existing)
+            if theirs != ours:
+                changed = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
                 raise ConfigError(
                     f"{self.dir.run_yaml}: the run directory holds a different run (fields differ: {', '.join(changed)}); "
                     "resume with the same config or choose another output"
                 )
+            if existing != resolved:
+                write_yaml(self.dir.run_yaml, resolved)  # record the guard now in force
         else:
             write_yaml(self.dir.run_yaml, resolved)
         for path in self.dir.clean():
@@ -160,13 +183,14 @@ class Loop:
 
         started = time.monotonic()
         records = read_jsonl(self.dir.round_dir(round) / "train.jsonl")
-        policy_path = self.base_path() if round == 0 else self.checkpoint(round - 1)
+        policy_path = self.base_path() if round == 0 else self.dir.checkpoint(round - 1)
         self.console.print(f"[bold]round {round}: training[/] on {len(records)} instances from {escape(str(policy_path))}")
         target = self.dir.round_dir(round) / "train"
         with self.dir.building(target) as partial:
             request = TrainRequest(
                 policy_path=policy_path, records=records, generator=self.run.generator, validator=self.run.validator,
                 out_dir=partial, seed=round_seed(self.cfg.seed, round), round=round, prompt_style=self.style,
+                chat_template_kwargs=self.chat_template_kwargs,
             )
             result = self.run.trainer.train(request)
             details = {
@@ -180,7 +204,7 @@ class Loop:
         if self.dir.done("eval", round):
             return
         started = time.monotonic()
-        policy = self.run.policy.with_path(self.checkpoint(round))
+        policy = self.run.policy.with_path(self.dir.checkpoint(round))
         summary = self._evaluate(policy, self.cfg.eval.validation, self.dir.round_dir(round) / "eval", f"round {round} eval", examples=True)
         self._finish("eval", round, started, n=summary["overall"]["n"], valid_rate=summary["overall"]["valid_rate"], optimal_rate=summary["overall"]["optimal_rate"])
 
@@ -188,7 +212,7 @@ class Loop:
         if not self._benchmarks_due(round) or self.dir.done("bench", round):
             return
         started = time.monotonic()
-        policy = self.run.policy.with_path(self.checkpoint(round))
+        policy = self.run.policy.with_path(self.dir.checkpoint(round))
         results = {}
         for name in self.cfg.eval.benchmarks:
             summary = self._evaluate(policy, name, self.dir.round_dir(round) / "bench" / name, f"round {round} bench", examples=False)
@@ -196,7 +220,11 @@ class Loop:
         self._finish("bench", round, started, benchmarks=results)
 
     def design(self, round: int) -> None:
-        if round >= self.cfg.rounds - 1 or self.dir.done("design", round):
+        if round >= self.cfg.rounds - 1:
+            return
+        line = self.dir.done("design", round)
+        # A design that stopped the run is redone on resume: the user has fixed the cause.
+        if line and not line.get("halted"):
             return
         from envengineer.design import build_request, design
         from envengineer.evidence import load_evidence
@@ -206,14 +234,33 @@ class Loop:
         request = build_request(
             evidence, self.registry, self.run.context,
             current_config=self.config_of(round),
-            policy_path=str(self.checkpoint(round)), base_policy_path=str(self.base_path()),
+            policy_path=str(self.dir.checkpoint(round)), base_policy_path=str(self.base_path()),
             prompt_path=self.cfg.design.prompt_file, seed=round_seed(self.cfg.seed, round),
+            chat_template_kwargs=self.chat_template_kwargs,
         )
         with self.dir.building(self.dir.round_dir(round) / "engineer") as partial:
             outcome = design(self.run.engineer, request, out_dir=partial, reask=self.cfg.design.reask, summarize=self.cfg.design.summary)
         write_yaml(self.dir.round_dir(round + 1) / "config.yaml", outcome.config.model_dump(mode="json"))
         changes = len(outcome.projection.changes) if outcome.projection is not None else 0
-        self._finish("design", round, started, engineer=self.run.engineer.name, fallback=outcome.fallback, reason=outcome.reason, projection_changes=changes)
+        streak = [*fallback_streak(latest_designs(self.dir.history()), round - 1), round] if outcome.fallback else []
+        limit = self.cfg.design.max_fallbacks
+        halt = getattr(self.run.engineer, "uses_llm", False) and limit is not None and len(streak) >= limit
+        self._finish("design", round, started, engineer=self.run.engineer.name, fallback=outcome.fallback, reason=outcome.reason,
+                     projection_changes=changes, **({"halted": True} if halt else {}))
+        if halt:
+            raise FallbackLimitError(self._halt_message(streak, outcome.reason))
+
+    def _halt_message(self, streak: list[int], reason: str) -> str:
+        engineer = self.run.engineer.name
+        model = getattr(getattr(self.run.engineer, "options", None), "model", None)
+        who = f"{engineer} (model {model})" if model else engineer
+        rounds = f"round {streak[0]}" if len(streak) == 1 else f"rounds {streak[0]}–{streak[-1]}"
+        return (
+            f"engineer {who}: {len(streak)} consecutive design step(s) fell back ({rounds}), the limit set by "
+            f"design.max_fallbacks; last reason: {reason}. The run stopped after recording round {streak[-1]}'s design. "
+            f"Fix the cause (API key, model path, server) and rerun the same config: the run resumes and redoes round "
+            f"{streak[-1]}'s design step. Setting design.max_fallbacks: null keeps going on the previous config instead."
+        )
 
     # ----------------------------------------------------------------- run
     def run_all(self) -> list[dict[str, Any]]:
@@ -240,7 +287,7 @@ class Loop:
         return {"valid_rate": line.get("valid_rate"), "optimal_rate": line.get("optimal_rate"), "fallback": design.get("fallback")}
 
     def table(self) -> list[dict[str, Any]]:
-        rows = []
+        rows: list[dict[str, Any]] = []
         base = self.dir.done("base_eval")
         base_verdicts = read_verdicts(self.dir.base_dir) if base else None
         if base:
@@ -254,6 +301,10 @@ class Loop:
                 "round": round, "n": line.get("n"), "valid_rate": line["valid_rate"], "optimal_rate": line["optimal_rate"],
                 "engineer": design.get("engineer", ""), "fallback": design.get("fallback"),
             }
+            if design.get("fallback"):
+                row["reason"] = design.get("reason") or ""
+            if design.get("halted"):
+                row["halted"] = True
             change = paired_with_base(read_verdicts(self.dir.round_dir(round)), base_verdicts)
             if change:
                 row["vs_base"] = change
@@ -286,6 +337,12 @@ def print_table(rows: list[dict[str, Any]], console: Console, validation: str) -
     if any(row.get("vs_base") for row in rows):
         console.print("[dim]vs base: instances solved that the base missed (+) and the reverse (−); "
                       "p: two-sided exact sign test[/]")
+    designs = [(bool(row["fallback"]), row.get("reason", "")) for row in rows if row.get("fallback") is not None]
+    alarm = design_alarm(designs, halted=any(row.get("halted") for row in rows))
+    if alarm is not None:
+        style = "bold white on red" if alarm.failed else "bold yellow"
+        console.print(f"[{style}]{escape(alarm.headline)}[/]", highlight=False)
+        console.print(escape(alarm.detail), highlight=False)
 
 
 def run(config_path: str | Path, *, registry: Registry | None = None, console: Console | None = None, output: str | None = None) -> list[dict[str, Any]]:
@@ -299,6 +356,10 @@ def run(config_path: str | Path, *, registry: Registry | None = None, console: C
         config = config.model_copy(update={"output": output})
     resolved = resolve(config, registry)
     loop = Loop(resolved, registry, console or Console())
-    rows = loop.run_all()
+    try:
+        rows = loop.run_all()
+    except FallbackLimitError:
+        print_table(loop.table(), loop.console, config.eval.validation)  # what was done, under the banner
+        raise
     print_table(rows, loop.console, config.eval.validation)
     return rows

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from envengineer.errors import EnvEngineerError
-from envengineer.runview import SUBSETS, RunView, Stage, bench_label, load_run, paired_with_base, rate, sort_keys, subset_sum
+from envengineer.runview import SUBSETS, RunView, Stage, bench_label, design_alarm, load_run, paired_with_base, rate, sort_keys, subset_sum
 
 REPORT_HTML = "report.html"
 IMAGE_DIR = "report"
@@ -342,6 +342,10 @@ img { max-width: 100%; height: auto; display:block; margin: 8px 0 4px; }
 .note { white-space: pre-wrap; background:#f8fafc; border-left: 3px solid var(--accent); padding: 8px 12px; margin: 6px 0 10px; }
 .empty { color: var(--muted); font-style: italic; }
 .problems { background:#fef2f2; border-color:#fecaca; }
+.alarm { background:var(--bad); color:#fff; border-color:var(--bad); }
+.alarm.warn { background:#fef3c7; color:#92400e; border-color:#fcd34d; }
+.alarm h2 { margin-bottom:4px; }
+.alarm p { margin:0; }
 pre { background:#f3f4f6; padding:10px 12px; border-radius:6px; overflow-x:auto; font-size:12px; }
 details summary { cursor:pointer; color: var(--accent); margin-top: 6px; }
 .round { border-top: 1px solid var(--line); padding-top: 6px; }
@@ -641,6 +645,16 @@ def _timeline(run: RunView) -> str:
     )
 
 
+def _alarm(run: RunView) -> str:
+    """A banner when design steps fell back; red when every one did (a void experiment) or the run was stopped for it."""
+    steps = run.design_steps()
+    alarm = design_alarm([(fell, reason) for _, fell, reason, _ in steps], halted=any(halted for *_, halted in steps))
+    if alarm is None:
+        return ""
+    cls = "alarm" if alarm.failed else "alarm warn"
+    return f'<section id="fallbacks" class="{cls}"><h2>{_e(alarm.headline)}</h2><p>{_e(alarm.detail)}</p></section>'
+
+
 def _problems(problems: Sequence[str]) -> str:
     if not problems:
         return ""
@@ -656,7 +670,7 @@ def render_html(run: RunView, images: dict[str, Path], problems: Sequence[str] =
         _training(run, images), _engineer(run), _bench(run, images), _timeline(run),
     ])
     links = " · ".join(f'<a href="#{i}">{t}</a>' for i, t in re.findall(r'<section id="([\w-]+)"[^>]*><h2>([^<]+)</h2>', sections))
-    body = _header(run) + (f'<nav>{links}</nav>' if links else "") + sections
+    body = _header(run) + _alarm(run) + (f'<nav>{links}</nav>' if links else "") + sections
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1">'

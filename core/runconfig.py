@@ -42,6 +42,10 @@ class DesignSection(BaseModel):
     reask: int = Field(1, ge=0, le=5, description="re-asks quoting the problem before falling back")
     prompt_file: str | None = Field(None, description="your own analysis prompt template")
     summary: bool = Field(True, description="ask the engineer for the S note after each design")
+    max_fallbacks: int | None = Field(
+        2, ge=1,
+        description="stop the run after this many consecutive fallbacks of an LLM engineer (null: never stop)",
+    )
 
 
 class SuiteSection(BaseModel):

@@ -43,6 +43,16 @@ class RunDir:
     def base_dir(self) -> Path:
         return self.path / "base"
 
+    def checkpoint(self, round: int) -> Path:
+        """The policy that round ``round`` trained (a Hugging Face model directory)."""
+        return self.round_dir(round) / "train" / "checkpoint"
+
+    def base_policy(self) -> Path | None:
+        """The starting weights the run used, as its ``pretrain`` step recorded them (None before)."""
+        line = self.done("pretrain")
+        base = line.get("base") if line else None
+        return Path(base) if isinstance(base, str) and base else None
+
     # --------------------------------------------------------------- history
     def history(self) -> list[dict[str, Any]]:
         if self._history is None:
@@ -50,7 +60,8 @@ class RunDir:
         return self._history
 
     def done(self, step: str, round: int | None = None) -> dict[str, Any] | None:
-        for line in self.history():
+        """The step's latest history line: a step redone on resume (see ``halted``) appends a newer one."""
+        for line in reversed(self.history()):
             if line.get("step") == step and line.get("round") == round:
                 return line
         return None

@@ -79,6 +79,17 @@ class RunView:
         """The latest stage with benchmark ``name``: the last round that ran it, else base."""
         return next((s for s in reversed(self.stages) if name in s.bench), None)
 
+    def design_steps(self) -> list[tuple[int, bool, str, bool]]:
+        """(round, fell back, reason, stopped the run) per design step, from history.jsonl, else projection.yaml."""
+        lines = latest_designs(self.history)
+        out = []
+        for stage in self.rounds:
+            line, projection = lines.get(stage.index or 0), stage.projection or {}
+            source = line if line is not None and "fallback" in line else projection
+            if "fallback" in source:
+                out.append((stage.index or 0, bool(source["fallback"]), str(source.get("reason") or ""), bool((line or {}).get("halted"))))
+        return out
+
     def bench_names(self) -> list[str]:
         names = {n for s in self.stages for n in s.bench}
         listed = ((self.config.get("eval") or {}).get("benchmarks") or []) if isinstance(self.config.get("eval"), dict) else []
@@ -159,6 +170,52 @@ def read_verdicts(folder: Path, problems: list[str] | None = None) -> list[tuple
         return None
     lines = _read_jsonl(path, problems if problems is not None else [])
     return [(str(v.get("id")), bool(v.get("valid"))) for v in lines] or None
+
+
+# ------------------------------------------------------------------ design steps
+
+
+def latest_designs(history: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Each round's latest ``design`` history line: a design redone on resume supersedes the one that stopped the run."""
+    return {line["round"]: line for line in history if line.get("step") == "design" and isinstance(line.get("round"), int)}
+
+
+def fallback_streak(designs: dict[int, dict[str, Any]], round: int) -> list[int]:
+    """The rounds, oldest first, of the unbroken run of fallen-back designs that ends at ``round``."""
+    streak: list[int] = []
+    while round in designs and designs[round].get("fallback"):
+        streak.insert(0, round)
+        round -= 1
+    return streak
+
+
+@dataclass
+class DesignAlarm:
+    """How loudly to say that design steps fell back: ``failed`` when the experiment is void."""
+
+    failed: bool
+    headline: str
+    detail: str
+
+
+def design_alarm(designs: list[tuple[bool, str]], *, halted: bool = False) -> DesignAlarm | None:
+    """From each design step's (fell back, reason), oldest first: None when none fell back.
+
+    A run whose every design fell back never changed its generator config: it trained like
+    the fixed baseline, and its numbers say nothing about the engineer.
+    """
+    reasons = [reason for fell, reason in designs if fell]
+    if not reasons:
+        return None
+    last = reasons[-1] or "no reason recorded"
+    n, k = len(designs), len(reasons)
+    if halted:
+        return DesignAlarm(True, f"FAILED EXPERIMENT: the run was stopped by design.max_fallbacks after {k} of {n} design step(s) fell back",
+                           f"Last reason: {last}. Fix the cause and rerun the same config: the stopped design step is redone.")
+    if k == n:
+        return DesignAlarm(True, f"FAILED EXPERIMENT: all {n} design step(s) fell back",
+                           f"The engineer never changed the generator config, so this run trained like the fixed baseline. Last reason: {last}")
+    return DesignAlarm(False, f"{k} of {n} design steps fell back (the previous config was kept)", f"Last reason: {last}")
 
 
 # ------------------------------------------------------------------ reading

@@ -260,3 +260,96 @@ def test_cli_run_rejects_a_bad_config_without_writing(tmp_path):
         main(["run", str(path)])
     assert info.value.code == 2
     assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------- failed experiments
+
+KEY = "ENVENGINEER_TEST_LOOP_KEY"
+
+
+def _designs(out: Path) -> list[tuple]:
+    lines = map(json.loads, (out / "history.jsonl").read_text().splitlines())
+    return [(l["round"], l["fallback"], l.get("halted")) for l in lines if l["step"] == "design"]
+
+
+def test_an_llm_engineer_that_keeps_falling_back_stops_the_run_until_fixed(tmp_path, cache, fake_llm, monkeypatch, capsys):
+    from envengineer.cli import main
+    from envengineer.report import render_html
+    from envengineer.runview import load_run
+
+    monkeypatch.setenv("ENVENGINEER_LOAD_PLUGINS", "")
+    monkeypatch.delenv(KEY, raising=False)
+    out = tmp_path / "run"
+    engineer = {"name": "openai", "model": "gpt-test", "base_url": fake_llm.url + "/v1", "api_key_env": KEY, "max_retries": 0}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(tiny_run_config(tmp_path, out, cache, rounds=3, engineer=engineer, design={"max_fallbacks": 2})))
+    with pytest.raises(SystemExit) as info:
+        main(["run", str(path)])
+    assert info.value.code == 2
+    captured = capsys.readouterr()
+    err, table = " ".join(captured.err.split()), " ".join(captured.out.split())
+    assert "engineer openai (model gpt-test): 2 consecutive design step(s) fell back (rounds 0–1)" in err
+    assert f"set the API key in the environment variable {KEY}" in err and "Traceback" not in captured.err
+    assert "FAILED EXPERIMENT: the run was stopped by design.max_fallbacks after 2 of 2 design step(s) fell back" in table
+    # Everything done so far is recorded, the stopping design step included; round 2 never started.
+    assert _designs(out) == [(0, True, None), (1, True, True)]
+    assert yaml.safe_load((out / "round-01/engineer/projection.yaml").read_text())["fallback"] is True
+    assert (out / "round-02/config.yaml").exists() and not (out / "round-02/train.jsonl").exists()
+    assert fake_llm.requests == []  # no key, no call
+    assert "stopped by design.max_fallbacks" in render_html(load_run(out), {})
+
+    # The user sets the key and reruns: round 1's design is redone (now applied) and the run finishes.
+    monkeypatch.setenv(KEY, "sk-loop-secret-1234")
+    fake_llm.script = [fake_llm.Step("Shift to waiting.\n```yaml\nsizes: {5x5: {wait_ratio: 0.6}}\n```")]
+    main(["run", str(path)])
+    table = " ".join(capsys.readouterr().out.split())
+    assert _designs(out) == [(0, True, None), (1, True, True), (1, False, None)]
+    assert yaml.safe_load((out / "round-02/config.yaml").read_text())["sizes"]["5x5"]["wait_ratio"] == 0.6
+    assert yaml.safe_load((out / "round-01/engineer/projection.yaml").read_text())["fallback"] is False
+    assert (out / "round-02/eval/summary.json").exists()
+    assert "1 of 2 design steps fell back" in table and "FAILED" not in table
+    steps = [(l["step"], l["round"]) for l in map(json.loads, (out / "history.jsonl").read_text().splitlines())]
+    assert len(steps) == len(set(steps)) + 1  # only the stopped design step was done twice
+    assert not any("sk-loop-secret-1234" in p.read_text(errors="replace") for p in out.rglob("*") if p.is_file() and p.suffix in (".md", ".jsonl", ".yaml", ".json"))
+
+
+@pytest.mark.parametrize("limit", [None, 5])
+def test_a_resume_may_change_max_fallbacks_and_read_an_older_run_yaml(tmp_path, reference, limit):
+    import shutil
+
+    from envengineer.plugin_manager import create_plugin_manager
+
+    ref_dir, _ = reference
+    out = tmp_path / "run"
+    shutil.copytree(ref_dir, out)
+    written = yaml.safe_load((out / "run.yaml").read_text())
+    del written["design"]["max_fallbacks"]  # as a run directory made before the field existed
+    written["output"] = str(out)
+    (out / "run.yaml").write_text(yaml.safe_dump(written))
+    before = (out / "history.jsonl").read_text()
+    config = {**written, "design": {**written["design"], "max_fallbacks": limit}}
+    _loop(create_plugin_manager(entry_points=False, environ={}), config).run_all()
+    assert (out / "history.jsonl").read_text() == before  # nothing redone
+    assert yaml.safe_load((out / "run.yaml").read_text())["design"]["max_fallbacks"] == limit
+
+
+@pytest.mark.parametrize("name", ["checkpoint", "base"])
+def test_offline_propose_uses_the_models_the_run_recorded(tmp_path, reference, name):
+    """`envengineer propose --engineer checkpoint|base` loads round N's trained checkpoint / the run's base policy."""
+    from typer.testing import CliRunner
+
+    from envengineer.cli import app
+
+    ref_dir, _ = reference
+    history = [json.loads(line) for line in (ref_dir / "history.jsonl").read_text().splitlines()]
+    base = next(l["base"] for l in history if l["step"] == "pretrain")
+    expected = str(ref_dir / "round-00" / "train" / "checkpoint") if name == "checkpoint" else base
+    options = tmp_path / "engineer.yaml"
+    options.write_text(yaml.safe_dump({"backend": "transformers", "max_new_tokens": 8}))
+    result = CliRunner().invoke(app, ["propose", "--run", str(ref_dir), "--round", "0", "--engineer", name,
+                                      "--engineer-config", str(options), "--reask", "0", "--output", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    calls = [json.loads(line) for line in (tmp_path / "out" / "calls.jsonl").read_text().splitlines()]
+    assert calls and all(c["model"] == expected and c["error"] is None and c["backend"] == "transformers" for c in calls)
+    assert calls[0]["usage"]["completion_tokens"] >= 1  # the model answered
+    assert "engineer call failed" not in result.output and "(no response" not in (tmp_path / "out" / "response.md").read_text()

@@ -299,3 +299,55 @@ def test_report_pairs_each_round_with_the_base_on_the_same_instances(tmp_path):
     page = (run / "report.html").read_text()
     assert "+4 −1 (p = 0.375)" in page  # 2 * P(X <= 1), X ~ Bin(5, 1/2) = 2 * 6/32
     assert page.count("(p = ") == 1
+
+
+# ------------------------------------------------------------------ failed experiments
+
+
+def _set_designs(run, outcomes):
+    """Rewrite each round's design record: ``outcomes[r]`` = (fell back, reason, halted) in history.jsonl."""
+    lines = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+    for line in lines:
+        if line["step"] == "design":
+            fell, reason, halted = outcomes[line["round"]]
+            line.update(fallback=fell, reason=reason, **({"halted": True} if halted else {}))
+    (run / "history.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def _banner(page):
+    start = page.find('<section id="fallbacks"')
+    return page[start:page.index("</section>", start)] if start >= 0 else None
+
+
+def test_a_run_whose_every_design_fell_back_is_flagged_as_a_failed_experiment(tmp_path):
+    run = make_run(tmp_path, "no-key", "openai")
+    why = "engineer call failed: engineer.openai: set the API key in the environment variable OPENAI_API_KEY"
+    _set_designs(run, {0: (True, "the answer was empty", False), 1: (True, "unusable YAML", False), 2: (True, why, False)})
+    result = runner.invoke(app, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    page = (run / "report.html").read_text()
+    banner = _banner(page)
+    assert banner is not None and 'class="alarm"' in banner
+    assert "FAILED EXPERIMENT: all 3 design step(s) fell back" in banner and "fixed baseline" in banner
+    assert "OPENAI_API_KEY" in banner  # the last reason, not the first
+    assert page.index('id="fallbacks"') < page.index('id="validation"')  # above everything else
+
+
+def test_a_run_stopped_by_max_fallbacks_says_so(tmp_path):
+    run = make_run(tmp_path, "stopped", "openai", rounds=3, finished=2)
+    _set_designs(run, {0: (False, "", False), 1: (True, "engineer call failed: 404 model not found", True)})
+    runner.invoke(app, ["report", str(run)])
+    banner = _banner((run / "report.html").read_text())
+    assert "stopped by design.max_fallbacks after 1 of 2 design step(s) fell back" in banner
+    assert "404 model not found" in banner and 'class="alarm"' in banner
+
+
+def test_some_fallbacks_get_a_warning_and_none_get_no_banner(tmp_path):
+    run = make_run(tmp_path, "mixed", "openai")  # round 1's projection.yaml records a fallback
+    runner.invoke(app, ["report", str(run)])
+    banner = _banner((run / "report.html").read_text())
+    assert 'class="alarm warn"' in banner and "1 of 3 design steps fell back" in banner and "unusable YAML" in banner
+    assert "FAILED" not in banner
+    _set_designs(run, {r: (False, "", False) for r in range(3)})  # history.jsonl outranks projection.yaml
+    runner.invoke(app, ["report", str(run)])
+    assert _banner((run / "report.html").read_text()) is None
