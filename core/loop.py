@@ -5,6 +5,11 @@ checkpoint on the validation set (and benchmarks), then asks the engineer for
 ``C_{n+1}`` from the evidence. Every step reads its inputs from the run directory
 and leaves its outputs there, so a killed run resumes where it stopped and gives the
 results an uninterrupted run would (same seeds, same data, same metrics).
+
+An LLM engineer that falls back ``design.max_fallbacks`` times in a row stops the run
+(:class:`FallbackLimitError`): a missing key or a wrong model would otherwise turn the
+experiment silently into the fixed baseline. The stopping design step is recorded, and
+redone when the run is resumed.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ Files are written atomically; a step that produces a folder builds it under a
 ``.partial`` name and renames it when complete, then appends its line to
 ``history.jsonl``. A step counts as done only when its history line exists, so a
 resumed run redoes exactly the steps that had not finished, and throws away their
-partial folders first.
+partial folders first. One finished step is redone too: a design step whose line says
+``halted`` (it stopped the run, see ``design.max_fallbacks``); its new line is appended
+and, being the latest, is the one that counts.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class RunDir:
         return self._history
 
     def done(self, step: str, round: int | None = None) -> dict[str, Any] | None:
-        """The step's latest history line: a step redone on resume (see ``halted``) appends a newer one."""
+        """The step's latest history line (a redone step appends a newer one), or None."""
         for line in reversed(self.history()):
             if line.get("step") == step and line.get("round") == round:
                 return line
