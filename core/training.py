@@ -26,6 +26,9 @@ class TrainRequest:
     seed: int = 0
     round: int = 0
     prompt_style: str = "full"
+    #: the policy's ``chat_template_kwargs`` for chat prompts (None: the trainer's default), so
+    #: training renders prompts exactly as evaluation does
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 @dataclass

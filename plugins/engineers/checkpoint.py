@@ -1,7 +1,9 @@
 """The policy being trained as its own engineer (``checkpoint``), or its starting weights (``base``).
 
 On a GPU the model is served offline by vLLM (``LLM.chat``); on a CPU, or when asked,
-it runs through transformers. The model is loaded for one design step and released
+it runs through transformers. Either way the conversation is rendered with the policy's
+``chat_template_kwargs`` (the design request carries them), the options the policy is
+trained and evaluated with. The model is loaded for one design step and released
 afterwards, so it does not hold memory the trainer needs. The vLLM path needs a GPU
 and is not exercised by the CPU test suite.
 """
@@ -12,7 +14,7 @@ import gc
 import time
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from envengineer.components import Engineer
 from envengineer.design import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply, factual_note, load_prompt, summary_prompt
@@ -26,7 +28,6 @@ class CheckpointOptions(BaseModel):
     temperature: float = Field(0.7, ge=0.0, le=2.0)
     top_p: float = Field(0.95, gt=0.0, le=1.0)
     max_new_tokens: int = Field(2048, ge=1)
-    enable_thinking: bool = Field(False, description="chat_template_kwargs.enable_thinking (Qwen3)")
     seed: int = 0
     # vLLM
     tensor_parallel_size: int = Field(1, ge=1)
@@ -36,6 +37,16 @@ class CheckpointOptions(BaseModel):
     device: str | None = Field(None, description="torch device for transformers (default: cuda if available, else cpu)")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     summary_prompt_file: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _chat_options_are_the_policys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "enable_thinking" in data:
+            raise ValueError(
+                "enable_thinking: the chat-template options are the policy's (policy.<name>.chat_template_kwargs), "
+                "one setting for training, evaluation and this engineer"
+            )
+        return data
 
 
 class CheckpointEngineer(Engineer):
@@ -69,13 +80,19 @@ class CheckpointEngineer(Engineer):
             return "transformers"
         return "vllm"
 
-    def generate(self, path: str, conversations: list[list[dict[str, str]]]) -> list[tuple[str, dict[str, int]]]:
+    def generate(
+        self, path: str, conversations: list[list[dict[str, str]]], chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> list[tuple[str, dict[str, int]]]:
+        """One reply per conversation; ``chat_template_kwargs`` None: the policy's defaults."""
+        from envengineer.plugins.policies.transformers_policy import DEFAULT_CHAT_TEMPLATE_KWARGS
+
+        kwargs = dict(DEFAULT_CHAT_TEMPLATE_KWARGS if chat_template_kwargs is None else chat_template_kwargs)
         if self.backend() == "vllm":
-            return self._vllm(path, conversations)
-        return self._transformers(path, conversations)
+            return self._vllm(path, conversations, kwargs)
+        return self._transformers(path, conversations, kwargs)
 
     # -- backends ------------------------------------------------------------------
-    def _vllm(self, path: str, conversations: list[list[dict[str, str]]]) -> list[tuple[str, dict[str, int]]]:
+    def _vllm(self, path: str, conversations: list[list[dict[str, str]]], chat_kwargs: dict[str, Any]) -> list[tuple[str, dict[str, int]]]:
         from vllm import LLM, SamplingParams
 
         o = self.options
@@ -85,7 +102,7 @@ class CheckpointEngineer(Engineer):
         llm = LLM(**kwargs)
         try:
             params = SamplingParams(temperature=o.temperature, top_p=o.top_p, max_tokens=o.max_new_tokens, seed=o.seed)
-            outputs = llm.chat(conversations, params, chat_template_kwargs={"enable_thinking": o.enable_thinking}, use_tqdm=False)
+            outputs = llm.chat(conversations, params, chat_template_kwargs=chat_kwargs, use_tqdm=False)
             return [
                 (out.outputs[0].text, {"prompt_tokens": len(out.prompt_token_ids or []), "completion_tokens": len(out.outputs[0].token_ids)})
                 for out in outputs
@@ -94,9 +111,11 @@ class CheckpointEngineer(Engineer):
             del llm
             _free()
 
-    def _transformers(self, path: str, conversations: list[list[dict[str, str]]]) -> list[tuple[str, dict[str, int]]]:
+    def _transformers(self, path: str, conversations: list[list[dict[str, str]]], chat_kwargs: dict[str, Any]) -> list[tuple[str, dict[str, int]]]:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from envengineer.plugins.policies.transformers_policy import chat_text
 
         o = self.options
         device = o.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -107,14 +126,13 @@ class CheckpointEngineer(Engineer):
         results = []
         try:
             for messages in conversations:
-                if getattr(tokenizer, "chat_template", None):
-                    try:
-                        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=o.enable_thinking)
-                    except TypeError:
-                        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+                templated = bool(getattr(tokenizer, "chat_template", None))
+                if templated:
+                    text = chat_text(tokenizer, messages, chat_kwargs)
                 else:
                     text = "\n\n".join(m["content"] for m in messages) + "\n\n"
-                inputs = tokenizer(text, return_tensors="pt").to(device)
+                # a rendered template already holds the special tokens it wants (as in evaluation)
+                inputs = tokenizer(text, return_tensors="pt", add_special_tokens=not templated).to(device)
                 limit = getattr(model.config, "max_position_embeddings", None)
                 if limit and inputs["input_ids"].shape[1] + o.max_new_tokens > limit:
                     keep = max(1, limit - o.max_new_tokens)
@@ -141,7 +159,7 @@ class CheckpointEngineer(Engineer):
         path = self.model_path(request)
         started = time.monotonic()
         try:
-            [(text, usage)] = self.generate(path, [messages])
+            [(text, usage)] = self.generate(path, [messages], request.chat_template_kwargs)
         except EngineerCallError:
             raise
         except Exception as exc:

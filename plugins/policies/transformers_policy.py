@@ -1,7 +1,8 @@
 """A Hugging Face model directory as a policy: batched ``generate`` on CPU or one GPU.
 
-Prompts are chat message lists (rendered with the tokenizer's chat template) or plain
-strings (tokenized as they are, e.g. the tiny policy's compact style). Greedy decoding
+Prompts are chat message lists (rendered with the tokenizer's chat template and the
+policy's ``chat_template_kwargs``) or plain strings (tokenized as they are, e.g. the tiny
+policy's compact style). Greedy decoding
 (``temperature: 0``) is deterministic; sampling is seeded per call, so the same policy
 and prompts give the same texts. Only the new tokens are decoded, special tokens skipped.
 """
@@ -14,10 +15,25 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from envengineer.components import Policy
 from envengineer.errors import ConfigError
+
+#: The chat-template options when none are given: Qwen3 thinks unless told not to, and
+#: the paper's policy answers without a thinking block.
+DEFAULT_CHAT_TEMPLATE_KWARGS: dict[str, Any] = {"enable_thinking": False}
+
+
+def chat_text(tokenizer: Any, messages: Sequence[dict[str, str]], chat_template_kwargs: dict[str, Any] | None) -> str:
+    """A conversation as the prompt text the model continues (the generation prompt appended).
+
+    ``None`` means :data:`DEFAULT_CHAT_TEMPLATE_KWARGS`. Evaluation, the ``trl`` trainer
+    (through TRL's ``chat_template_kwargs``) and the checkpoint/base engineers all render
+    with the same options, so the policy is trained on the prompts it is evaluated on.
+    """
+    kwargs = DEFAULT_CHAT_TEMPLATE_KWARGS if chat_template_kwargs is None else chat_template_kwargs
+    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True, **kwargs)
 
 
 @contextlib.contextmanager
@@ -69,9 +85,23 @@ class TransformersOptions(BaseModel):
     batch_size: int = Field(64, ge=1, description="prompts per generate call")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="auto: bfloat16 on cuda, float32 on cpu")
-    enable_thinking: bool = Field(False, description="chat_template_kwargs.enable_thinking (Qwen3)")
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=lambda: dict(DEFAULT_CHAT_TEMPLATE_KWARGS),
+        description="keyword arguments of the tokenizer's chat template for chat prompts; one setting for "
+        "evaluation, training (the trl trainer) and the checkpoint/base engineers",
+    )
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
     seed: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_enable_thinking(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "enable_thinking" in data:
+            raise ValueError(
+                f"enable_thinking: write chat_template_kwargs: {{enable_thinking: {str(data['enable_thinking']).lower()}}} "
+                "instead (one setting for evaluation, training and the checkpoint/base engineers)"
+            )
+        return data
 
 
 class TransformersPolicy(Policy):
@@ -103,6 +133,7 @@ class TransformersPolicy(Policy):
             "policy": self.name, "path": o.path, "prompt_style": o.prompt_style,
             "decoding": "greedy" if o.temperature == 0 else "sampling",
             "temperature": o.temperature, "top_p": o.top_p, "max_new_tokens": o.max_new_tokens, "seed": o.seed,
+            "chat_template_kwargs": dict(o.chat_template_kwargs),
         }
 
     def close(self) -> None:
@@ -148,9 +179,7 @@ class TransformersPolicy(Policy):
         """The prompt as text, and whether the tokenizer should add its special tokens."""
         if isinstance(prompt, str):
             return prompt, True
-        kwargs = {"enable_thinking": self.options.enable_thinking} if self.options.enable_thinking is not None else {}
-        text = tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True, **kwargs)
-        return text, False
+        return chat_text(tokenizer, prompt, self.options.chat_template_kwargs), False
 
     def sample(self, prompts: Sequence[list[dict[str, str]] | str], *, n: int = 1) -> list[list[str]]:
         """``n`` decoded responses per prompt (greedy: ``n`` copies of one response)."""

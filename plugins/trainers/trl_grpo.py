@@ -7,6 +7,12 @@ optimal answer when that option is set. Each logged step becomes one line of
 length, loss, learning rate). A round is budgeted by work (``epochs``, ``max_steps``,
 ``max_prompts``), never by seconds, so the same config trains the same weights on any machine.
 
+Batches are counted in completions: an optimiser step takes ``per_device_train_batch_size ×
+gradient_accumulation_steps`` of them, and one rollout (one ``generate`` call) samples
+``generation_batch_size`` of them, which may span several optimiser steps or be one of several
+rollouts in a step. Chat prompts are rendered with the policy's ``chat_template_kwargs`` (TRL's
+option of that name), plain-string prompts are tokenized as they are, both exactly as evaluation does.
+
 Optionally (``prefilter_samples > 0``) the round's prompts are first sampled with the
 current policy and only those where it is neither always right nor always wrong are
 kept: all-equal groups give GRPO no signal and cost a full rollout each.
@@ -19,11 +25,35 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator, model_validator
 
 from envengineer.components import Generator, Trainer
 from envengineer.errors import ConfigError
 from envengineer.training import CURVE_KEYS, TrainRequest, TrainResult
+
+#: ``gradient_checkpointing: auto`` recomputes activations for models with at least this many
+#: parameters (Qwen3-0.6B and up); the ~1 M-parameter tiny policy has no activation memory
+#: worth saving, and recomputing would only cost it time.
+GRADIENT_CHECKPOINTING_MIN_PARAMETERS = 100_000_000
+
+#: GRPOConfig fields that an option of ours sets: ``grpo_config`` may not set them behind its back
+_OWN_GRPO_FIELDS = {
+    "num_train_epochs": "epochs", "steps_per_generation": "generation_batch_size",
+    "activation_checkpointing": "gradient_checkpointing",
+    "chat_template_kwargs": "the policy section's chat_template_kwargs",
+}
+
+
+def parameter_count(model_dir: str | Path) -> int:
+    """Parameters of the model in ``model_dir``, from its config.json alone (built on the meta device: no weights read)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(model_dir))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
 
 #: TRL log keys -> curves.jsonl keys
 _LOG_KEYS = {
@@ -81,8 +111,20 @@ class TrlGrpoOptions(BaseModel):
     max_completion_length: int = Field(128, ge=1)
     temperature: float = Field(1.0, gt=0, le=2.0, description="rollout sampling temperature")
     top_p: float = Field(1.0, gt=0, le=1.0)
-    per_device_train_batch_size: int = Field(32, ge=1, description="completions per device per optimiser micro-step")
-    gradient_accumulation_steps: int = Field(1, ge=1)
+    per_device_train_batch_size: int = Field(32, ge=1, description="completions per forward/backward pass (micro-batch)")
+    gradient_accumulation_steps: int = Field(
+        1, ge=1, validate_default=True, description="micro-batches per optimiser step: a step takes per_device_train_batch_size × this many completions",
+    )
+    generation_batch_size: int | None = Field(
+        None, ge=1,
+        description="completions sampled per rollout (one generate call; num_generations per prompt); a multiple of the "
+        "optimiser step's completions (several steps per rollout) or a divisor of it (several rollouts per step); "
+        "default: one optimiser step's completions",
+    )
+    gradient_checkpointing: Literal["auto"] | StrictBool = Field(
+        "auto", description=f"recompute activations in the backward pass; auto: on for models with at least "
+        f"{GRADIENT_CHECKPOINTING_MIN_PARAMETERS:,} parameters (counted from config.json)",
+    )
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "dapo"
     scale_rewards: Literal["group", "batch", "none"] = "group"
     optimality_bonus: float = Field(0.0, ge=0, description="added to R_acc for an optimal answer (0: off)")
@@ -118,15 +160,47 @@ class TrlGrpoOptions(BaseModel):
             )
         return data
 
-    @model_validator(mode="after")
-    def _divisible(self) -> "TrlGrpoOptions":
-        batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
-        if batch % self.num_generations:
+    @field_validator("gradient_accumulation_steps")
+    @classmethod
+    def _whole_groups_per_step(cls, value: int, info: ValidationInfo) -> int:
+        micro, group = info.data.get("per_device_train_batch_size"), info.data.get("num_generations")
+        if micro is not None and group is not None and (micro * value) % group:
             raise ValueError(
-                f"per_device_train_batch_size × gradient_accumulation_steps ({batch}) must be a multiple "
-                f"of num_generations ({self.num_generations})"
+                f"per_device_train_batch_size × gradient_accumulation_steps ({micro * value}) must be a multiple "
+                f"of num_generations ({group}): an optimiser step takes whole groups"
             )
-        return self
+        return value
+
+    @field_validator("generation_batch_size")
+    @classmethod
+    def _whole_groups_per_rollout(cls, value: int | None, info: ValidationInfo) -> int | None:
+        micro, accumulation, group = (info.data.get(k) for k in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations"))
+        if value is None or None in (micro, accumulation, group):
+            return value
+        step = micro * accumulation
+        if value % group:
+            raise ValueError(f"{value} must be a multiple of num_generations ({group}): a rollout samples whole groups")
+        if value % micro:
+            raise ValueError(f"{value} must be a multiple of per_device_train_batch_size ({micro})")
+        if value % step and step % value:
+            raise ValueError(
+                f"{value} must be a multiple or a divisor of the optimiser step's {step} completions "
+                f"(per_device_train_batch_size {micro} × gradient_accumulation_steps {accumulation})"
+            )
+        return value
+
+    def batches(self) -> dict[str, int]:
+        """The batch arithmetic, in completions and prompts."""
+        step = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        rollout = self.generation_batch_size or step
+        return {
+            "completions_per_step": step,
+            "prompts_per_step": step // self.num_generations,
+            "generation_batch_size": rollout,
+            "prompts_per_generation": rollout // self.num_generations,
+            "optimizer_steps_per_generation": max(1, rollout // step),
+            "generations_per_optimizer_step": max(1, step // rollout),
+        }
 
 
 class TrlGrpoTrainer(Trainer):
@@ -137,6 +211,7 @@ class TrlGrpoTrainer(Trainer):
 
     def describe(self) -> dict[str, Any]:
         o = self.options
+        batches = o.batches()
         return {
             "algorithm": f"GRPO (TRL GRPOTrainer, loss {o.loss_type}, reward scaling {o.scale_rewards})",
             "optimizer": o.optim,
@@ -144,8 +219,12 @@ class TrlGrpoTrainer(Trainer):
             "lr_schedule": o.lr_scheduler_type,
             "kl_coef": o.beta,
             "num_generations": o.num_generations,
-            "batch_size": o.per_device_train_batch_size * o.gradient_accumulation_steps,
-            "prompts_per_step": o.per_device_train_batch_size * o.gradient_accumulation_steps // o.num_generations,
+            "batch_size": batches["completions_per_step"],
+            "micro_batch_size": o.per_device_train_batch_size,
+            "gradient_accumulation_steps": o.gradient_accumulation_steps,
+            **batches,
+            "gradient_checkpointing": o.gradient_checkpointing if isinstance(o.gradient_checkpointing, bool)
+            else f"auto (on from {GRADIENT_CHECKPOINTING_MIN_PARAMETERS:,} parameters)",
             "epochs": o.epochs,
             "temperature": o.temperature,
             "max_completion_length": o.max_completion_length,
@@ -181,6 +260,7 @@ class TrlGrpoTrainer(Trainer):
             path=str(request.policy_path), temperature=o.temperature, top_p=o.top_p,
             max_new_tokens=o.max_completion_length, batch_size=256, seed=(o.seed if o.seed is not None else request.seed) + 7,
             threads=o.threads,
+            **({} if request.chat_template_kwargs is None else {"chat_template_kwargs": request.chat_template_kwargs}),
         ))
         started = time.perf_counter()
         prompts = [request.generator.render(r, request.prompt_style) for r in records]
@@ -202,22 +282,37 @@ class TrlGrpoTrainer(Trainer):
         }
         return keep, info
 
-    def grpo_config(self, out_dir: Path, seed: int):
-        """TRL's ``GRPOConfig`` for one round (``grpo_config`` entries last, checked against TRL's fields)."""
+    def checkpointing(self, model_dir: str | Path) -> bool:
+        """Whether the round recomputes activations (``auto``: by the model's parameter count)."""
+        choice = self.options.gradient_checkpointing
+        if isinstance(choice, bool):
+            return choice
+        return parameter_count(model_dir) >= GRADIENT_CHECKPOINTING_MIN_PARAMETERS
+
+    def grpo_config(self, out_dir: Path, seed: int, model_dir: str | Path, chat_template_kwargs: dict[str, Any] | None = None):
+        """TRL's ``GRPOConfig`` for one round from ``model_dir`` (``grpo_config`` entries last, checked against TRL's fields).
+
+        ``chat_template_kwargs`` None: the transformers policy's default.
+        """
         import dataclasses
 
         import torch
         from trl import GRPOConfig
 
+        from envengineer.plugins.policies.transformers_policy import DEFAULT_CHAT_TEMPLATE_KWARGS
+
         o = self.options
         use_cpu = (not torch.cuda.is_available()) if o.use_cpu == "auto" else bool(o.use_cpu)
-        batch = o.per_device_train_batch_size * o.gradient_accumulation_steps
-        # a ~1 M-parameter model has no activation memory to save: recomputing costs time
         names = {f.name for f in dataclasses.fields(GRPOConfig)}
-        checkpointing = {"activation_checkpointing": False} if "activation_checkpointing" in names else {"gradient_checkpointing": False}
         unknown = sorted(set(o.grpo_config) - names)
         if unknown:
             raise ConfigError(f"trainer.trl.grpo_config: {', '.join(map(repr, unknown))} is not a field of TRL's GRPOConfig")
+        own = {**{name: name for name in TrlGrpoOptions.model_fields if name in names}, **_OWN_GRPO_FIELDS}
+        for key in o.grpo_config:
+            if key in own:
+                raise ConfigError(f"trainer.trl.grpo_config.{key}: set by {own[key]!r}; use that option instead")
+        recompute = self.checkpointing(model_dir)
+        checkpointing = {"activation_checkpointing": recompute} if "activation_checkpointing" in names else {"gradient_checkpointing": recompute}
         settings = dict(
             **checkpointing,
             output_dir=str(out_dir / "trl"),
@@ -230,7 +325,8 @@ class TrlGrpoTrainer(Trainer):
             warmup_steps=0,
             per_device_train_batch_size=o.per_device_train_batch_size,
             gradient_accumulation_steps=o.gradient_accumulation_steps,
-            generation_batch_size=batch,
+            generation_batch_size=o.batches()["generation_batch_size"],
+            chat_template_kwargs=dict(DEFAULT_CHAT_TEMPLATE_KWARGS if chat_template_kwargs is None else chat_template_kwargs),
             num_generations=o.num_generations,
             max_completion_length=o.max_completion_length,
             temperature=o.temperature,
@@ -297,7 +393,7 @@ class TrlGrpoTrainer(Trainer):
         dataset = Dataset.from_list(
             [{"prompt": request.generator.render(r, request.prompt_style), "record_index": i} for i, r in enumerate(records)]
         )
-        config = self.grpo_config(out_dir, seed)
+        config = self.grpo_config(out_dir, seed, request.policy_path, request.chat_template_kwargs)
         batch = config.per_device_train_batch_size * config.gradient_accumulation_steps
         curves_path = out_dir / "curves.jsonl"
         curves_path.write_text("")
@@ -379,6 +475,7 @@ class TrlGrpoTrainer(Trainer):
 
         metrics.update({
             "steps": steps,
+            "gradient_checkpointing": bool(config.gradient_checkpointing),
             "train_seconds": round(train_s, 2),
             "seconds": round(time.perf_counter() - started, 2),
             "steps_per_s": round(steps / train_s, 3) if train_s else None,
