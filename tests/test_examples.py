@@ -22,3 +22,22 @@ def test_there_are_paper_presets_for_every_variant():
     names = {p.stem for p in RUN_CONFIGS}
     assert {"v1", "v2", "v3", "v4", "v5", "v6", "baseline-fixed", "baseline-random", "baseline-curriculum",
             "engineer-gpt", "engineer-gemini", "engineer-kimi", "engineer-base", "engineer-checkpoint"} <= names
+
+
+PAPER = sorted((EXAMPLES / "paper").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", PAPER, ids=lambda p: p.stem)
+def test_paper_presets_train_as_the_paper_did(path, registry, tmp_path):
+    """Qwen3 without thinking; GRPO n=8, lr 2e-6 constant, KL 1e-3; 3 epochs over 4000 instances, 3 rounds."""
+    config = parse_run_config(yaml.safe_load(path.read_text()), str(path))
+    resolved = resolve(config, registry, base_dir=tmp_path)
+    assert (config.rounds, config.budget) == (3, 4000)
+    assert resolved.policy.options.chat_template_kwargs == {"enable_thinking": False}
+    trainer = resolved.trainer.describe()
+    assert (trainer["num_generations"], trainer["learning_rate"], trainer["lr_schedule"], trainer["kl_coef"], trainer["epochs"]) == (8, 2e-6, "constant", 1e-3, 3)
+    assert trainer["max_completion_length"] == 5120 and trainer["gradient_checkpointing"] is True
+    # the reading each file's comment states: 128 completions per optimiser step, 1024 per rollout
+    assert (trainer["completions_per_step"], trainer["generation_batch_size"], trainer["optimizer_steps_per_generation"]) == (128, 1024, 8)
+    assert "128 per optimiser step" in path.read_text()
+
