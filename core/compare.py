@@ -1,22 +1,24 @@
 """Runs side by side, as the paper's results table.
 
 One row per run (its run.yaml name and engineer); for each benchmark (3, 4, 5 agents)
-the paper's "Sum" of per-subset rates (wr_025 + wr_050 + wr_075, out of 300) and the
-overall rates, valid and optimal; then the validation rates of the last evaluated round.
-Benchmark figures come from the last round that ran the benchmark (base if none did).
+the paper's "Sum" of per-subset rates (as the evaluation recorded it, ``sum_over_subsets``)
+and the overall rates, valid and optimal; then the validation rates of the last evaluated
+round. Benchmark figures come from the last round that ran the benchmark (base if none did).
+``envengineer suite`` builds its mean ± sd tables from the same pieces (:class:`Stat`).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envengineer.errors import EnvEngineerError
-from envengineer.runview import RunView, bench_label, load_run, rate, sort_bench_names, subset_sum
+from envengineer.runview import BASE, RunView, Stage, bench_label, load_run, rate, sort_bench_names, subset_sum
 
 MISSING = "–"
 
@@ -30,28 +32,94 @@ class Column:
     numeric: bool = True
 
 
+@dataclass(frozen=True)
+class Stat:
+    """A figure over repeated runs (seeds): mean and sample standard deviation (n − 1)."""
+
+    mean: float
+    sd: float | None  # None with a single value: a spread of one run is not zero, it is unknown
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float | None]) -> Stat | None:
+        present = [float(v) for v in values if v is not None]
+        if not present:
+            return None
+        sd = statistics.stdev(present) if len(present) > 1 else None
+        return cls(statistics.fmean(present), sd, len(present))
+
+    def __str__(self) -> str:
+        return f"{self.mean:.1f}" if self.sd is None else f"{self.mean:.1f} ± {self.sd:.1f}"
+
+
 @dataclass
 class Comparison:
     columns: list[Column]
-    rows: list[dict[str, Any]]  # column key -> value (float in percent, str, or None)
+    rows: list[dict[str, Any]]  # column key -> value (float in percent, Stat, str, or None)
+    note: str = (
+        "Σ: the paper's Sum over subsets, the benchmark's per-subset rates added up in percent "
+        "(out of 100 × the number of subsets; 300 for the three wait-ratio subsets); "
+        "%: overall rate. Benchmarks from the last round that ran them (base if none did); "
+        "validation from the last evaluated round."
+    )
+    over_seeds: bool = False  # numeric cells are Stat: the CSV always has their sd and n columns
 
 
-def _columns(benchmarks: Sequence[str]) -> list[Column]:
-    columns = [Column("run", "run", "", "run", False), Column("engineer", "engineer", "", "engineer", False)]
+def metric_columns(benchmarks: Sequence[str], labels: dict[str, str] | None = None) -> list[Column]:
+    """Per benchmark: valid/optimal Σ and overall %; then validation (keys as in :func:`run_figures`)."""
+    columns = []
     for bench in benchmarks:
-        group = bench_label(bench)
+        group = (labels or {}).get(bench) or bench_label(bench)
         for metric in ("valid", "optimal"):
             columns.append(Column(f"{bench}:{metric}_sum", f"{group} {metric} Σ", group, f"{metric} Σ"))
         for metric in ("valid", "optimal"):
             columns.append(Column(f"{bench}:{metric}", f"{group} {metric} %", group, f"{metric} %"))
     columns.append(Column("val:valid", "validation valid %", "validation", "valid %"))
     columns.append(Column("val:optimal", "validation optimal %", "validation", "optimal %"))
-    columns.append(Column("from", "from", "", "from", False))
     return columns
+
+
+def _columns(benchmarks: Sequence[str]) -> list[Column]:
+    head = [Column("run", "run", "", "run", False), Column("engineer", "engineer", "", "engineer", False)]
+    return [*head, *metric_columns(benchmarks), Column("from", "from", "", "from", False)]
 
 
 def _pct(value: float | None) -> float | None:
     return None if value is None else 100 * value
+
+
+def bench_sum(summary: dict[str, Any] | None, metric: str) -> float | None:
+    """The Sum over subsets in percent: as the evaluation recorded it (``sum_over_subsets``,
+    written whenever the benchmark has subsets), else added up from the per-subset rates."""
+    recorded = summary.get("sum_over_subsets") if isinstance(summary, dict) else None
+    value = recorded.get(metric.removesuffix("_rate")) if isinstance(recorded, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return 100 * float(value)
+    return subset_sum(summary, metric)
+
+
+def engineer_label(config: dict[str, Any]) -> str:
+    """A run config's engineer as RunView.engineer shows it (``openai:gpt-5``)."""
+    return RunView(Path("."), config, [], Stage(BASE, None), []).engineer
+
+
+def run_figures(run: RunView, benchmarks: Sequence[str]) -> tuple[dict[str, float | None], dict[str, list[str]], Any]:
+    """A run's figures (percent) keyed as :func:`metric_columns`, which stage each benchmark came
+    from (label -> benchmarks), and the stage the validation figures came from."""
+    figures: dict[str, float | None] = {}
+    sources: dict[str, list[str]] = {}
+    for bench in benchmarks:
+        stage = run.last_bench(bench)
+        summary = stage.bench[bench] if stage else None
+        for metric in ("valid", "optimal"):
+            figures[f"{bench}:{metric}_sum"] = bench_sum(summary, f"{metric}_rate")
+            figures[f"{bench}:{metric}"] = _pct(rate(summary, f"{metric}_rate"))
+        if stage:
+            sources.setdefault(stage.label, []).append(bench)
+    val = run.last_eval()
+    figures["val:valid"] = _pct(rate(val.eval if val else None, "valid_rate"))
+    figures["val:optimal"] = _pct(rate(val.eval if val else None, "optimal_rate"))
+    return figures, sources, val
 
 
 def compare_runs(runs: Sequence[RunView], benchmarks: Sequence[str] | None = None) -> Comparison:
@@ -60,24 +128,13 @@ def compare_runs(runs: Sequence[RunView], benchmarks: Sequence[str] | None = Non
         benchmarks = sort_bench_names({b for run in runs for b in run.bench_names()})
     rows = []
     for run in runs:
-        row: dict[str, Any] = {"run": run.name, "engineer": run.engineer}
-        sources: dict[str, list[str]] = {}
-        for bench in benchmarks:
-            stage = run.last_bench(bench)
-            summary = stage.bench[bench] if stage else None
-            for metric in ("valid", "optimal"):
-                row[f"{bench}:{metric}_sum"] = subset_sum(summary, f"{metric}_rate")
-                row[f"{bench}:{metric}"] = _pct(rate(summary, f"{metric}_rate"))
-            if stage:
-                sources.setdefault(stage.label, []).append(bench_label(bench).split()[0])
-        val = run.last_eval()
-        row["val:valid"] = _pct(rate(val.eval if val else None, "valid_rate"))
-        row["val:optimal"] = _pct(rate(val.eval if val else None, "optimal_rate"))
+        figures, sources, val = run_figures(run, benchmarks)
+        row: dict[str, Any] = {"run": run.name, "engineer": run.engineer, **figures}
         notes = []
         if len(sources) == 1:
             notes.append(f"bench: {next(iter(sources))}")
         else:
-            notes.extend(f"bench {','.join(agents)}: {label}" for label, agents in sources.items())
+            notes.extend(f"bench {','.join(bench_label(b).split()[0] for b in names)}: {label}" for label, names in sources.items())
         if val:
             notes.append(f"val: {val.label}")
         row["from"] = "; ".join(notes) or MISSING
@@ -92,10 +149,11 @@ def load_comparison(run_dirs: Sequence[str | Path]) -> Comparison:
 
 
 def cell(value: Any, column: Column) -> str:
-    """A value as shown on screen and in markdown: percents with one decimal, '–' when missing."""
+    """A value as shown on screen and in markdown: percents with one decimal (``mean ± sd``
+    over seeds), '–' when missing."""
     if value is None or value == "":
         return MISSING
-    if column.numeric:
+    if column.numeric and not isinstance(value, Stat):
         return f"{value:.1f}"
     return str(value)
 
@@ -108,24 +166,39 @@ def to_markdown(comparison: Comparison) -> str:
     ]
     for row in comparison.rows:
         lines.append("| " + " | ".join(cell(row.get(c.key), c).replace("|", "\\|") for c in cols) + " |")
-    note = (
-        "\nΣ: the paper's Sum of per-subset rates (wr_025 + wr_050 + wr_075, out of 300); "
-        "%: overall rate. Benchmarks from the last round that ran them (base if none did); "
-        "validation from the last evaluated round.\n"
-    )
-    return "\n".join(lines) + "\n" + note
+    return "\n".join(lines) + "\n\n" + comparison.note + "\n"
+
+
+def _spread_columns(comparison: Comparison) -> set[str]:
+    if comparison.over_seeds:
+        return {c.key for c in comparison.columns if c.numeric}
+    return {c.key for c in comparison.columns if any(isinstance(row.get(c.key), Stat) for row in comparison.rows)}
 
 
 def to_csv(comparison: Comparison) -> str:
-    """Machine-readable: full-precision percents, empty cells where a value is missing."""
+    """Machine-readable: full-precision percents, empty cells where a value is missing.
+    A column of means over seeds is followed by its ``sd`` and ``n`` columns."""
+    spread = _spread_columns(comparison)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow([c.header for c in comparison.columns])
+    header = []
+    for c in comparison.columns:
+        header.append(c.header)
+        if c.key in spread:
+            header += [f"{c.header} sd", f"{c.header} n"]
+    writer.writerow(header)
+    number = lambda v: "" if v is None else f"{v:.4f}"  # noqa: E731
     for row in comparison.rows:
         values = []
         for c in comparison.columns:
             value = row.get(c.key)
-            values.append("" if value is None else (f"{value:.4f}" if c.numeric else value))
+            if c.key in spread:
+                stat = value if isinstance(value, Stat) else None
+                values += [number(stat.mean if stat else None), number(stat.sd if stat else None), str(stat.n) if stat else "0"]
+            elif c.numeric:
+                values.append(number(value))
+            else:
+                values.append("" if value is None else str(value))
         writer.writerow(values)
     return buffer.getvalue()
 
@@ -134,29 +207,35 @@ def _pair(row: dict[str, Any], valid_key: str, optimal_key: str) -> str:
     valid, optimal = row.get(valid_key), row.get(optimal_key)
     if valid is None and optimal is None:
         return MISSING
-    show = lambda v: MISSING if v is None else f"{v:.1f}"  # noqa: E731
+    show = lambda v: MISSING if v is None else str(v) if isinstance(v, Stat) else f"{v:.1f}"  # noqa: E731
     return f"{show(valid)} / {show(optimal)}"
 
 
-def rich_tables(comparison: Comparison) -> list[Any]:
-    """Two screen-sized tables, each cell "valid / optimal": the paper's Sums, then overall rates."""
+def rich_tables(comparison: Comparison, title: str = "paper table") -> list[Any]:
+    """Two screen-sized tables, each cell "valid / optimal": the paper's Sums (with validation),
+    then overall rates. The leading text columns head both; the trailing ones go to the second."""
     from rich.table import Table
 
     benchmarks = [c.key.split(":")[0] for c in comparison.columns if c.key.endswith(":valid_sum")]
     groups = {c.key.split(":")[0]: c.group for c in comparison.columns}
-    sums = Table(title="paper table: Σ over subsets wr_025+wr_050+wr_075 (of 300), valid / optimal", title_justify="left")
-    overall = Table(title="overall rates (%), valid / optimal", title_justify="left")
+    first_numeric = next((i for i, c in enumerate(comparison.columns) if c.numeric), len(comparison.columns))
+    last_numeric = max((i for i, c in enumerate(comparison.columns) if c.numeric), default=first_numeric - 1)
+    head = comparison.columns[:first_numeric]
+    tail = comparison.columns[last_numeric + 1 :]
+    sums = Table(title=f"{title}: Σ over subsets, valid / optimal", title_justify="left")
+    overall = Table(title=f"{title}: overall rates (%), valid / optimal", title_justify="left")
     for table in (sums, overall):
-        table.add_column("run", style="bold")
-        table.add_column("engineer")
+        for i, column in enumerate(head):
+            table.add_column(column.header, style="bold" if i == 0 else None)
         for bench in benchmarks:
             table.add_column(groups[bench], justify="right")
     sums.add_column("validation %", justify="right")
-    overall.add_column("from", style="dim")
+    for column in tail:
+        overall.add_column(column.header, style="dim")
     for row in comparison.rows:
-        head = [str(row["run"]), str(row["engineer"])]
-        sums.add_row(*head, *(_pair(row, f"{b}:valid_sum", f"{b}:optimal_sum") for b in benchmarks), _pair(row, "val:valid", "val:optimal"))
-        overall.add_row(*head, *(_pair(row, f"{b}:valid", f"{b}:optimal") for b in benchmarks), str(row.get("from") or MISSING))
+        first = [cell(row.get(c.key), c) for c in head]
+        sums.add_row(*first, *(_pair(row, f"{b}:valid_sum", f"{b}:optimal_sum") for b in benchmarks), _pair(row, "val:valid", "val:optimal"))
+        overall.add_row(*first, *(_pair(row, f"{b}:valid", f"{b}:optimal") for b in benchmarks), *(cell(row.get(c.key), c) for c in tail))
     return [sums, overall]
 
 
