@@ -327,6 +327,33 @@ def compare(
         console.print(f"wrote [bold]{escape(str(write_comparison(comparison, output)))}[/]", highlight=False, soft_wrap=True)
 
 
+@app.command("suite")
+def suite_command(
+    sources: list[Path] = typer.Argument(..., help="folders of run configs (every *.yaml directly in them) and/or config files"),
+    seeds: int = typer.Option(3, "--seeds", min=1, help="run every config with seeds 0..N-1 (overrides its seed)"),
+    output: Path = typer.Option(Path("runs/suite"), "--output", help="suite folder: <config-stem>/seed-<s>/ run directories and the tables"),
+    only: Optional[str] = typer.Option(None, "--only", help="only configs whose file stem or run name matches this glob, e.g. 'v*'"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print which runs are finished, partial or to do; run nothing"),
+    tables_only: bool = typer.Option(False, "--tables-only", help="write the tables from what is on disk; run nothing"),
+) -> None:
+    """Run configs over seeds (resumable, one at a time), then write the paper's tables (mean ± sd) as .md and .csv."""
+    from envengineer.suite import execute, plan, plan_table, write_tables
+
+    suite = plan(sources, seeds=seeds, output=output, only=only)
+    if dry_run:
+        console.print(plan_table(suite))
+        return
+    if not tables_only:
+        execute(suite, registry=_registry(), console=console)
+    written = write_tables(suite, console=console)
+    console.print(f"wrote {', '.join(escape(str(p)) for p in written)}", highlight=False, soft_wrap=True)
+    failed = suite.failed()
+    if failed and not tables_only:
+        for run in failed:
+            err_console.print(f"[bold red]failed:[/] {escape(str(run.run_dir))}: {escape(str(run.error))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
 @app.command()
 def pretrain(
     force: bool = typer.Option(False, "--force", help="rebuild even when the cached base model exists"),
