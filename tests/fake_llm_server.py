@@ -147,11 +147,18 @@ def _gemini_error(message: str) -> tuple[int, dict[str, Any]]:
     return 400, {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
 
 
+def field_of(data: dict[str, Any], camel: str) -> Any:
+    """A request field by its JSON name or its proto name: the service's JSON parser takes both
+    (``thinkingBudget`` / ``thinking_budget``), and SDK versions differ in which they send."""
+    snake = re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), camel)
+    return data.get(camel, data.get(snake))
+
+
 def _generate(path: str, body: dict[str, Any], step: Step) -> tuple[int, dict[str, Any]]:
     model = path.split("/models/", 1)[-1].split(":", 1)[0]
-    generation = body.get("generationConfig") or {}
-    limit = generation.get("maxOutputTokens")
-    budget = (generation.get("thinkingConfig") or {}).get("thinkingBudget")
+    generation = field_of(body, "generationConfig") or {}
+    limit = field_of(generation, "maxOutputTokens")
+    budget = field_of(field_of(generation, "thinkingConfig") or {}, "thinkingBudget")
     family = next((f for f in _GEMINI_THINKING if model.startswith(f[0])), None)
     if family is None:
         return 200, {

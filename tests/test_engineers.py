@@ -3,6 +3,7 @@ server with faults, the checkpoint engineer through transformers on a tiny model
 baseline on crafted evidence. Every case ends in a valid config or a recorded fallback."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -172,6 +173,191 @@ def test_openai_compatible_needs_no_key(registry, request_, fake_llm, monkeypatc
     outcome = design(engineer, request_, out_dir=tmp_path)
     assert not outcome.fallback
     assert fake_llm.requests[0]["body"]["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+# ------------------------------------------- what the real services refuse, and the examples
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "engineers"
+
+
+def _openai_client(server):
+    import openai
+
+    return openai.OpenAI(api_key=KEY, base_url=server.url + "/v1", max_retries=0, timeout=5)
+
+
+def _gemini_client(server):
+    from google import genai
+    from google.genai import types
+
+    return genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=server.url, retry_options=types.HttpRetryOptions(attempts=1)))
+
+
+CHAT_REFUSALS = [
+    ({"model": "gpt-5", "max_tokens": 100}, "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead."),
+    ({"model": "o3-mini", "max_completion_tokens": 100, "temperature": 0.7}, "Unsupported value: 'temperature' does not support 0.7 with this model. Only the default (1) value is supported."),
+    ({"model": "kimi-k2.5", "max_tokens": 100, "temperature": 0.7}, "invalid temperature: only 1 is allowed for this model"),
+    ({"model": "kimi-k2.5", "max_tokens": 100, "temperature": 1.0, "extra_body": {"thinking": {"type": "disabled"}}}, "invalid temperature: only 0.6 is allowed for this model"),
+]
+
+
+@pytest.mark.parametrize("kwargs,message", CHAT_REFUSALS, ids=lambda v: v.get("model") if isinstance(v, dict) else None)
+def test_loopback_server_refuses_what_chat_services_refuse(kwargs, message, fake_llm):
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as info:
+        _openai_client(fake_llm).chat.completions.create(messages=[{"role": "user", "content": "hi"}], **kwargs)
+    assert info.value.status_code == 400 and info.value.body["message"] == message
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"model": "gpt-5", "max_completion_tokens": 1000},
+    {"model": "o3-mini", "max_completion_tokens": 1000, "temperature": 1},
+    {"model": "kimi-k2.5", "max_tokens": 1000},
+    {"model": "kimi-k2.5", "max_tokens": 1000, "temperature": 0.6, "extra_body": {"thinking": {"type": "disabled"}}},
+    {"model": "gpt-4.1", "max_tokens": 1000, "temperature": 0.7},
+])
+def test_loopback_server_accepts_what_chat_services_accept(kwargs, fake_llm):
+    fake_llm.script = [fake_llm.Step(GOOD)]
+    reply = _openai_client(fake_llm).chat.completions.create(messages=[{"role": "user", "content": "hi"}], **kwargs)
+    assert reply.choices[0].message.content == GOOD
+
+
+@pytest.mark.parametrize("model,budget,refused", [
+    ("gemini-2.5-pro", 0, "Budget 0 is invalid. This model only works in thinking mode."),
+    ("gemini-2.5-pro", 64, "The thinking budget 64 is invalid."),
+    ("gemini-2.5-flash", 30000, "The thinking budget 30000 is invalid."),
+    ("gemini-2.5-flash-lite", 100, "The thinking budget 100 is invalid."),
+    ("gemini-2.5-pro", -1, None),
+    ("gemini-2.5-pro", 128, None),
+    ("gemini-2.5-flash", 0, None),
+    ("gemini-2.5-flash-lite", 0, None),
+])
+def test_loopback_server_applies_gemini_thinking_budget_rules(model, budget, refused, fake_llm):
+    from google.genai import errors, types
+
+    fake_llm.script = [fake_llm.Step(GOOD)]
+    config = types.GenerateContentConfig(max_output_tokens=4096, thinking_config=types.ThinkingConfig(thinking_budget=budget))
+    client = _gemini_client(fake_llm)  # held: a collected Client closes its connection pool
+    call = lambda: client.models.generate_content(model=model, contents="hi", config=config)  # noqa: E731
+    if refused:
+        with pytest.raises(errors.ClientError) as info:
+            call()
+        assert info.value.code == 400 and refused in info.value.message
+    else:
+        assert call().text == GOOD
+
+
+def test_loopback_server_lets_gemini_thinking_eat_the_answer(fake_llm):
+    from google.genai import types
+
+    fake_llm.script = [fake_llm.Step(GOOD, thoughts=5000)]
+    client = _gemini_client(fake_llm)
+    reply = client.models.generate_content(
+        model="gemini-2.5-pro", contents="hi", config=types.GenerateContentConfig(max_output_tokens=4096))
+    candidate = reply.candidates[0]
+    assert candidate.finish_reason == types.FinishReason.MAX_TOKENS and not candidate.content.parts
+    assert reply.usage_metadata.thoughts_token_count == 4096
+
+
+def _example_engineer(registry, path, server, monkeypatch):
+    """An examples/engineers file loaded as `envengineer propose --engineer-config` loads it, aimed at the loopback server."""
+    from envengineer.design import engineer_section
+
+    name, options = engineer_section(path.parent, None, path)
+    options["base_url"] = server.url if name == "gemini" else server.url + "/v1"
+    if options.get("api_key_env", "unset") is not None:
+        key_env = options.get("api_key_env") or {"openai": "OPENAI_API_KEY", "kimi": "MOONSHOT_API_KEY", "gemini": "GEMINI_API_KEY"}[name]
+        monkeypatch.setenv(key_env, KEY)
+    return registry.create("engineer", name, {**options, **fast()}, where=f"engineer.{name}")
+
+
+@pytest.mark.parametrize("stem", ["openai", "kimi", "gemini", "openai-compatible"])
+def test_shipped_api_examples_get_a_proposal_applied(stem, registry, request_, fake_llm, monkeypatch, tmp_path):
+    fake_llm.script = [fake_llm.Step(GOOD), fake_llm.Step(GOOD_SUMMARY)]
+    engineer = _example_engineer(registry, EXAMPLES / f"{stem}.yaml", fake_llm, monkeypatch)
+    outcome = design(engineer, request_, out_dir=tmp_path)
+    assert not outcome.fallback, outcome.reason
+    assert outcome.config.sizes["9x9"].ratio == 0.2 and outcome.summary == GOOD_SUMMARY
+    assert len(fake_llm.requests) == 2  # the proposal, then the summary: nothing refused, nothing re-asked
+    calls = _calls(tmp_path)
+    assert all(call["error"] is None and call["params"] for call in calls)
+    _no_key_written(tmp_path)
+
+
+def test_old_gpt5_example_no_longer_falls_back(registry, request_, fake_llm, monkeypatch, tmp_path):
+    """The settings that used to make every gpt-5 design step a fallback (temperature 0.7, max_tokens 4096)."""
+    fake_llm.script = [fake_llm.Step(GOOD), fake_llm.Step(GOOD_SUMMARY)]
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    options = {"model": "gpt-5", "temperature": 0.7, "max_tokens": 4096, "base_url": fake_llm.url + "/v1", **fast()}
+    outcome = design(registry.create("engineer", "openai", options), request_, out_dir=tmp_path)
+    assert not outcome.fallback, outcome.reason
+    body = fake_llm.requests[0]["body"]
+    assert body["max_completion_tokens"] == 4096 and "max_tokens" not in body and "temperature" not in body
+    assert _calls(tmp_path)[0]["params"] == {"max_completion_tokens": 4096}
+
+
+@pytest.mark.parametrize("name,options,refusal", [
+    ("openai", {"model": "gpt-5", "send_temperature": True}, "Unsupported value: 'temperature' does not support 0.7"),
+    ("openai", {"model": "gpt-5", "max_tokens_field": "max_tokens"}, "Unsupported parameter: 'max_tokens'"),
+    ("kimi", {"model": "kimi-k2.5", "send_temperature": True}, "invalid temperature: only 1 is allowed"),
+    ("kimi", {"model": "kimi-k2.5", "send_temperature": True, "temperature": 1.0, "thinking": False}, "invalid temperature: only 0.6 is allowed"),
+])
+def test_forcing_a_refused_parameter_is_a_recorded_fallback(name, options, refusal, registry, request_, fake_llm, monkeypatch, tmp_path):
+    fake_llm.script = [fake_llm.Step(GOOD)]
+    monkeypatch.setenv("OPENAI_API_KEY" if name == "openai" else "MOONSHOT_API_KEY", KEY)
+    engineer = registry.create("engineer", name, {**options, "base_url": fake_llm.url + "/v1", **fast()})
+    outcome = design(engineer, request_, out_dir=tmp_path)
+    assert outcome.fallback and refusal in outcome.reason and "non-retryable" in outcome.reason
+    assert len(fake_llm.requests) == 1  # a 400 is not retried
+
+
+def test_kimi_thinking_switch_and_its_temperature(registry, request_, fake_llm, monkeypatch):
+    fake_llm.script = [fake_llm.Step(GOOD), fake_llm.Step(GOOD_SUMMARY)]
+    monkeypatch.setenv("MOONSHOT_API_KEY", KEY)
+    options = {"thinking": False, "send_temperature": True, "temperature": 0.6, "base_url": fake_llm.url + "/v1", **fast()}
+    outcome = design(registry.create("engineer", "kimi", options), request_)
+    assert not outcome.fallback, outcome.reason
+    body = fake_llm.requests[0]["body"]
+    assert body["thinking"] == {"type": "disabled"} and body["temperature"] == 0.6 and body["max_tokens"] == 4096
+
+
+@pytest.mark.parametrize("kind", ["openai", "gemini"])
+def test_thinking_that_eats_the_answer_is_a_fallback_with_its_reason(kind, registry, request_, fake_llm, monkeypatch, tmp_path):
+    fake_llm.script = [fake_llm.Step(GOOD, thoughts=3000)]
+    model = "gpt-5" if kind == "openai" else "gemini-2.5-pro"
+    outcome = design(_engineer(registry, kind, fake_llm, monkeypatch, model=model, max_tokens=1024), request_, out_dir=tmp_path)
+    finish = "length" if kind == "openai" else "MAX_TOKENS"
+    assert outcome.fallback and f"finish reason {finish}" in outcome.reason and "1024 of them thinking" in outcome.reason
+    assert "raise max_tokens" in outcome.reason
+    assert len(fake_llm.requests) == 1  # not retried: the same limit would give the same empty answer
+    call = _calls(tmp_path)[0]
+    assert call["usage"]["reasoning_tokens"] == 1024 and "EmptyAnswer" in call["error"]
+
+
+def test_gemini_thinking_budget_leaves_room_for_the_answer(registry, request_, fake_llm, monkeypatch, tmp_path):
+    fake_llm.script = [fake_llm.Step(GOOD, thoughts=3000), fake_llm.Step(GOOD_SUMMARY, thoughts=3000)]
+    engineer = _engineer(registry, "gemini", fake_llm, monkeypatch, model="gemini-2.5-pro", max_tokens=1024, thinking_budget=256)
+    outcome = design(engineer, request_, out_dir=tmp_path)
+    assert not outcome.fallback, outcome.reason
+    field_of = sys.modules[type(fake_llm).__module__].field_of  # the loopback server's own reading of the wire format
+    generation = field_of(fake_llm.requests[0]["body"], "generationConfig")
+    assert field_of(field_of(generation, "thinkingConfig"), "thinkingBudget") == 256 and field_of(generation, "maxOutputTokens") == 1024
+    usage = _calls(tmp_path)[0]["usage"]
+    assert usage["reasoning_tokens"] == 256 and usage["completion_tokens"] > 256
+
+
+@pytest.mark.parametrize("model,budget,message", [
+    ("gemini-2.5-pro", 0, "gemini-2.5-pro cannot turn thinking off"),
+    ("gemini-2.5-pro", 50000, "128..32768"),
+    ("gemini-2.5-flash-lite", 100, "512..24576"),
+    ("gemini-2.5-flash", -5, "-1 (dynamic)"),
+])
+def test_gemini_thinking_budget_is_checked_when_the_config_loads(model, budget, message, registry):
+    with pytest.raises(ConfigError, match=r"engineer\.gemini\.thinking_budget") as info:
+        registry.create("engineer", "gemini", {"model": model, "thinking_budget": budget}, where="engineer.gemini")
+    assert message in str(info.value)
+    assert registry.create("engineer", "gemini", {"model": "gemini-2.5-flash", "thinking_budget": 0}).options.thinking_budget == 0
 
 
 def test_options_are_validated(registry):

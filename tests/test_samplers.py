@@ -89,5 +89,44 @@ def test_openai_compatible_retries_then_scores_failures_as_empty(registry, fake_
     assert second == [[""]] and len(policy.errors) == 1  # still failing after the retry: empty, recorded
 
 
+@pytest.mark.parametrize("model,base_url,expected", [
+    ("gpt-5", "loopback", {"max_completion_tokens": 1024}),  # a reasoning model: no max_tokens, no temperature
+    ("o4-mini", "loopback", {"max_completion_tokens": 1024}),
+    ("kimi-k2.5", "loopback", {"max_tokens": 1024}),  # Moonshot fixes the temperature
+    ("gpt-4.1", "loopback", {"max_tokens": 1024, "temperature": 0.0}),  # any other server: as configured
+    ("gpt-4.1", None, {"max_completion_tokens": 1024, "temperature": 0.0}),  # OpenAI's own endpoint
+])
+def test_openai_compatible_policy_sends_what_the_model_accepts(model, base_url, expected, registry, fake_llm):
+    pytest.importorskip("openai")
+    options = {"model": model, "base_url": fake_llm.url + "/v1" if base_url else None, "api_key_env": None, "max_tokens": 1024}
+    policy = registry.create("policy", "openai-compatible", options)
+    assert policy.request_params() == expected and not policy.has_weights
+    if base_url is None:
+        return  # nothing to call without a key for api.openai.com
+    fake_llm.script = [fake_llm.Step(ANSWER)]
+    assert policy.sample(["p"]) == [[ANSWER]] and not policy.failed_calls()  # the loopback server refused nothing
+    body = fake_llm.requests[0]["body"]
+    assert {k: body[k] for k in expected} == expected
+    assert not {"max_tokens", "max_completion_tokens", "temperature"} - set(expected) & set(body)
+
+
+def test_openai_compatible_records_refusals_and_empty_answers(registry, fake_llm):
+    pytest.importorskip("openai")
+    fake_llm.script = [fake_llm.Step(ANSWER, thoughts=500), fake_llm.Step(ANSWER)]
+    policy = registry.create("policy", "openai-compatible", {
+        "model": "gpt-5", "base_url": fake_llm.url + "/v1", "api_key_env": None, "concurrency": 1, "max_tokens": 256,
+    })
+    assert policy.sample(["p", "q"]) == [[""], [ANSWER]]
+    (error,) = policy.failed_calls()
+    assert "finish reason length" in error and "raise max_tokens" in error
+    forced = registry.create("policy", "openai-compatible", {
+        "model": "gpt-5", "base_url": fake_llm.url + "/v1", "api_key_env": None, "send_temperature": True, "max_retries": 0,
+    })
+    assert forced.sample(["p"]) == [[""]]
+    assert "Unsupported value: 'temperature' does not support 0 with this model" in forced.failed_calls()[0]
+    with pytest.raises(ConfigError, match="no weights"):
+        forced.prepare()
+
+
 def test_policies_are_registered(registry):
     assert {"transformers", "tiny", "openai-compatible"} <= set(registry.names("policy"))
