@@ -68,6 +68,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 #: Round-0 starts every task has; anything else given as a start is a config file's path.
 BUILTIN_STARTS = ("uniform", "random")
+_START_CHOICES = "give uniform, random or the path of a generator config file"
 DEFAULT_PRESET = "V6"
 
 
@@ -92,7 +93,7 @@ class ContextSpec(BaseModel):
     @classmethod
     def _start_named(cls, value: str | None) -> str | None:
         if value is not None and not value.strip():
-            raise ValueError(f"give {' or '.join(BUILTIN_STARTS)} or the path of a generator config file")
+            raise ValueError(_START_CHOICES)
         return value.strip() if value is not None else None
 
     @model_validator(mode="after")
@@ -166,10 +167,10 @@ def choose_start(spec: ContextSpec | dict[str, Any] | str | None, initial_config
             )
         start, where = initial_config.strip(), "initial_config"
     if not start:
-        raise ConfigError(f"{where}: give {' or '.join(BUILTIN_STARTS)} or the path of a generator config file")
+        raise ConfigError(f"{where}: {_START_CHOICES}")
     if generator is not None and start not in BUILTIN_STARTS:
         if not Path(start).is_file():
-            raise ConfigError(f"{where}: {start}: no such file (give {' or '.join(BUILTIN_STARTS)} or the path of a generator config file)")
+            raise ConfigError(f"{where}: {start}: no such file ({_START_CHOICES})")
         from envengineer.taskops import load_generator_config
 
         load_generator_config(generator, start)  # raises ConfigError naming the file and field
