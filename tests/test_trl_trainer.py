@@ -86,6 +86,19 @@ def test_both_readings_of_the_paper_batch(registry, base, tmp_path, options, per
     assert config.per_device_train_batch_size * config.gradient_accumulation_steps == per_step
 
 
+@pytest.mark.parametrize("options, steps", [
+    ({"per_device_train_batch_size": 2, "gradient_accumulation_steps": 2, "generation_batch_size": 8}, 8),  # 2 steps per rollout
+    ({"per_device_train_batch_size": 2, "gradient_accumulation_steps": 4, "generation_batch_size": 4}, 4),  # 2 rollouts per step
+])
+def test_an_epoch_samples_each_prompt_once_whatever_the_rollout_size(registry, base, tmp_path, options, steps):
+    generator, validator = registry.task("mapf-frozenlake", {"agents": 2})
+    records = generator.generate(generator.default_config(), n=16, seed=2).records
+    trainer = registry.create("trainer", "trl", {"num_generations": 2, "max_completion_length": 6, "threads": 1, "epochs": 1, **options})
+    result = trainer.train(TrainRequest(policy_path=base, records=records, generator=generator, validator=validator,
+                                        out_dir=tmp_path / "round", prompt_style="compact"))
+    assert result.metrics["steps"] == steps and result.metrics["completions"] == 16 * 2
+
+
 def test_gradient_checkpointing_follows_the_parameter_count(registry, base, tmp_path):
     from transformers import AutoModelForCausalLM, Qwen3Config
 
@@ -235,7 +248,7 @@ def test_training_prompts_are_the_evaluation_prompts(registry, base, chat_model,
     generator, validator = registry.task("mapf-frozenlake", {"agents": 2})
     records = generator.generate(generator.default_config(), n=2, seed=3).records
     trainer = registry.create("trainer", "trl", {
-        "max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 4, "max_completion_length": 4, "threads": 2,
+        "max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 4, "max_completion_length": 4, "threads": 1,
     })
     trainer.train(TrainRequest(policy_path=model, records=records, generator=generator, validator=validator, out_dir=tmp_path / "train",
                                prompt_style=style, chat_template_kwargs=chat_template_kwargs))
@@ -265,7 +278,7 @@ def test_the_checkpoint_engineer_renders_with_the_policys_options(registry, reco
     for kwargs in (None, {"enable_thinking": True}):
         request = build_request(evidence, registry, {"preset": "V6"}, policy_path=str(chat_model), chat_template_kwargs=kwargs)
         assert request.chat_template_kwargs == kwargs
-        # a short prompt: the analysis prompt would cost a 1-layer model seconds per token on CPU
+        # a short prompt: at one token per byte the analysis prompt would be thousands of tokens
         request = dataclasses.replace(request, prompt="Propose the next config.")
         for name in ("checkpoint", "base"):
             request.base_policy_path = str(chat_model)
