@@ -113,6 +113,24 @@ def config_files(sources: Sequence[str | Path]) -> list[Path]:
     return list(stems.values())
 
 
+def _identity(data: Any) -> dict[str, Any]:
+    """What makes two run configs the same run, as the loop judges it on resume (through the
+    model, guards left out), less ``output``: a suite folder moved elsewhere still holds its runs."""
+    from envengineer.errors import ConfigError
+    from envengineer.loop import GUARDS
+    from envengineer.runconfig import parse_run_config
+
+    try:
+        data = parse_run_config(data).model_dump(mode="json")
+    except ConfigError:
+        pass  # compared as written
+    out = {k: v for k, v in (data if isinstance(data, dict) else {}).items() if k != "output"}
+    for section, key in GUARDS:
+        if isinstance(out.get(section), dict):
+            out[section] = {k: v for k, v in out[section].items() if k != key}
+    return out
+
+
 def run_state(run_dir: Path, config: RunConfig) -> str:
     """finished / partial / to do, or "different run" when the folder holds another config."""
     from envengineer.fileio import read_yaml
@@ -121,9 +139,7 @@ def run_state(run_dir: Path, config: RunConfig) -> str:
     folder = RunDir(run_dir)
     if not folder.run_yaml.exists():
         return TODO
-    # The folder is the run's identity: a suite folder moved elsewhere still holds its runs.
-    recorded = {k: v for k, v in (read_yaml(folder.run_yaml) or {}).items() if k != "output"}
-    if recorded != {k: v for k, v in config.model_dump(mode="json").items() if k != "output"}:
+    if _identity(read_yaml(folder.run_yaml)) != _identity(config.model_dump(mode="json")):
         return DIFFERENT
     return FINISHED if folder.done("round_end", config.rounds - 1) else PARTIAL
 
@@ -174,8 +190,13 @@ def _key(output: Path, run: SuiteRun) -> str:
 def _save_errors(suite: Suite) -> None:
     from envengineer.fileio import write_json
 
-    errors = {_key(suite.output, run): run.error for run in suite.runs if run.error and not run.done}
-    write_json(suite.output / STATUS_FILE, {"errors": errors})
+    path = suite.output / STATUS_FILE
+    errors = _read_errors(path)  # runs left out by --only keep theirs
+    for run in suite.runs:
+        errors.pop(_key(suite.output, run), None)
+        if run.error and not run.done:
+            errors[_key(suite.output, run)] = run.error
+    write_json(path, {"errors": dict(sorted(errors.items()))})
 
 
 def plan_table(suite: Suite) -> Any:

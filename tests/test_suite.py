@@ -232,3 +232,15 @@ def test_an_incomplete_run_is_shown_not_dropped(suite, tmp_path):
     figures = recorded(out / "beta" / "seed-0")
     assert float(row["validation valid %"]) == pytest.approx(figures["validation valid %"], abs=1e-3)
     assert row["validation valid % sd"] == "" and row["validation valid % n"] == "1"
+
+
+def test_a_folder_holding_another_run_is_flagged(suite, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(suite["out"], out)
+    run_yaml = out / "alpha" / "seed-0" / "run.yaml"
+    run_yaml.write_text(run_yaml.read_text().replace("budget: 8", "budget: 9"))
+    result = runner.invoke(app, ["suite", str(suite["configs"]), "--seeds", "2", "--output", str(out), "--dry-run"], env=ENV)
+    assert result.exit_code == 0 and result.output.count("different run") == 1 and result.output.count("finished") == 3
+    runner.invoke(app, ["suite", str(suite["configs"]), "--seeds", "2", "--output", str(out), "--tables-only"], env=ENV)
+    row = read_csv(out / "engineers.csv")[0]
+    assert row["seeds finished"] == "1/2" and "folder holds a different run: seed 0" in row["status"]
