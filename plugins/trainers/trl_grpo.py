@@ -475,7 +475,7 @@ class TrlGrpoTrainer(Trainer):
 
         metrics.update({
             "steps": steps,
-            "gradient_checkpointing": bool(config.gradient_checkpointing),
+            "gradient_checkpointing": bool(getattr(config, "activation_checkpointing", None) or config.gradient_checkpointing),
             "train_seconds": round(train_s, 2),
             "seconds": round(time.perf_counter() - started, 2),
             "steps_per_s": round(steps / train_s, 3) if train_s else None,
