@@ -319,7 +319,7 @@ def test_kimi_thinking_switch_and_its_temperature(registry, request_, fake_llm, 
     outcome = design(registry.create("engineer", "kimi", options), request_)
     assert not outcome.fallback, outcome.reason
     body = fake_llm.requests[0]["body"]
-    assert body["thinking"] == {"type": "disabled"} and body["temperature"] == 0.6 and body["max_tokens"] == 4096
+    assert body["thinking"] == {"type": "disabled"} and body["temperature"] == 0.6 and body["max_tokens"] == 16384
 
 
 @pytest.mark.parametrize("kind", ["openai", "gemini"])

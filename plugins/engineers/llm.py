@@ -189,6 +189,7 @@ class APIEngineer(Engineer):
 class OpenAIOptions(LLMOptions):
     model: str = Field("gpt-5", description="model name sent to the API")
     api_key_env: str | None = Field("OPENAI_API_KEY", description="environment variable holding the API key")
+    max_tokens: int = Field(16384, ge=16, description="most tokens in one answer, thinking included (reasoning models think for thousands)")
     extra_body: dict[str, Any] = Field(default_factory=dict, description="extra JSON fields of each request (e.g. chat_template_kwargs for vLLM)")
     max_tokens_field: TokenField | None = Field(
         None, description="the request field that carries max_tokens (null: max_completion_tokens for OpenAI's endpoint and reasoning models, else max_tokens)"
@@ -273,6 +274,7 @@ class CompatibleOptions(OpenAIOptions):
     model: str = Field(..., description="the served model name (e.g. vllm serve --served-model-name)")
     base_url: str = Field(..., description="the server's base URL, e.g. http://127.0.0.1:8000/v1")  # type: ignore[assignment]
     api_key_env: str | None = Field(None, description="environment variable holding the key, if the server wants one")
+    max_tokens: int = Field(4096, ge=16, description="most tokens in one answer (within the server's context length)")
 
 
 class CompatibleEngineer(OpenAIEngineer):
@@ -295,6 +297,7 @@ class CompatibleEngineer(OpenAIEngineer):
 class GeminiOptions(LLMOptions):
     model: str = Field("gemini-2.5-pro", description="Gemini model name")
     api_key_env: str | None = Field("GEMINI_API_KEY", description="environment variable holding the API key")
+    max_tokens: int = Field(16384, ge=16, description="most tokens in one answer, thinking included (reasoning models think for thousands)")
     thinking_budget: int | None = Field(
         None, description="thinking tokens (ThinkingConfig.thinking_budget): -1 dynamic, 0 off where allowed; they count against max_tokens (null: the model's default)"
     )
