@@ -8,7 +8,7 @@ is not shipped yet); it never shrinks.
 
     python bench/tiny_policy.py                               # the tiny defaults, trl defaults
     python bench/tiny_policy.py --rounds 3 --lr 1e-4 --temperature 0.7 --prefilter 4 \
-        --round-instances 1200 --time-budget 45 --batch 64 --max-completion 64   # the quickstart's GRPO
+        --round-instances 2400 --batch 64 --max-completion 64   # the quickstart's GRPO
     python bench/tiny_policy.py --base DIR ...                 # start from a model directory
 
 Each round trains on fresh instances (uniform config, a new seed per round), as the loop does.
@@ -78,7 +78,6 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=96, help="greedy evaluation length (answers on the val set are at most 60 tokens)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--round-instances", type=int, default=None, help="fresh training instances per round")
-    ap.add_argument("--time-budget", type=float, default=None, help="seconds of GRPO per round")
     ap.add_argument("--max-steps", type=int, default=None)
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--beta", type=float, default=None)
@@ -127,7 +126,7 @@ def main() -> None:
     trainer_opts = {k: v for k, v in {
         "learning_rate": args.lr, "beta": args.beta, "temperature": args.temperature, "num_generations": args.generations,
         "per_device_train_batch_size": args.batch, "prefilter_samples": args.prefilter, "max_completion_length": args.max_completion,
-        "time_budget_s": args.time_budget, "max_steps": args.max_steps, "loss_type": args.loss_type, "optimality_bonus": args.optimality_bonus, "negative_advantage_weight": args.negative_weight, "epochs": args.epochs_rl, "optim": args.optim, "scale_rewards": args.scale_rewards, "threads": args.threads,
+        "max_steps": args.max_steps, "loss_type": args.loss_type, "optimality_bonus": args.optimality_bonus, "negative_advantage_weight": args.negative_weight, "epochs": args.epochs_rl, "optim": args.optim, "scale_rewards": args.scale_rewards, "threads": args.threads,
     }.items() if v is not None}
     if args.keep_tail:
         trainer_opts["mask_after_answer"] = False
