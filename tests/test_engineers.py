@@ -2,6 +2,7 @@
 server with faults, the checkpoint engineer through transformers on a tiny model, and each
 baseline on crafted evidence. Every case ends in a valid config or a recorded fallback."""
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -429,6 +430,13 @@ def test_random_is_valid_and_seeded(registry, request_):
     c = design(registry.create("engineer", "random", {"seed": 4}), request_).config
     assert a == b and a != c
     assert abs(sum(k.ratio for k in a.sizes.values()) - 1) < 1e-9
+
+
+def test_random_follows_the_runs_seed_by_default(registry, request_):
+    """Seeds of a suite must give different random baselines, each repeatable."""
+    engineer = registry.create("engineer", "random")
+    draws = [design(engineer, dataclasses.replace(request_, seed=seed)).config for seed in (0, 0, 1_000_003)]
+    assert draws[0] == draws[1] and draws[0] != draws[2]
 
 
 def test_curriculum_gets_harder_with_the_round(registry, recorded_run):

@@ -87,7 +87,11 @@ class FixedEngineer(Baseline):
 
 
 class RandomOptions(_Options):
-    seed: int = Field(0, description="seed; round n uses seed + n, so runs repeat")
+    seed: int | None = Field(
+        None,
+        description="seed; round n draws with seed + n + 1 (default: the loop's seed for the round, "
+        "so a run's seed decides the draws and runs with different seeds differ)",
+    )
 
 
 class RandomEngineer(Baseline):
@@ -96,7 +100,10 @@ class RandomEngineer(Baseline):
     Options: ClassVar[type[BaseModel]] = RandomOptions
 
     def propose(self, request: DesignRequest) -> EngineerReply:
-        seed = self.options.seed + request.evidence.round + 1
+        if self.options.seed is None:
+            seed = request.seed + 1
+        else:
+            seed = self.options.seed + request.evidence.round + 1
         config = request.generator.random_config(seed)
         return self.reply(config.model_dump(), f"random: config drawn with seed {seed}.")
 
