@@ -43,6 +43,7 @@ class SuiteRun:
     run_dir: Path
     status: str = TODO
     error: str | None = None  # the last error this run raised (this invocation or an earlier one)
+    same_as: str | None = None  # another config whose run at this seed is this one (run once, shown in both rows)
 
     @property
     def done(self) -> bool:
@@ -131,6 +132,13 @@ def _identity(data: Any) -> dict[str, Any]:
     return out
 
 
+def _same_run(config: RunConfig) -> str:
+    """Two configs that differ only in name, output and suite labels train the same run."""
+    identity = _identity(config.model_dump(mode="json"))
+    identity.pop("name", None)
+    return json.dumps(identity, sort_keys=True, default=str)
+
+
 def run_state(run_dir: Path, config: RunConfig) -> str:
     """finished / partial / to do, or "different run" when the folder holds another config."""
     from envengineer.fileio import read_yaml
@@ -152,6 +160,7 @@ def plan(sources: Sequence[str | Path], *, seeds: int, output: str | Path, only:
         raise EnvEngineerError(f"--seeds {seeds}: give at least one seed")
     out = Path(output)
     entries = []
+    first: dict[str, tuple[str, SuiteRun]] = {}  # same run -> the config that runs it, and its run
     for path in config_files(sources):
         config = load_run_config(path)
         if only and not (fnmatch.fnmatch(path.stem, only) or fnmatch.fnmatch(config.name, only)):
@@ -160,7 +169,14 @@ def plan(sources: Sequence[str | Path], *, seeds: int, output: str | Path, only:
         for seed in range(seeds):
             run_dir = out / path.stem / f"seed-{seed}"
             seeded = config.model_copy(update={"seed": seed, "output": str(run_dir)})
-            entry.runs.append(SuiteRun(seeded, seed, run_dir, run_state(run_dir, seeded)))
+            owner = first.get(_same_run(seeded))
+            if owner is not None:  # e.g. the paper's V6 row and its checkpoint-engineer row
+                shared = owner[1]
+                entry.runs.append(SuiteRun(shared.config, seed, shared.run_dir, shared.status, same_as=owner[0]))
+                continue
+            run = SuiteRun(seeded, seed, run_dir, run_state(run_dir, seeded))
+            first[_same_run(seeded)] = (path.stem, run)
+            entry.runs.append(run)
         entries.append(entry)
     if not entries:
         raise EnvEngineerError(f"--only {only}: no config's file stem or name matches" if only else "suite: no run configs")
@@ -192,7 +208,7 @@ def _save_errors(suite: Suite) -> None:
 
     path = suite.output / STATUS_FILE
     errors = _read_errors(path)  # runs left out by --only keep theirs
-    for run in suite.runs:
+    for run in (r for r in suite.runs if r.same_as is None):
         errors.pop(_key(suite.output, run), None)
         if run.error and not run.done:
             errors[_key(suite.output, run)] = run.error
@@ -208,7 +224,7 @@ def plan_table(suite: Suite) -> Any:
     style = {FINISHED: "green", PARTIAL: "yellow", TODO: "", DIFFERENT: "red", FAILED: "red"}
     for entry in suite.entries:
         for run in entry.runs:
-            state = run.status + (f": {run.error}" if run.error else "")
+            state = run.status + (f": {run.error}" if run.error else "") + (f" (the run of {run.same_as})" if run.same_as else "")
             table.add_row(escape(str(entry.path)), escape(entry.table), escape(entry.row), str(run.seed),
                           f"[{style[run.status]}]{escape(state)}[/]" if style[run.status] else escape(state), escape(str(run.run_dir)))
     return table
@@ -226,8 +242,8 @@ def execute(suite: Suite, *, registry: Any = None, console: Console | None = Non
 
     console = console or Console()
     registry = registry or load_registry()
-    todo = [(entry, run) for entry in suite.entries for run in entry.runs if not run.done]
-    skipped = len(suite.runs) - len(todo)
+    todo = [(entry, run) for entry in suite.entries for run in entry.runs if not run.done and run.same_as is None]
+    skipped = sum(1 for run in suite.runs if run.done and run.same_as is None)
     if skipped:
         console.print(f"[dim]{skipped} finished run(s) skipped[/]")
     if not todo:
@@ -251,6 +267,8 @@ def execute(suite: Suite, *, registry: Any = None, console: Console | None = Non
                 console.print(f"[bold red]{escape(entry.stem)} seed {run.seed} failed:[/] {escape(run.error)}", highlight=False)
             else:
                 run.status, run.error = run_state(run.run_dir, run.config), None
+            for shared in (r for r in suite.runs if r.same_as is not None and r.run_dir == run.run_dir):
+                shared.status, shared.error = run.status, run.error
             _save_errors(suite)
             advance()
     return suite
@@ -296,6 +314,9 @@ def entry_row(entry: SuiteEntry, benchmarks: Sequence[str]) -> dict[str, Any]:
             notes.append(f"{label}: seed {_seeds(runs)}")
     if designs and all(designs):
         notes.append("all designs fell back")
+    shared_with = sorted({run.same_as for run in entry.runs if run.same_as})
+    if shared_with:
+        notes.append(f"same run as {', '.join(shared_with)}")
     row.update({
         "row": entry.row,
         "engineer": engineer_label(entry.config.model_dump(mode="json")),

@@ -244,3 +244,22 @@ def test_a_folder_holding_another_run_is_flagged(suite, tmp_path):
     runner.invoke(app, ["suite", str(suite["configs"]), "--seeds", "2", "--output", str(out), "--tables-only"], env=ENV)
     row = read_csv(out / "engineers.csv")[0]
     assert row["seeds finished"] == "1/2" and "folder holds a different run: seed 0" in row["status"]
+
+
+def test_a_config_that_is_the_same_run_as_another_is_run_once_and_shown_in_both_rows(suite, tmp_path):
+    """The paper's V6 row and its checkpoint-engineer row are one run under two labels."""
+    configs = tmp_path / "configs"
+    shutil.copytree(suite["configs"], configs)
+    write_config(configs, "gamma", tiny_config("gamma", suite["cache"], suite={"table": "context variants", "row": "V6 (heuristic)"}))
+    args = ["suite", str(configs), "--seeds", "2", "--output", str(suite["out"])]
+    result = runner.invoke(app, [*args, "--dry-run"], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("(the run of alpha)") == 2 and "to do" not in result.output
+    histories = {p: p.read_text() for p in suite["out"].rglob("history.jsonl")}
+    result = runner.invoke(app, args, env=ENV)
+    assert result.exit_code == 0, result.output
+    assert "starting" not in result.output and not (suite["out"] / "gamma").exists()
+    assert {p: p.read_text() for p in suite["out"].rglob("history.jsonl")} == histories
+    row = next(r for r in read_csv(suite["out"] / "context-variants.csv") if r["row"] == "V6 (heuristic)")
+    check_row(row, [suite["out"] / "alpha" / "seed-0", suite["out"] / "alpha" / "seed-1"])
+    assert row["seeds finished"] == "2/2" and "same run as alpha" in row["status"]
