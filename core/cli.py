@@ -235,18 +235,25 @@ def propose(
 @app.command("run")
 def run_command(
     config: Path = typer.Argument(..., help="run config YAML (see examples/)"),
+    overrides: Optional[list[str]] = typer.Argument(
+        None, help="dotted overrides KEY.SUB=VALUE (YAML values), checked like the file: seed=2 engineer.name=fixed trainer.beta=0.01",
+        show_default=False,
+    ),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="continue a run in the same directory (default); --no-resume refuses an existing one"),
     output: Optional[str] = typer.Option(None, "--output", help="run directory (overrides the config's output)"),
 ) -> None:
-    """Run the closed loop: generate → train → eval → design, for the configured rounds (resumable)."""
+    """Run the closed loop: generate → train → eval → design, for the configured rounds (resumable).
+
+    run.yaml in the run directory records the config with the overrides applied.
+    """
     from envengineer.loop import run
     from envengineer.runconfig import load_run_config
 
-    cfg = load_run_config(config)
+    cfg = load_run_config(config, overrides or ())
     target = Path(output or cfg.output or Path("runs") / cfg.name)
     if not resume and (target / "history.jsonl").exists():
         raise EnvEngineerError(f"{target}: already holds a run; pass --resume to continue it or choose another --output")
-    run(config, console=console, output=output)
+    run(config, console=console, output=output, overrides=overrides or ())
     console.print(f"run directory: [bold]{escape(str(target))}[/]  (report: envengineer report {escape(str(target))})")
 
 

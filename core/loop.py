@@ -350,13 +350,16 @@ def print_table(rows: list[dict[str, Any]], console: Console, validation: str) -
         console.print(escape(alarm.detail), highlight=False)
 
 
-def run(config_path: str | Path, *, registry: Registry | None = None, console: Console | None = None, output: str | None = None) -> list[dict[str, Any]]:
-    """Run (or resume) the loop described by a run config file; return the per-round table."""
+def run(
+    config_path: str | Path, *, registry: Registry | None = None, console: Console | None = None,
+    output: str | None = None, overrides: list[str] | tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
+    """Run (or resume) the loop described by a run config file and dotted overrides; return the per-round table."""
     from envengineer.registry import load_registry
     from envengineer.runconfig import load_run_config, resolve
 
     registry = registry or load_registry()
-    config = load_run_config(config_path)
+    config = load_run_config(config_path, overrides)
     if output:
         config = config.model_copy(update={"output": output})
     resolved = resolve(config, registry)

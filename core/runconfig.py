@@ -139,5 +139,52 @@ def resolve(config: RunConfig, registry: Registry, *, base_dir: Path | None = No
     return ResolvedRun(config, generator, validator, engineer, policy, trainer, context, run_dir, initial)
 
 
-def load_run_config(path: str | Path) -> RunConfig:
-    return parse_run_config(read_yaml(path), str(path))
+#: Sections that may be written as just a name (``engineer: heuristic``).
+NAMED_SECTIONS = ("task", "engineer", "policy", "trainer")
+
+
+def apply_overrides(data: Any, overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``data`` with dotted ``KEY.SUB=VALUE`` overrides applied, as Hydra-configured trainers take them.
+
+    A value is read as YAML (``seed=2``, ``trainer.beta=0.01``, ``engineer={name: fixed}``);
+    a section written as just a name becomes ``{name: ...}`` before a dotted key goes into
+    it. The result is validated exactly like a file, so a typo names its field.
+    """
+    import copy
+
+    import yaml
+
+    result = copy.deepcopy(data) if isinstance(data, dict) else {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(part.strip() for part in parts):
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. seed=2 or engineer.name=fixed")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: the value is not YAML ({' '.join(str(exc).split())})") from None
+        node = result
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            elif isinstance(child, str) and depth == 0 and part in NAMED_SECTIONS:
+                child = node[part] = {"name": child}
+            elif not isinstance(child, dict):
+                where = ".".join(parts[: depth + 1])
+                raise ConfigError(f"override {item!r}: {where} is {child!r}, not a mapping; set {where}=... as a whole")
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+def load_run_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """A run config file, with dotted overrides (``seed=2``) applied before validation."""
+    data = read_yaml(path)
+    if overrides:
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping at the top level")
+        data = apply_overrides(data, overrides)
+        return parse_run_config(data, f"{path} with {' '.join(overrides)}")
+    return parse_run_config(data, str(path))

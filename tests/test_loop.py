@@ -353,3 +353,48 @@ def test_offline_propose_uses_the_models_the_run_recorded(tmp_path, reference, n
     assert calls and all(c["model"] == expected and c["error"] is None and c["backend"] == "transformers" for c in calls)
     assert calls[0]["usage"]["completion_tokens"] >= 1  # the model answered
     assert "engineer call failed" not in result.output and "(no response" not in (tmp_path / "out" / "response.md").read_text()
+
+
+# ------------------------------------------------------------- dotted overrides
+
+
+def test_overrides_apply_like_the_file():
+    from envengineer.runconfig import apply_overrides
+
+    base = {"name": "x", "seed": 0, "engineer": "heuristic", "trainer": {"name": "trl", "beta": 0.0}}
+    out = apply_overrides(base, ["seed=2", "engineer.name=fixed", "trainer.beta=1.0e-2", "eval.limit=5",
+                                 "policy={name: tiny, threads: 1}", "output=runs/a=b"])
+    assert out == {"name": "x", "seed": 2, "engineer": {"name": "fixed"}, "trainer": {"name": "trl", "beta": 0.01},
+                   "eval": {"limit": 5}, "policy": {"name": "tiny", "threads": 1}, "output": "runs/a=b"}
+    assert base["engineer"] == "heuristic"  # the file's data is not changed
+    assert parse_run_config(out).seed == 2
+
+
+@pytest.mark.parametrize("override, message", [
+    ("seed", "expected KEY=VALUE"),
+    ("trainer..beta=1", "expected KEY=VALUE"),
+    ("name.first=x", "name is 'x', not a mapping"),
+    ("seed=[1", "the value is not YAML"),
+])
+def test_bad_overrides_are_named(override, message):
+    from envengineer.runconfig import apply_overrides
+
+    with pytest.raises(ConfigError) as info:
+        apply_overrides({"name": "x"}, [override])
+    assert message in str(info.value) and override in str(info.value)
+
+
+def test_cli_run_takes_dotted_overrides_and_records_the_result(tmp_path, cache, capsys):
+    from envengineer.cli import main
+
+    out = tmp_path / "run"
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump(tiny_run_config(tmp_path, out, cache, rounds=1)))
+    with pytest.raises(SystemExit) as info:  # a typo in an override is refused like one in the file, before anything is written
+        main(["run", str(path), "trainer.bta=0.1"])
+    assert info.value.code == 2 and "trainer.trl.bta" in " ".join(capsys.readouterr().err.split())
+    assert not out.exists()
+    main(["run", str(path), "seed=5", "engineer.name=fixed", "eval.benchmarks=[]"])
+    recorded = yaml.safe_load((out / "run.yaml").read_text())
+    assert recorded["seed"] == 5 and recorded["engineer"] == {"name": "fixed"} and recorded["eval"]["benchmarks"] == []
+    assert yaml.safe_load(path.read_text())["seed"] == 3  # the file itself is untouched
