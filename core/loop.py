@@ -44,8 +44,14 @@ def round_seed(seed: int, round: int) -> int:
     return seed * 1_000_003 + round
 
 
-def _without_guards(config: dict[str, Any]) -> dict[str, Any]:
-    out = dict(config)
+def run_identity(data: Any) -> dict[str, Any]:
+    """What makes two run configs the same run: read through the model (a field added since,
+    at its default, is no difference), guards left out. Unreadable data is compared as written."""
+    try:
+        data = parse_run_config(data).model_dump(mode="json")
+    except ConfigError:
+        pass
+    out = dict(data) if isinstance(data, dict) else {}
     for section, key in GUARDS:
         if isinstance(out.get(section), dict):
             out[section] = {k: v for k, v in out[section].items() if k != key}
@@ -111,12 +117,7 @@ class Loop:
         resolved = self.cfg.model_dump(mode="json")
         if self.dir.run_yaml.exists():
             existing = read_yaml(self.dir.run_yaml)
-            try:  # through the model: a field added since (with its default) is not a difference
-                existing = parse_run_config(existing, str(self.dir.run_yaml)).model_dump(mode="json")
-            except ConfigError:
-                pass  # compared as written; the differing fields are named below
-            existing = existing if isinstance(existing, dict) else {}
-            ours, theirs = _without_guards(resolved), _without_guards(existing)
+            ours, theirs = run_identity(resolved), run_identity(existing)
             if theirs != ours:
                 changed = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
                 raise ConfigError(
@@ -249,7 +250,7 @@ class Loop:
         changes = len(outcome.projection.changes) if outcome.projection is not None else 0
         streak = [*fallback_streak(latest_designs(self.dir.history()), round - 1), round] if outcome.fallback else []
         limit = self.cfg.design.max_fallbacks
-        halt = getattr(self.run.engineer, "uses_llm", False) and limit is not None and len(streak) >= limit
+        halt = self.run.engineer.uses_llm and limit is not None and len(streak) >= limit
         self._finish("design", round, started, engineer=self.run.engineer.name, fallback=outcome.fallback, reason=outcome.reason,
                      projection_changes=changes, **({"halted": True} if halt else {}))
         if halt:

@@ -115,21 +115,10 @@ def config_files(sources: Sequence[str | Path]) -> list[Path]:
 
 
 def _identity(data: Any) -> dict[str, Any]:
-    """What makes two run configs the same run, as the loop judges it on resume (through the
-    model, guards left out), less ``output``: a suite folder moved elsewhere still holds its runs."""
-    from envengineer.errors import ConfigError
-    from envengineer.loop import GUARDS
-    from envengineer.runconfig import parse_run_config
+    """The run as the loop judges it on resume, less ``output``: a suite folder moved elsewhere still holds its runs."""
+    from envengineer.loop import run_identity
 
-    try:
-        data = parse_run_config(data).model_dump(mode="json")
-    except ConfigError:
-        pass  # compared as written
-    out = {k: v for k, v in (data if isinstance(data, dict) else {}).items() if k != "output"}
-    for section, key in GUARDS:
-        if isinstance(out.get(section), dict):
-            out[section] = {k: v for k, v in out[section].items() if k != key}
-    return out
+    return {k: v for k, v in run_identity(data).items() if k != "output"}
 
 
 def _same_run(config: RunConfig) -> str:
