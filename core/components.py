@@ -17,7 +17,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
+
+
+def retired_options(**why: str) -> Any:
+    """A ``mode="before"`` validator for an ``Options`` model that refuses options which were
+    removed or moved, each with its own message (``{value}`` in it stands for the value given),
+    so an old config gets a way forward instead of "extra inputs are not permitted".
+
+    Use it as a class attribute: ``_retired = retired_options(time_budget_s="was removed: ...")``.
+    """
+
+    def refuse(cls: type, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, message in why.items():
+                if key in data:
+                    value = data[key]
+                    raise ValueError(f"{key}: " + message.format(value=str(value).lower() if isinstance(value, bool) else value))
+        return data
+
+    return model_validator(mode="before")(classmethod(refuse))
 
 
 class NoOptions(BaseModel):

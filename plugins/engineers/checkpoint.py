@@ -14,9 +14,9 @@ import gc
 import time
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from envengineer.components import Engineer
+from envengineer.components import Engineer, retired_options
 from envengineer.design import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply, factual_note, load_prompt, summary_prompt
 
 
@@ -38,15 +38,10 @@ class CheckpointOptions(BaseModel):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     summary_prompt_file: str | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _chat_options_are_the_policys(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "enable_thinking" in data:
-            raise ValueError(
-                "enable_thinking: the chat-template options are the policy's (policy.<name>.chat_template_kwargs), "
-                "one setting for training, evaluation and this engineer"
-            )
-        return data
+    _retired = retired_options(
+        enable_thinking="the chat-template options are the policy's (policy.<name>.chat_template_kwargs), "
+        "one setting for training, evaluation and this engineer",
+    )
 
 
 class CheckpointEngineer(Engineer):

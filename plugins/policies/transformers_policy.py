@@ -15,9 +15,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from envengineer.components import Policy
+from envengineer.components import Policy, retired_options
 from envengineer.errors import ConfigError
 
 #: The chat-template options when none are given: Qwen3 thinks unless told not to, and
@@ -93,15 +93,10 @@ class TransformersOptions(BaseModel):
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
     seed: int = 0
 
-    @model_validator(mode="before")
-    @classmethod
-    def _moved_enable_thinking(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "enable_thinking" in data:
-            raise ValueError(
-                f"enable_thinking: write chat_template_kwargs: {{enable_thinking: {str(data['enable_thinking']).lower()}}} "
-                "instead (one setting for evaluation, training and the checkpoint/base engineers)"
-            )
-        return data
+    _retired = retired_options(
+        enable_thinking="write chat_template_kwargs: {{enable_thinking: {value}}} instead (one setting for evaluation, "
+        "training and the checkpoint/base engineers)",
+    )
 
 
 class TransformersPolicy(Policy):

@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
-from envengineer.components import Generator, Trainer
+from envengineer.components import Generator, Trainer, retired_options
 from envengineer.errors import ConfigError
 from envengineer.training import CURVE_KEYS, TrainRequest, TrainResult
 
@@ -150,15 +150,10 @@ class TrlGrpoOptions(BaseModel):
         "constant_with_warmup); checked against the installed TRL's GRPOConfig",
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_time_budget(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "time_budget_s" in data:
-            raise ValueError(
-                "time_budget_s was removed: a wall-clock budget makes the trained weights depend on the "
-                "machine's speed and load; budget a round by max_steps, epochs or max_prompts"
-            )
-        return data
+    _retired = retired_options(
+        time_budget_s="was removed: a wall-clock budget makes the trained weights depend on the machine's speed "
+        "and load; budget a round by max_steps, epochs or max_prompts",
+    )
 
     @field_validator("gradient_accumulation_steps")
     @classmethod
