@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         errors.append("no CUDA device visible to torch")
     print(f"versions: {versions()}")
 
+    trainer = (view.config.get("trainer") or {}).get("name", "?")
+
     # ---------------------------------------------------------------- throughput
     train = rundir.done("train", args.round)
     if train is None:
@@ -112,7 +114,12 @@ def main(argv: list[str] | None = None) -> int:
               f"in {fmt(tp['seconds'], '.1f')} s of GRPO (train step {fmt(train.get('duration_s'), '.1f')} s in all"
               + (f", prefilter {train['prefilter_seconds']} s: kept {train.get('prefilter_kept')} of {train.get('prefilter_prompts')} prompts"
                  if train.get("prefilter_seconds") is not None else "") + ")")
-        print(f"throughput: {fmt(tp['completions_per_s'], '.1f')} completions/s, {fmt(tp['steps_per_s'])} optimiser steps/s")
+        tokens = train.get("throughput_tokens_per_gpu_s")
+        print(f"throughput: {fmt(tp['completions_per_s'], '.1f')} completions/s, {fmt(tp['steps_per_s'])} optimiser steps/s"
+              + (f", {tokens:.0f} tokens/s per GPU (verl's)" if isinstance(tokens, (int, float)) else ""))
+        if trainer == "verl":
+            print("  (verl counts training steps: one rollout of train_batch_size prompts each, "
+                  "train_batch_size / ppo_mini_batch_size optimiser steps per training step)")
         if not tp["steps"]:
             errors.append(f"round {label} trained no optimiser step (steps: {tp['steps']})")
 
@@ -143,7 +150,6 @@ def main(argv: list[str] | None = None) -> int:
         errors.append(f"no eval of round {label} (round-{label}/eval/summary.json)")
 
     # ---------------------------------------------------------------- the docs row
-    trainer = (view.config.get("trainer") or {}).get("name", "?")
     print("row for docs/performance.md (check | GPU | date | completions/s | steps/s | valid before → after):")
     print(f"| {trainer} | {gpu.split(' (')[0] if gpu else 'CPU form (not a figure)'} | {dt.date.today().isoformat()} | "
           f"{fmt(tp.get('completions_per_s'), '.1f')} | {fmt(tp.get('steps_per_s'))} | {pct(before)} → {pct(after)} |")
