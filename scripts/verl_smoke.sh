@@ -122,8 +122,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 checkpoint, base = sys.argv[1], sys.argv[2]
 tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-model = AutoModelForCausalLM.from_pretrained(checkpoint).to("cuda")
-ids = tokenizer("hello", return_tensors="pt").to("cuda")
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = AutoModelForCausalLM.from_pretrained(checkpoint).to(device)
+ids = tokenizer("hello", return_tensors="pt").to(device)
 with torch.no_grad():
     out = model.generate(**ids, max_new_tokens=8, do_sample=False)
 before = AutoModelForCausalLM.from_pretrained(base).state_dict()
