@@ -134,16 +134,24 @@ print(f"transformers: {type(model).__name__}, {sum(p.numel() for p in model.para
 PY
 
 echo "== 4b. the checkpoint in vLLM"
-python - "$checkpoint" <<'PY'
+# a file with a main guard, not stdin: vLLM may start its engine in a spawned process, which re-imports __main__
+cat > "$work/check_vllm.py" <<'PY'
 import sys
 
-from vllm import LLM, SamplingParams
 
-llm = LLM(model=sys.argv[1], enforce_eager=True, gpu_memory_utilization=0.3)
-out = llm.generate(["hello"], SamplingParams(max_tokens=8))
-assert out and out[0].outputs, "vLLM returned no output"
-print(f"vllm: generated {out[0].outputs[0].text!r} ({len(out[0].outputs[0].token_ids)} tokens)")
+def main() -> None:
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=sys.argv[1], enforce_eager=True, gpu_memory_utilization=0.3)
+    out = llm.generate(["hello"], SamplingParams(max_tokens=8))
+    assert out and out[0].outputs, "vLLM returned no output"
+    print(f"vllm: generated {out[0].outputs[0].text!r} ({len(out[0].outputs[0].token_ids)} tokens)")
+
+
+if __name__ == "__main__":
+    main()
 PY
+python "$work/check_vllm.py" "$checkpoint"
 
 echo "== 5. report"
 python scripts/smoke_report.py "$run_dir" --require-gpu
