@@ -1,0 +1,187 @@
+"""The round's instances as verl reads them, and the reward verl calls back.
+
+verl's ``RLHFDataset`` reads parquet rows of ``data_source``, ``prompt`` (chat messages),
+``ability``, ``reward_model`` and ``extra_info``; its reward workers call
+``compute_score(data_source=, solution_str=, ground_truth=, extra_info=, **reward_kwargs)`` once
+per response. Those workers are Ray actors, possibly on another node, so a row carries all the
+reward needs: the instance record (``reward_model.ground_truth``, a JSON string: parquet struct
+columns merge badly across records of different shapes) and the task section, name and options
+(``extra_info.task``, JSON), from which :func:`compute_score` rebuilds the generator and
+validator through the plugin registry, once per process and task.
+
+The reward is the validator's R_acc on the response decoded from the row's prompt style
+(``generator.decode_response``), plus ``optimality_bonus`` for an optimal answer: the same
+reward as the ``trl`` trainer's.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from envengineer.errors import ConfigError, EnvEngineerError, InputError
+
+#: prefix of every row's ``data_source`` (verl groups validation metrics by it)
+DATA_SOURCE_PREFIX = "envengineer/"
+
+
+def task_section(generator: Any, task: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The task section (``{"name": ..., **options}``) a generator was built from, as plain JSON values."""
+    if task is None:
+        return {"name": generator.name, **generator.options.model_dump(mode="json")}
+    section = json.loads(json.dumps(dict(task)))  # plain JSON values, or a TypeError naming the culprit
+    if section.get("name") != generator.name:
+        raise ConfigError(f"task.name: {section.get('name')!r} is not the generator's task {generator.name!r}")
+    return section
+
+
+def record_id(record: Mapping[str, Any], where: str = "record") -> str:
+    """The instance's id: every instance record carries it as a non-empty string ``id``."""
+    rid = record.get("id")
+    if not isinstance(rid, str) or not rid:
+        raise InputError(f"{where}: missing string field 'id'")
+    return rid
+
+
+def chat_messages(prompt: list[dict[str, str]] | str, where: str = "prompt") -> list[dict[str, str]]:
+    """A rendered prompt as chat messages (a plain string becomes one user message)."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    messages = []
+    for i, message in enumerate(prompt):
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str) or not isinstance(message.get("content"), str):
+            raise InputError(f"{where}[{i}]: expected a message with string 'role' and 'content', got {message!r}")
+        messages.append({"role": message["role"], "content": message["content"]})
+    return messages
+
+
+def verl_rows(
+    records: Sequence[Mapping[str, Any]],
+    generator: Any,
+    *,
+    split: str,
+    style: str = "full",
+    task: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """One verl dataset row per instance record.
+
+    ``task``: the run config's task section (name and options); default: the generator's own.
+    ``extra_info.group`` is the record's group in the task's primary grouping (``generator.group``).
+    """
+    section = task_section(generator, task)
+    task_json = json.dumps(section, sort_keys=True, separators=(",", ":"))
+    rows = []
+    for index, record in enumerate(records):
+        where = f"{split} record {index}"
+        rid = record_id(record, where)
+        rows.append({
+            "data_source": DATA_SOURCE_PREFIX + generator.name,
+            "prompt": chat_messages(generator.render(record, style), f"{where} ({rid}): prompt"),
+            "ability": generator.name,
+            "reward_model": {"style": "rule", "ground_truth": json.dumps(record, ensure_ascii=False, separators=(",", ":"))},
+            "extra_info": {
+                "split": split,
+                "index": index,
+                "id": rid,
+                "group": str(generator.group(record)),
+                "prompt_style": style,
+                "task": task_json,
+            },
+        })
+    return rows
+
+
+def write_parquet(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> None:
+    """Write ``rows`` as one parquet file, atomically (a temporary sibling renamed over ``path``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from envengineer.fileio import atomic_open
+
+    if not rows:
+        raise InputError(f"{path}: no rows to write (verl cannot train or validate on an empty file)")
+    table = pa.Table.from_pylist([dict(row) for row in rows])
+    with atomic_open(path, "wb") as handle:
+        pq.write_table(table, handle)
+
+
+# ---------------------------------------------------------------------- reward
+
+
+@functools.lru_cache(maxsize=1)
+def _registry() -> Any:
+    from envengineer.registry import load_registry
+
+    return load_registry()
+
+
+@functools.lru_cache(maxsize=16)
+def task_pair(task_json: str) -> tuple[Any, Any]:
+    """The (generator, validator) of a task section given as JSON, built once per process."""
+    try:
+        section = json.loads(task_json)
+    except (TypeError, ValueError):
+        raise InputError(f"extra_info.task: not a JSON task section: {str(task_json)[:200]!r}") from None
+    if not isinstance(section, dict) or not isinstance(section.get("name"), str):
+        raise InputError(f"extra_info.task: expected a JSON object with a 'name', got {str(task_json)[:200]!r}")
+    registry = _registry()
+    try:
+        generator = registry.create("generator", section["name"], section, where="task")
+        validator = registry.get("validator", section["name"])()
+    except EnvEngineerError as error:
+        raise InputError(f"extra_info.task: {error}") from None
+    return generator, validator
+
+
+def _record(ground_truth: Any, generator: Any) -> dict[str, Any]:
+    if isinstance(ground_truth, Mapping):  # a row written by hand with a struct: accept it as it is
+        record = dict(ground_truth)
+    else:
+        try:
+            record = json.loads(ground_truth)
+        except (TypeError, ValueError):
+            raise InputError(f"reward_model.ground_truth: not a JSON instance record: {str(ground_truth)[:200]!r}") from None
+    if not isinstance(record, dict):
+        raise InputError(f"reward_model.ground_truth: expected a JSON object, got {type(record).__name__}")
+    try:
+        generator.check_record(record)
+    except (ValueError, KeyError, TypeError) as error:
+        raise InputError(f"reward_model.ground_truth: not a {generator.name} instance ({error})") from None
+    return record
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Mapping[str, Any] | None = None,
+    optimality_bonus: float = 0.0,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """verl's reward: ``score`` (R_acc, plus ``optimality_bonus`` when optimal), ``acc``, ``optimal``, ``failure``.
+
+    Every response gets the same keys (verl builds its arrays from the first one's); a response
+    the task cannot read scores 0. A row without a usable ``extra_info.task`` or
+    ``reward_model.ground_truth`` raises :class:`InputError` naming the field.
+    """
+    if not isinstance(extra_info, Mapping) or "task" not in extra_info:
+        raise InputError(f"extra_info.task: missing from the row of {data_source!r} (rows come from verl_rows)")
+    generator, validator = task_pair(extra_info["task"])
+    record = _record(ground_truth, generator)
+    style = extra_info.get("prompt_style") or None
+    text = solution_str if isinstance(solution_str, str) else ""
+    try:
+        answer = generator.decode_response(record, text, style)
+    except Exception as error:  # noqa: BLE001 - an unreadable response is a zero reward, never a crashed step
+        return {"score": 0.0, "acc": 0.0, "optimal": 0.0, "failure": f"decode: {type(error).__name__}"}
+    verdict = validator.score(record, answer)
+    optimal = bool(verdict.valid and verdict.optimal)
+    return {
+        "score": float(verdict.reward) + (float(optimality_bonus) if optimal else 0.0),
+        "acc": 1.0 if verdict.valid else 0.0,
+        "optimal": 1.0 if optimal else 0.0,
+        "failure": "" if verdict.valid else (verdict.failure or "invalid"),
+    }
