@@ -241,6 +241,9 @@ def run_command(
     ),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="continue a run in the same directory (default); --no-resume refuses an existing one"),
     output: Optional[str] = typer.Option(None, "--output", help="run directory (overrides the config's output)"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="prepare the starting policy and round 0's data, print what the trainer would run (verl: the exact command); train nothing",
+    ),
 ) -> None:
     """Run the closed loop: generate → train → eval → design, for the configured rounds (resumable).
 
@@ -253,8 +256,32 @@ def run_command(
     target = Path(output or cfg.output or Path("runs") / cfg.name)
     if not resume and (target / "history.jsonl").exists():
         raise EnvEngineerError(f"{target}: already holds a run; pass --resume to continue it or choose another --output")
+    if dry_run:
+        plan = run(config, console=console, output=output, overrides=overrides or (), dry_run=True)
+        _print_plan(plan)
+        return
     run(config, console=console, output=output, overrides=overrides or ())
     console.print(f"run directory: [bold]{escape(str(target))}[/]  (report: envengineer report {escape(str(target))})")
+
+
+def _print_plan(plan: dict) -> None:
+    """The trainer's dry-run plan: its data, environment and command (printed whole, to copy)."""
+    for key, value in plan.items():
+        if key in ("command", "env"):
+            continue
+        if isinstance(value, dict):
+            console.print(f"[bold]{escape(key)}[/]")
+            for sub, item in value.items():
+                console.print(f"  {escape(str(sub))}: {escape(str(item))}", highlight=False)
+        else:
+            console.print(f"[bold]{escape(key)}[/]: {escape(str(value))}", highlight=False)
+    if plan.get("env"):
+        console.print("[bold]environment[/]")
+        for name, value in plan["env"].items():
+            console.print(f"  {escape(name)}={escape(str(value))}", highlight=False)
+    if plan.get("command"):
+        console.print("[bold]command[/]")
+        print(plan["command"], flush=True)  # unwrapped, so it can be copied
 
 
 @app.command("eval")

@@ -259,6 +259,11 @@ class Trainer(Component, abc.ABC):
         """Training details for the T context module (``full``)."""
         return {}
 
+    def plan(self, request: Any) -> Mapping[str, Any] | None:
+        """For ``envengineer run --dry-run``: prepare what one round needs (its data files) and say what would run
+        (e.g. ``{"command": ...}``) without training. None: the trainer runs in-process and has nothing to show."""
+        return None
+
 
 class Policy(Component, abc.ABC):
     """Samples responses from a policy (used by evaluation)."""

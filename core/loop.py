@@ -185,18 +185,12 @@ class Loop:
     def train(self, round: int) -> None:
         if self.dir.done("train", round):
             return
-        from envengineer.training import TrainRequest
-
         started = time.monotonic()
-        records = read_jsonl(self.dir.round_dir(round) / "train.jsonl")
-        policy_path = self.base_path() if round == 0 else self.dir.checkpoint(round - 1)
-        self.console.print(f"[bold]round {round}: training[/] on {len(records)} instances from {escape(str(policy_path))}")
         target = self.dir.round_dir(round) / "train"
         with self.dir.building(target) as partial:
-            request = TrainRequest(
-                policy_path=policy_path, records=records, generator=self.run.generator, validator=self.run.validator,
-                out_dir=partial, seed=round_seed(self.cfg.seed, round), round=round, prompt_style=self.style,
-                chat_template_kwargs=self.chat_template_kwargs,
+            request = self.train_request(round, partial)
+            self.console.print(
+                f"[bold]round {round}: training[/] on {len(request.records)} instances from {escape(str(request.policy_path))}"
             )
             result = self.run.trainer.train(request)
             details = {
@@ -205,6 +199,34 @@ class Loop:
             }
             write_json(partial / "details.json", details)
         self._finish("train", round, started, **{k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float, str))})
+
+    def train_request(self, round: int, out_dir: Path) -> Any:
+        """What the trainer gets for ``round``: the round's set, the model it starts from, the validation set."""
+        from envengineer.training import TrainRequest
+
+        return TrainRequest(
+            policy_path=self.base_path() if round == 0 else self.dir.checkpoint(round - 1),
+            records=read_jsonl(self.dir.round_dir(round) / "train.jsonl"),
+            generator=self.run.generator, validator=self.run.validator,
+            out_dir=out_dir, seed=round_seed(self.cfg.seed, round), round=round, prompt_style=self.style,
+            chat_template_kwargs=self.chat_template_kwargs,
+            validation_records=self._benchmark_records(self.cfg.eval.validation),
+            task=dict(self.cfg.task),
+        )
+
+    def plan(self) -> dict[str, Any]:
+        """A dry run: prepare the starting policy and round 0's set as the run would (both are reused by it), then
+        ask the trainer for its plan (for verl: the data files and the exact command), launching nothing."""
+        self.start()
+        self.pretrain()
+        self.generate(0)
+        out = self.dir.round_dir(0) / "dry-run"
+        out.mkdir(parents=True, exist_ok=True)
+        plan = self.run.trainer.plan(self.train_request(0, out))
+        if plan is None:
+            plan = {"trainer": self.run.trainer.name, "launches": "nothing: it trains in this process", "settings": dict(self.run.trainer.describe())}
+        write_json(out / "plan.json", plan)
+        return plan
 
     def eval(self, round: int) -> None:
         if self.dir.done("eval", round):
@@ -353,9 +375,12 @@ def print_table(rows: list[dict[str, Any]], console: Console, validation: str) -
 
 def run(
     config_path: str | Path, *, registry: Registry | None = None, console: Console | None = None,
-    output: str | None = None, overrides: list[str] | tuple[str, ...] = (),
-) -> list[dict[str, Any]]:
-    """Run (or resume) the loop described by a run config file and dotted overrides; return the per-round table."""
+    output: str | None = None, overrides: list[str] | tuple[str, ...] = (), dry_run: bool = False,
+) -> list[dict[str, Any]] | dict[str, Any]:
+    """Run (or resume) the loop described by a run config file and dotted overrides; return the per-round table.
+
+    ``dry_run``: only :meth:`Loop.plan` (the starting policy, round 0's set, the trainer's plan); return the plan.
+    """
     from envengineer.registry import load_registry
     from envengineer.runconfig import load_run_config, resolve
 
@@ -365,6 +390,8 @@ def run(
         config = config.model_copy(update={"output": output})
     resolved = resolve(config, registry)
     loop = Loop(resolved, registry, console or Console())
+    if dry_run:
+        return loop.plan()
     try:
         rows = loop.run_all()
     except FallbackLimitError:

@@ -29,6 +29,10 @@ class TrainRequest:
     #: the policy's ``chat_template_kwargs`` for chat prompts (None: the trainer's default), so
     #: training renders prompts exactly as evaluation does
     chat_template_kwargs: dict[str, Any] | None = None
+    #: the loop's validation set (a trainer that validates on its own, e.g. verl, may use it)
+    validation_records: list[dict[str, Any]] | None = None
+    #: the run config's task section (name and options), for trainers whose reward runs in other processes
+    task: dict[str, Any] | None = None
 
 
 @dataclass

@@ -1,0 +1,232 @@
+"""The ``verl`` trainer on CPU: its overrides against the installed verl's own Hydra config and
+``validate_config``, its exact command line through ``main_ppo --cfg job``, and the launch
+boundary (subprocess, metrics, checkpoint hand-off, failure) with a stand-in that leaves what
+verl leaves (tests/verl_replay). Training itself needs CUDA GPUs and vLLM."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("verl")
+pytest.importorskip("hydra")
+
+from envengineer.errors import ConfigError  # noqa: E402
+from envengineer.training import TrainRequest  # noqa: E402
+
+REPLAY = Path(__file__).parent / "verl_replay"
+
+
+def request(tmp_path, records=(), policy_path=None, **kw):
+    return TrainRequest(policy_path=policy_path or tmp_path / "model", records=list(records), generator=None, validator=None,
+                        out_dir=tmp_path / "round", seed=3, round=1, **kw)
+
+
+def test_options_are_checked(registry):
+    with pytest.raises(ConfigError, match="trainer.verl: .*train_batch_size \\(128\\) must be a multiple of ppo_mini_batch_size \\(48\\)"):
+        registry.create("trainer", "verl", {"preset": "paper-4xh100", "ppo_mini_batch_size": 48})
+    with pytest.raises(ConfigError, match="must divide among the 3 GPUs"):
+        registry.create("trainer", "verl", {"n_gpus_per_node": 3, "train_batch_size": 16, "ppo_mini_batch_size": 16, "num_generations": 2,
+                                            "ppo_micro_batch_size_per_gpu": 1})
+    with pytest.raises(ConfigError, match="multiple of ppo_micro_batch_size_per_gpu \\(3\\)"):
+        registry.create("trainer", "verl", {"preset": "paper-4xh100", "ppo_micro_batch_size_per_gpu": 3})
+    with pytest.raises(ConfigError, match="tensor_model_parallel_size 2"):
+        registry.create("trainer", "verl", {"n_gpus_per_node": 1, "tensor_model_parallel_size": 2, "train_batch_size": 4,
+                                            "ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 4})
+    with pytest.raises(ConfigError, match="trainer.verl.preset"):
+        registry.create("trainer", "verl", {"preset": "paper-8xh100"})
+    with pytest.raises(ConfigError, match="overrides: 'trainer.nnodes' is not a Hydra override"):
+        registry.create("trainer", "verl", {"overrides": ["trainer.nnodes"]})
+    with pytest.raises(ConfigError, match="trainer.verl.learning_rat"):
+        registry.create("trainer", "verl", {"learning_rat": 1e-6})
+    with pytest.raises(ConfigError, match="epochs: verl trains whole epochs"):
+        registry.create("trainer", "verl", {"epochs": 1.5}).total_epochs()
+
+
+def test_the_paper_preset_and_its_two_batch_readings(registry):
+    paper = registry.create("trainer", "verl", {"preset": "paper-4xh100"})
+    o = paper.options
+    assert (o.learning_rate, o.lr_scheduler_type, o.kl_loss_type, o.kl_loss_coef, o.entropy_coeff, o.num_generations) == (2e-6, "constant", "low_var_kl", 0.001, 0, 8)
+    assert (o.max_prompt_length, o.max_response_length, o.epochs, o.train_batch_size, o.ppo_micro_batch_size_per_gpu) == (1536, 5120, 3, 128, 4)
+    assert (o.tensor_model_parallel_size, o.gpu_memory_utilization, o.n_gpus_per_node, o.ref_param_offload, o.gradient_checkpointing) == (2, 0.55, 4, True, True)
+    # 1024 responses per rollout; optimiser steps of 128 responses = 4 GPUs x micro-batch 4 x 8 accumulation steps
+    assert paper.options.batches() == {
+        "gpus": 4, "responses_per_rollout": 1024, "optimizer_steps_per_rollout": 8, "responses_per_optimizer_step": 128,
+        "responses_per_gpu_per_optimizer_step": 32, "gradient_accumulation_steps": 8,
+    }
+    # the literal reading: one field
+    literal = registry.create("trainer", "verl", {"preset": "paper-4xh100", "ppo_mini_batch_size": 128})
+    assert literal.options.batches()["gradient_accumulation_steps"] == 64
+    assert literal.options.learning_rate == 2e-6  # the rest of the preset stays
+    assert paper.planned_steps(4000) == 31 * 3  # the dataloader drops the last partial batch
+
+
+@pytest.fixture(scope="module")
+def composed(tmp_path_factory):
+    """The paper preset's overrides composed by verl's Hydra config and validated (once: composing takes seconds)."""
+    from envengineer.registry import load_registry
+
+    tmp = tmp_path_factory.mktemp("compose")
+    trainer = load_registry().create("trainer", "verl", {"preset": "paper-4xh100", "optimality_bonus": 0.5})
+    req = request(tmp)
+    overrides = trainer.overrides(req, 4000)
+    return trainer, req, overrides, trainer.check(overrides)
+
+
+def test_preset_overrides_compose_and_pass_validate_config(composed):
+    trainer, req, overrides, cfg = composed
+    a, r = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    assert cfg.algorithm.adv_estimator == "grpo" and cfg.algorithm.use_kl_in_reward is False
+    assert (a.optim.lr, a.optim.lr_scheduler_type, a.optim.lr_warmup_steps) == (2e-6, "constant", 0)
+    assert (a.use_kl_loss, a.kl_loss_type, a.kl_loss_coef, a.entropy_coeff) == (True, "low_var_kl", 0.001, 0)
+    assert (a.ppo_mini_batch_size, a.ppo_micro_batch_size_per_gpu) == (16, 4)
+    assert (r.name, r.n, r.tensor_model_parallel_size, r.gpu_memory_utilization, r.log_prob_micro_batch_size_per_gpu, r.seed) == ("vllm", 8, 2, 0.55, 4, 3)
+    assert cfg.actor_rollout_ref.ref.fsdp_config.param_offload is True and cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu == 4
+    assert (cfg.data.train_batch_size, cfg.data.max_prompt_length, cfg.data.max_response_length) == (128, 1536, 5120)
+    assert cfg.data.apply_chat_template_kwargs.enable_thinking is False
+    assert cfg.data.train_files.endswith("train.parquet") and cfg.data.val_files.endswith("validation.parquet")
+    # the reward keys main_ppo 0.9.1 reads
+    assert cfg.reward.custom_reward_function.path == "pkg://envengineer.plugins.trainers.verl_data"
+    assert cfg.reward.custom_reward_function.name == "compute_score" and cfg.reward.reward_manager.name == "naive"
+    assert cfg.reward.custom_reward_function.reward_kwargs.optimality_bonus == 0.5
+    # a fresh round, one save at the end as a Hugging Face model, metrics to the round's folder (also inside Ray)
+    assert cfg.trainer.resume_mode == "disable" and list(a.checkpoint.save_contents) == ["hf_model"]
+    assert cfg.trainer.save_freq == 93 and cfg.trainer.total_epochs == 3 and (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node) == (1, 4)
+    assert "file" in cfg.trainer.logger and "wandb" not in cfg.trainer.logger
+    logger_path = cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH
+    assert logger_path == trainer.environment(req)["VERL_FILE_LOGGER_PATH"] == str(trainer.paths(req.out_dir)["metrics"])
+    # no flash-attn here: sdpa, and no padding removal (packing needs flash-attn's varlen kernels)
+    assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
+    assert cfg.actor_rollout_ref.model.use_remove_padding is False
+    assert cfg.actor_rollout_ref.model.enable_gradient_checkpointing is True
+
+
+def test_user_overrides_come_last_and_are_checked(composed, tmp_path):
+    from envengineer.registry import load_registry
+
+    registry = load_registry()
+    trainer = registry.create("trainer", "verl", {"preset": "paper-4xh100", "overrides": ["actor_rollout_ref.rollout.gpu_memory_utilization=0.6", "trainer.logger=[console,wandb]"]})
+    overrides = trainer.overrides(request(tmp_path), 4000)
+    assert overrides[-2:] == ["actor_rollout_ref.rollout.gpu_memory_utilization=0.6", "trainer.logger=[console,wandb]"]
+    assert sum(item.startswith("actor_rollout_ref.rollout.gpu_memory_utilization=") for item in overrides) == 1
+    cfg = trainer.check(overrides)
+    assert cfg.actor_rollout_ref.rollout.gpu_memory_utilization == 0.6
+    # an unknown key fails with its name, before anything launches
+    typo = registry.create("trainer", "verl", {"preset": "paper-4xh100", "overrides": ["actor_rollout_ref.actor.optim.lrr=1e-6"]})
+    with pytest.raises(ConfigError, match="trainer.verl: verl's config refused .*lrr"):
+        typo.check(typo.overrides(request(tmp_path), 4000))
+    # a value verl's validate_config refuses
+    bad = registry.create("trainer", "verl", {"preset": "paper-4xh100", "overrides": ["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=null"]})
+    with pytest.raises(ConfigError, match="trainer.verl: verl's validate_config refused"):
+        bad.check(bad.overrides(request(tmp_path), 4000))
+
+
+def test_main_ppo_parses_our_exact_command_line(tmp_path, registry):
+    """``python -m verl.trainer.main_ppo <our overrides> --cfg job``: verl's own entry point reads our command line,
+    paths with spaces, commas and quotes included."""
+    trainer = registry.create("trainer", "verl", {"preset": "paper-4xh100", "env": {"HF_HUB_OFFLINE": "1"}})
+    odd = tmp_path / "runs, 'odd' dir"
+    req = TrainRequest(policy_path=odd / "model=v1", records=[], generator=None, validator=None, out_dir=odd / "round", seed=0, round=0)
+    command = trainer.command(trainer.overrides(req, 4000)) + ["--cfg", "job"]
+    assert command[:3] == [sys.executable, "-m", "verl.trainer.main_ppo"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cfg = yaml.safe_load(done.stdout)
+    assert cfg["actor_rollout_ref"]["model"]["path"] == str((odd / "model=v1").resolve())
+    assert cfg["data"]["train_files"] == str((odd / "round" / "data" / "train.parquet").resolve())
+    assert cfg["trainer"]["default_local_dir"] == str((odd / "round" / "verl-checkpoints").resolve())
+    assert cfg["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"] == {
+        "VERL_FILE_LOGGER_PATH": str((odd / "round" / "verl-metrics.jsonl").resolve()), "HF_HUB_OFFLINE": "1"}
+    assert cfg["reward"]["custom_reward_function"]["path"] == "pkg://envengineer.plugins.trainers.verl_data"
+
+
+# ------------------------------------------------------------------ the launch boundary
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<unk>", *"abcdefghijklmnopqrstuvwxyz0123456789:{}`"])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    config = Qwen3Config(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=8, max_position_embeddings=512, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1)
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    Qwen3ForCausalLM(config).save_pretrained(path)
+    fast.save_pretrained(path)
+    return path
+
+
+@pytest.fixture()
+def round_request(registry, tiny_model, tmp_path):
+    generator, validator = registry.task("mapf-frozenlake", {"agents": 2})
+    records = generator.generate(generator.default_config(), n=24, seed=1).records
+    validation = generator.generate(generator.default_config(), n=8, seed=2).records
+    return TrainRequest(policy_path=tiny_model, records=records, generator=generator, validator=validator, out_dir=tmp_path / "round",
+                        seed=5, round=0, validation_records=validation, task={"name": "mapf-frozenlake", "agents": 2})
+
+
+def replay_trainer(registry, **env):
+    return registry.create("trainer", "verl", {
+        "train_batch_size": 8, "ppo_mini_batch_size": 8, "ppo_micro_batch_size_per_gpu": 4, "num_generations": 4,
+        "module": "replay_main_ppo", "env": {"PYTHONPATH": str(REPLAY), **env},
+    })
+
+
+def test_a_round_through_the_launch_boundary(registry, round_request):
+    import pyarrow.parquet as pq
+    from transformers import AutoModelForCausalLM
+
+    trainer = replay_trainer(registry)
+    result = trainer.train(round_request)
+    out = Path(round_request.out_dir)
+    # the data verl read
+    assert pq.read_table(out / "data" / "train.parquet").num_rows == 24
+    assert pq.read_table(out / "data" / "validation.parquet").num_rows == 8
+    # training steps became curve lines, the validation-only line did not
+    curves = [json.loads(line) for line in result.curves.read_text().splitlines()]
+    assert [line["step"] for line in curves] == [1, 2, 3]
+    assert [line["reward_mean"] for line in curves] == [0.125, 0.1875, 0.25]
+    assert curves[1]["kl"] == 0.0004 and curves[0]["completion_length"] == 212.5 and curves[2]["learning_rate"] == 2e-6
+    assert curves[0]["loss"] == -0.0021 and curves[0]["throughput"] == 1523.4
+    assert result.metrics["steps"] == 3 and result.metrics["reward_mean"] == round((0.125 + 0.1875 + 0.25) / 3, 4)
+    # the saved model is the round's checkpoint (and the next round's start); verl's folder is gone
+    assert result.checkpoint == out / "checkpoint"
+    AutoModelForCausalLM.from_pretrained(result.checkpoint)
+    assert not (out / "verl-checkpoints").exists()
+    assert (out / "verl.log").read_text().startswith("$ ")
+
+
+def test_a_failed_job_fails_the_round_with_the_log_tail(registry, round_request):
+    from envengineer.plugins.trainers.verl_grpo import TrainingFailed
+
+    with pytest.raises(TrainingFailed, match="(?s)exited with code 1.*CUDA out of memory"):
+        replay_trainer(registry, REPLAY_FAIL="1").train(round_request)
+    assert not (Path(round_request.out_dir) / "checkpoint").exists()
+
+
+def test_too_few_instances_for_one_batch(registry, round_request):
+    trainer = registry.create("trainer", "verl", {"train_batch_size": 32, "ppo_mini_batch_size": 8, "num_generations": 4})
+    with pytest.raises(ConfigError, match="trainer.verl.train_batch_size: 32 prompts per step but the round has only 24"):
+        trainer.write_data(round_request)
+
+
+def test_metrics_follower_waits_for_whole_lines(tmp_path):
+    from envengineer.plugins.trainers.verl_grpo import MetricsFollower
+
+    source, curves = tmp_path / "m.jsonl", tmp_path / "c.jsonl"
+    follower = MetricsFollower(source, curves)
+    assert follower.poll() == []
+    line = json.dumps({"step": 1, "data": {"critic/score/mean": 0.5, "actor/pg_loss": 0.1}})
+    source.write_text(line[:20])
+    assert follower.poll() == []
+    source.write_text(line + "\n" + "not json\n")
+    [got] = follower.poll()
+    assert got["step"] == 1 and got["reward_mean"] == 0.5 and got["zero_std_frac"] is None
+    assert len(curves.read_text().splitlines()) == 1
