@@ -65,6 +65,7 @@ WRITER = textwrap.dedent('''
     train_step()
     save(out / "ckpt", 3, full)
     save(out / "shards", 3, ["model", "optimizer", "extra"])  # verl's default: no Hugging Face weights
+    save(out / "hf_only", 3, ["hf_model"])  # what the verl trainer plugin asks for: no shards at all
     torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, out / "trained.pt")
     json.dump({"tracker": os.path.basename(get_checkpoint_tracker_filename(str(out)))}, open(out / "facts.json", "w"))
     dist.destroy_process_group()
@@ -92,20 +93,22 @@ def test_the_tracker_is_the_file_verl_writes(verl_checkpoints):
     assert json.loads((verl_checkpoints / "facts.json").read_text())["tracker"] == TRACKER
 
 
-def test_hand_off_gives_the_trained_model(verl_checkpoints, tmp_path):
+@pytest.mark.parametrize("layout", ["ckpt", "hf_only"])
+def test_hand_off_gives_the_trained_model(verl_checkpoints, tmp_path, layout):
     import shutil
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     ckpt = tmp_path / "ckpt"
-    shutil.copytree(verl_checkpoints / "ckpt", ckpt)
+    shutil.copytree(verl_checkpoints / layout, ckpt)
     assert latest_step(ckpt) == 3
     target = hand_off(ckpt, tmp_path / "round-01" / "checkpoint", keep=True)
     assert target == tmp_path / "round-01" / "checkpoint"
     assert {"config.json", "generation_config.json"} <= {p.name for p in target.iterdir()}
     assert not (ckpt / "global_step_3" / "actor" / "huggingface").exists()  # moved, not copied
-    assert (ckpt / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt").exists()  # keep=True
+    shards = (ckpt / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt").exists()
+    assert shards == (layout == "ckpt")  # kept (keep=True) where verl wrote them
     assert [p.name for p in target.parent.iterdir()] == ["checkpoint"]  # no staging folder left behind
 
     # verl stores fp32 tensors under a config.json that says bfloat16 (the dtype it builds the empty model
