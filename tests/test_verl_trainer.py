@@ -230,3 +230,34 @@ def test_metrics_follower_waits_for_whole_lines(tmp_path):
     [got] = follower.poll()
     assert got["step"] == 1 and got["reward_mean"] == 0.5 and got["zero_std_frac"] is None
     assert len(curves.read_text().splitlines()) == 1
+
+
+def test_run_dry_run_writes_the_data_and_prints_the_exact_command(tiny_model, tmp_path):
+    """``envengineer run CONFIG --dry-run`` with the verl trainer: round 0's data in verl's format and the
+    checked command, nothing trained (the run then reuses the prepared steps)."""
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from envengineer.cli import app
+    from envengineer.fileio import read_jsonl
+
+    config = tmp_path / "verl.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "verl-dry", "task": {"name": "mapf-frozenlake", "agents": 2}, "rounds": 2, "budget": 16,
+        "engineer": {"name": "fixed"}, "policy": {"name": "transformers", "path": str(tiny_model)},
+        "trainer": {"name": "verl", "preset": "paper-4xh100", "train_batch_size": 16, "ppo_mini_batch_size": 16},
+        "eval": {"validation": "mapf-2agents-val", "limit": 8}, "output": str(tmp_path / "run"),
+    }))
+    result = CliRunner().invoke(app, ["run", str(config), "--dry-run", "seed=4"])
+    assert result.exit_code == 0, result.output
+    command = result.output.strip().splitlines()[-1]
+    argv = shlex.split(command)
+    assert argv[:3] == [sys.executable, "-m", "verl.trainer.main_ppo"]
+    values = dict(item.lstrip("+").split("=", 1) for item in argv[3:])
+    assert values["actor_rollout_ref.model.path"] == str(Path(tiny_model).resolve())
+    assert values["data.train_batch_size"] == "16" and values["trainer.save_freq"] == "3"  # 16 // 16 × 3 epochs
+    assert Path(values["data.train_files"]).is_file() and Path(values["data.val_files"]).is_file()
+    assert "VERL_FILE_LOGGER_PATH=" in result.output
+    steps = [line["step"] for line in read_jsonl(tmp_path / "run" / "history.jsonl")]
+    assert steps == ["pretrain", "generate"]  # nothing trained; a real run picks up from here
