@@ -164,7 +164,8 @@ def compute_score(
     """verl's reward: ``score`` (R_acc, plus ``optimality_bonus`` when optimal), ``acc``, ``optimal``, ``failure``.
 
     Every response gets the same keys (verl builds its arrays from the first one's); a response
-    the task cannot read scores 0. A row without a usable ``extra_info.task`` or
+    the task cannot read scores 0 (``failure`` is the validator's, or ``decode: <error>`` when the
+    task's ``decode_response`` itself gave up). A row without a usable ``extra_info.task`` or
     ``reward_model.ground_truth`` raises :class:`InputError` naming the field.
     """
     if not isinstance(extra_info, Mapping) or "task" not in extra_info:
