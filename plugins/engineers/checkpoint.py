@@ -1,11 +1,13 @@
 """The policy being trained as its own engineer (``checkpoint``), or its starting weights (``base``).
 
-On a GPU the model is served offline by vLLM (``LLM.chat``); on a CPU, or when asked,
-it runs through transformers. Either way the conversation is rendered with the policy's
-``chat_template_kwargs`` (the design request carries them), the options the policy is
-trained and evaluated with. The model is loaded for one design step and released
-afterwards, so it does not hold memory the trainer needs. The vLLM path needs a GPU
-and is not exercised by the CPU test suite.
+On a GPU the model is served offline by vLLM (``LLM.chat``) in a child process
+(:mod:`envengineer.plugins.vllm_child`, shared with the ``vllm`` policy): the design step
+returns once that process is gone, so the engineer's model holds no GPU memory the trainer
+needs, and this process never imports vllm. On a CPU, or when asked, it runs through
+transformers in this process and is freed afterwards. Either way the conversation is
+rendered with the policy's ``chat_template_kwargs`` (the design request carries them), the
+options the policy is trained and evaluated with. The vLLM path needs a CUDA GPU; the CPU
+test suite runs it against a stand-in of vLLM's API (``tests/fake_vllm``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class CheckpointOptions(BaseModel):
     tensor_parallel_size: int = Field(1, ge=1)
     gpu_memory_utilization: float = Field(0.55, gt=0, le=1)
     max_model_len: int | None = Field(None, ge=256)
+    enforce_eager: bool = Field(False, description="vLLM: skip CUDA graph capture (starts faster; one design step samples little)")
     # transformers
     device: str | None = Field(None, description="torch device for transformers (default: cuda if available, else cpu)")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
@@ -46,7 +49,7 @@ class CheckpointOptions(BaseModel):
 
 class CheckpointEngineer(Engineer):
     name: ClassVar[str] = "checkpoint"
-    description: ClassVar[str] = "the current policy checkpoint as engineer (vLLM on GPU, transformers on CPU)"
+    description: ClassVar[str] = "the current policy checkpoint as engineer (vLLM in a child process on GPU, transformers on CPU)"
     Options: ClassVar[type[BaseModel]] = CheckpointOptions
     options: CheckpointOptions
     uses_llm: ClassVar[bool] = True
@@ -65,15 +68,17 @@ class CheckpointEngineer(Engineer):
     def backend(self) -> str:
         if self.options.backend != "auto":
             return self.options.backend
+        import importlib.util
+
         try:
             import torch
 
             if not torch.cuda.is_available():
                 return "transformers"
-            import vllm  # noqa: F401
         except ImportError:
             return "transformers"
-        return "vllm"
+        # found, not imported: vLLM runs in the child process only
+        return "vllm" if importlib.util.find_spec("vllm") is not None else "transformers"
 
     def generate(
         self, path: str, conversations: list[list[dict[str, str]]], chat_template_kwargs: dict[str, Any] | None = None,
@@ -88,23 +93,18 @@ class CheckpointEngineer(Engineer):
 
     # -- backends ------------------------------------------------------------------
     def _vllm(self, path: str, conversations: list[list[dict[str, str]]], chat_kwargs: dict[str, Any]) -> list[tuple[str, dict[str, int]]]:
-        from vllm import LLM, SamplingParams
+        """``LLM.chat`` in a child process (one per call), gone when this returns."""
+        from envengineer.plugins import vllm_child
 
         o = self.options
-        kwargs: dict[str, Any] = {"model": path, "tensor_parallel_size": o.tensor_parallel_size, "gpu_memory_utilization": o.gpu_memory_utilization, "seed": o.seed}
-        if o.max_model_len:
-            kwargs["max_model_len"] = o.max_model_len
-        llm = LLM(**kwargs)
-        try:
-            params = SamplingParams(temperature=o.temperature, top_p=o.top_p, max_tokens=o.max_new_tokens, seed=o.seed)
-            outputs = llm.chat(conversations, params, chat_template_kwargs=chat_kwargs, use_tqdm=False)
-            return [
-                (out.outputs[0].text, {"prompt_tokens": len(out.prompt_token_ids or []), "completion_tokens": len(out.outputs[0].token_ids)})
-                for out in outputs
-            ]
-        finally:
-            del llm
-            _free()
+        engine = vllm_child.engine_kwargs(
+            path, tensor_parallel_size=o.tensor_parallel_size, gpu_memory_utilization=o.gpu_memory_utilization,
+            max_model_len=o.max_model_len, dtype=o.dtype, enforce_eager=o.enforce_eager, seed=o.seed,
+        )
+        requests = [vllm_child.request(messages, n=1, seed=o.seed) for messages in conversations]
+        outputs = vllm_child.generate(engine, requests, temperature=o.temperature, top_p=o.top_p, max_tokens=o.max_new_tokens,
+                                      chat_template_kwargs=chat_kwargs, what=f"engineer.{self.name}")
+        return [(out["texts"][0], {"prompt_tokens": out["prompt_tokens"], "completion_tokens": out["completion_tokens"][0]}) for out in outputs]
 
     def _transformers(self, path: str, conversations: list[list[dict[str, str]]], chat_kwargs: dict[str, Any]) -> list[tuple[str, dict[str, int]]]:
         import torch

@@ -1,4 +1,4 @@
-"""Built-in policies: Hugging Face models (transformers), the embedded tiny model, API models."""
+"""Built-in policies: Hugging Face models (transformers, vLLM), the embedded tiny model, API models."""
 
 from envengineer.hookspecs import hookimpl
 
@@ -8,6 +8,7 @@ def register_policies(register):
     from envengineer.plugins.policies.openai_compatible import OpenAICompatiblePolicy
     from envengineer.plugins.policies.tiny import TinyPolicy
     from envengineer.plugins.policies.transformers_policy import TransformersPolicy
+    from envengineer.plugins.policies.vllm_policy import VllmPolicy
 
-    for policy in (TransformersPolicy, TinyPolicy, OpenAICompatiblePolicy):
+    for policy in (TransformersPolicy, VllmPolicy, TinyPolicy, OpenAICompatiblePolicy):
         register(policy)
