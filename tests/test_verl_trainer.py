@@ -261,3 +261,12 @@ def test_run_dry_run_writes_the_data_and_prints_the_exact_command(tiny_model, tm
     assert "VERL_FILE_LOGGER_PATH=" in result.output
     steps = [line["step"] for line in read_jsonl(tmp_path / "run" / "history.jsonl")]
     assert steps == ["pretrain", "generate"]  # nothing trained; a real run picks up from here
+
+
+def test_plain_string_prompts_are_refused(registry, round_request):
+    """verl applies the chat template to every prompt: a plain-string style would train on other prompts than evaluation's."""
+    from dataclasses import replace
+
+    trainer = registry.create("trainer", "verl", {"train_batch_size": 8, "ppo_mini_batch_size": 8, "num_generations": 4})
+    with pytest.raises(ConfigError, match="prompt style 'compact' gives plain-string prompts"):
+        trainer.write_data(replace(round_request, prompt_style="compact"))

@@ -454,6 +454,12 @@ class VerlGrpoTrainer(Trainer):
                 f"trainer.verl.train_batch_size: {o.train_batch_size} prompts per step but the round has only "
                 f"{len(request.records)} instances (budget): verl drops the last partial batch, so nothing would train"
             )
+        if isinstance(request.generator.render(request.records[0], request.prompt_style), str):
+            raise ConfigError(
+                f"trainer.verl: the policy's prompt style {request.prompt_style!r} gives plain-string prompts, and verl applies "
+                "the chat template to every prompt, so training would see other prompts than evaluation; use a chat "
+                "prompt style (e.g. full)"
+            )
         paths = self.paths(request.out_dir)
         task = request.task
         train = verl_rows(request.records, request.generator, split="train", style=request.prompt_style, task=task)
