@@ -29,7 +29,28 @@ PAPER = sorted((EXAMPLES / "paper").glob("*.yaml"))
 
 @pytest.mark.parametrize("path", PAPER, ids=lambda p: p.stem)
 def test_paper_presets_train_as_the_paper_did(path, registry, tmp_path):
-    """Qwen3 without thinking; GRPO n=8, lr 2e-6 constant, KL 1e-3; 3 epochs over 4000 instances, 3 rounds."""
+    """verl on 4 GPUs: Qwen3 without thinking; GRPO n=8, lr 2e-6 constant, KL loss low_var_kl 1e-3; 3 epochs over
+    4000 instances, 3 rounds; vLLM for evaluation."""
+    config = parse_run_config(yaml.safe_load(path.read_text()), str(path))
+    resolved = resolve(config, registry, base_dir=tmp_path)
+    assert (config.rounds, config.budget) == (3, 4000)
+    assert resolved.policy.name == "vllm" and resolved.policy.options.chat_template_kwargs == {"enable_thinking": False}
+    assert resolved.trainer.name == "verl"
+    o = resolved.trainer.options
+    assert (o.num_generations, o.learning_rate, o.lr_scheduler_type, o.use_kl_loss, o.kl_loss_type, o.kl_loss_coef, o.entropy_coeff, o.epochs) == (
+        8, 2e-6, "constant", True, "low_var_kl", 1e-3, 0, 3)
+    assert (o.max_prompt_length, o.max_response_length, o.gradient_checkpointing, o.ref_param_offload) == (1536, 5120, True, True)
+    assert (o.nnodes * o.n_gpus_per_node, o.tensor_model_parallel_size, o.gpu_memory_utilization) == (4, 2, 0.55)
+    # the reading each file's comment states: 128 responses per optimiser step, 1024 per rollout
+    batches = o.batches()
+    assert (batches["responses_per_optimizer_step"], batches["responses_per_rollout"], batches["gradient_accumulation_steps"]) == (128, 1024, 8)
+    assert "128 per optimiser step" in path.read_text() and "ppo_mini_batch_size: 128" in path.read_text()
+    assert resolved.trainer.planned_steps(config.budget) == 93
+
+
+def test_the_one_gpu_trl_example_trains_as_the_paper_did(registry, tmp_path):
+    """The paper's recipe on one GPU with TRL: the same hyperparameters, the 4 GPUs folded into accumulation steps."""
+    path = EXAMPLES / "qwen3-one-gpu-trl.yaml"
     config = parse_run_config(yaml.safe_load(path.read_text()), str(path))
     resolved = resolve(config, registry, base_dir=tmp_path)
     assert (config.rounds, config.budget) == (3, 4000)
@@ -37,7 +58,5 @@ def test_paper_presets_train_as_the_paper_did(path, registry, tmp_path):
     trainer = resolved.trainer.describe()
     assert (trainer["num_generations"], trainer["learning_rate"], trainer["lr_schedule"], trainer["kl_coef"], trainer["epochs"]) == (8, 2e-6, "constant", 1e-3, 3)
     assert trainer["max_completion_length"] == 5120 and trainer["gradient_checkpointing"] is True
-    # the reading each file's comment states: 128 completions per optimiser step, 1024 per rollout
     assert (trainer["completions_per_step"], trainer["generation_batch_size"], trainer["optimizer_steps_per_generation"]) == (128, 1024, 8)
     assert "128 per optimiser step" in path.read_text()
-
