@@ -91,8 +91,13 @@ def evaluate(
     batch_size: int = 64,
     progress: Callable[[int], None] | None = None,
 ) -> EvalResult:
-    """Sample one response per record from ``policy`` and score it."""
+    """Sample one response per record from ``policy`` and score it.
+
+    ``batch_size`` prompts go to one ``sample`` call, unless the policy sets
+    ``sample_batch_size`` (the ``vllm`` policy: every prompt in one call, one engine start).
+    """
     style = style or getattr(policy.options, "prompt_style", None) or "full"
+    batch_size = getattr(policy, "sample_batch_size", None) or batch_size
     failed_before = len(policy.failed_calls())
     responses: list[str] = []
     for start in range(0, len(records), batch_size):

@@ -172,17 +172,18 @@ def test_eval_command_runs_the_vllm_policy(tmp_path, fake_vllm):
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     config = tmp_path / "policy.yaml"
-    config.write_text(yaml.safe_dump({"path": str(path), "prompt_style": "compact", "max_new_tokens": 24, "enforce_eager": True}))
+    config.write_text(yaml.safe_dump({"path": str(path), "prompt_style": "compact", "max_new_tokens": 16, "enforce_eager": True}))
     out = tmp_path / "eval"
     result = CliRunner().invoke(app, ["eval", "--policy", "vllm", "--policy-config", str(config), "--bench", "mapf-3agents",
-                                      "--limit", "6", "--output", str(out)])
+                                      "--limit", "70", "--output", str(out)])
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "mapf-3agents" / "summary.json").read_text())
-    assert summary["overall"]["n"] == 6 and summary["settings"]["policy"] == "vllm"
+    assert summary["overall"]["n"] == 70 and summary["settings"]["policy"] == "vllm"
     assert summary["settings"]["prompt_style"] == "compact" and summary["settings"]["path"] == str(path)
-    assert len((out / "mapf-3agents" / "responses.jsonl").read_text().splitlines()) == 6
-    calls = [entry["call"] for entry in fake_vllm()]
-    assert calls == ["LLM", "generate"]  # compact prompts are plain strings; one child for the 6 prompts
+    assert len((out / "mapf-3agents" / "responses.jsonl").read_text().splitlines()) == 70
+    log = fake_vllm()
+    assert [entry["call"] for entry in log] == ["LLM", "generate"]  # compact prompts are plain strings
+    assert len(log[1]["prompts"]) == 70  # more than evaluate's 64 per call: one child, one engine start, per evaluation
     assert "vllm" not in sys.modules
 
 

@@ -11,8 +11,9 @@ the call), so the same policy and prompts give the same texts.
 Every :meth:`VllmPolicy.sample` call runs the engine in a child process
 (:mod:`envengineer.plugins.vllm_child`, which says why a subprocess) and returns once that
 process is gone: no GPU memory stays held when a training round starts afterwards. The
-price is one engine start per call (``envengineer eval`` and the loop sample 64 prompts per
-call). This module imports neither vllm nor torch.
+price is one engine start per call; evaluation (``envengineer eval``, the loop) therefore
+hands all of a set's prompts to one call (:attr:`VllmPolicy.sample_batch_size`), so one
+evaluation is one engine start. This module imports neither vllm nor torch.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class VllmPolicy(Policy):
     description: ClassVar[str] = "a Hugging Face model directory sampled by vLLM on a CUDA GPU (in a child process per call)"
     Options: ClassVar[type[BaseModel]] = VllmOptions
     options: VllmOptions
+    #: Prompts per ``sample`` call in evaluation: all of them (each call starts the engine).
+    sample_batch_size: ClassVar[int] = 1_000_000
 
     # ------------------------------------------------------------------ the loop's API
 
