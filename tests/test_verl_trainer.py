@@ -155,6 +155,7 @@ def tiny_model(tmp_path_factory):
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     config = Qwen3Config(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
                          num_key_value_heads=2, head_dim=8, max_position_embeddings=512, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1)
     path = tmp_path_factory.mktemp("tiny") / "model"
@@ -270,3 +271,55 @@ def test_plain_string_prompts_are_refused(registry, round_request):
     trainer = registry.create("trainer", "verl", {"train_batch_size": 8, "ppo_mini_batch_size": 8, "num_generations": 4})
     with pytest.raises(ConfigError, match="prompt style 'compact' gives plain-string prompts"):
         trainer.write_data(replace(round_request, prompt_style="compact"))
+
+
+def test_the_default_options_compose_and_validate(registry, tmp_path):
+    trainer = registry.create("trainer", "verl", {})
+    cfg = trainer.check(trainer.overrides(request(tmp_path), 256))
+    assert (cfg.trainer.n_gpus_per_node, cfg.actor_rollout_ref.rollout.tensor_model_parallel_size, cfg.trainer.total_epochs) == (1, 1, 1)
+    assert cfg.trainer.save_freq == 2 and cfg.data.max_prompt_length == 1536
+
+
+def test_launching_main_ppo_needs_transfer_queue_and_vllm(composed):
+    """Plain ``pip install verl`` lacks TransferQueue, which main_ppo imports when training starts: say so before launching."""
+    import importlib.util
+
+    trainer, _, _, cfg = composed
+    if importlib.util.find_spec("transfer_queue") is None:
+        with pytest.raises(ConfigError, match="TransferQueue.*envengineer\\[train,verl\\]"):
+            trainer.preflight(cfg)
+    elif importlib.util.find_spec("vllm") is None:
+        with pytest.raises(ConfigError, match="vLLM .* is not installed"):
+            trainer.preflight(cfg)
+    else:
+        trainer.preflight(cfg)
+
+
+def test_the_loop_with_verl_rounds(tiny_model, tmp_path):
+    """Two rounds of the loop through the launch boundary: each round's saved model is the next round's start
+    (and so its reference model), its curves reach the run's table, and the validation set is verl's."""
+    import shlex
+
+    from envengineer.fileio import read_jsonl
+    from envengineer.loop import run
+
+    config = tmp_path / "verl.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "verl-loop", "task": {"name": "mapf-frozenlake", "agents": 2}, "rounds": 2, "budget": 8, "seed": 1,
+        "engineer": {"name": "fixed"}, "policy": {"name": "transformers", "path": str(tiny_model), "max_new_tokens": 4},
+        "trainer": {"name": "verl", "train_batch_size": 8, "ppo_mini_batch_size": 8, "num_generations": 4,
+                    "module": "replay_main_ppo", "env": {"PYTHONPATH": str(REPLAY)}},
+        "eval": {"validation": "mapf-2agents-val", "limit": 4}, "output": str(tmp_path / "run"),
+    }))
+    rows = run(config)
+    assert [row["round"] for row in rows] == ["base", 0, 1]
+    run_dir = tmp_path / "run"
+    starts = []
+    for round in (0, 1):
+        argv = shlex.split((run_dir / f"round-{round:02d}" / "train" / "verl.log").read_text().splitlines()[0][2:])
+        starts.append(dict(item.lstrip("+").split("=", 1) for item in argv[3:])["actor_rollout_ref.model.path"])
+    assert starts[0] == str(Path(tiny_model).resolve())
+    assert Path(starts[1]).name == "checkpoint" and Path(starts[1]).parent.name == "train" and "round-00" in starts[1]
+    assert (run_dir / "round-00" / "train" / "checkpoint" / "config.json").exists()
+    train_lines = [line for line in read_jsonl(run_dir / "history.jsonl") if line["step"] == "train"]
+    assert [line["steps"] for line in train_lines] == [3, 3]
