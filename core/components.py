@@ -198,6 +198,42 @@ class Generator(Component, abc.ABC):
         """An optimal answer in the policy's answer format (for checks and warm starts)."""
         raise NotImplementedError(f"task {self.name!r} has no reference solver")
 
+    # -- a policy built from scratch for this task (the embedded ``tiny`` policy). The defaults
+    # -- serve any family with a reference solver: a character-level tokenizer, random
+    # -- embeddings, and a warm start on generated records answered by reference_answer.
+
+    def reference_completion(self, record: Mapping[str, Any], style: str) -> str:
+        """An optimal answer in ``style``'s own answer format: what :meth:`decode_response` reads.
+
+        Default: :meth:`reference_answer` (a style without an answer format of its own answers
+        in the validator's)."""
+        return self.reference_answer(record)
+
+    def warm_start_pairs(self, *, n: int, seed: int, style: str) -> list[tuple[str, str]]:
+        """``n`` (prompt, optimal completion) pairs in ``style`` for a supervised warm start.
+
+        Deterministic in ``seed``, and independent of run options that do not change the pairs'
+        meaning (a policy caches what it learns from them by task name and style). Default: the
+        records of :meth:`generate` on :meth:`default_config`, their prompts from :meth:`render`
+        (chat messages: their contents joined) and their completions from
+        :meth:`reference_completion`."""
+        pairs = []
+        for record in self.generate(self.default_config(), n=n, seed=seed).records:
+            prompt = self.render(record, style)
+            text = prompt if isinstance(prompt, str) else "".join(m["content"] for m in prompt)
+            pairs.append((text, self.reference_completion(record, style)))
+        return pairs
+
+    def tiny_vocabulary(self, style: str) -> list[str] | None:
+        """Every word of ``style``'s prompts and answers, for a word-level tokenizer that splits on
+        whitespace (special tokens are the policy's own). None (default): read characters."""
+        return None
+
+    def tiny_init_embeddings(self, weight: Any, token_ids: Mapping[str, int], style: str) -> None:
+        """Set initial rows of a fresh model's input embedding matrix (``weight``: a torch tensor,
+        vocabulary × hidden, written in place; ``token_ids``: token → row), e.g. to give related
+        tokens similar starting vectors. Default: keep the random initialisation."""
+
 
 class Validator(Component, abc.ABC):
     """Scores responses for the generator of the same name."""

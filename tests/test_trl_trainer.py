@@ -138,7 +138,7 @@ def test_tokens_after_the_answer_are_found(registry):
 
     generator, _ = registry.task("mapf-frozenlake", {"agents": 2})
     record = {"agents": [{"start": [0, 0], "goal": [0, 1]}, {"start": [1, 1], "goal": [1, 0]}]}
-    tokenizer = tiny.build_tokenizer()
+    tokenizer = tiny.build_tokenizer(generator.tiny_vocabulary("compact"))  # the task's word-level tokens
 
     def keep(text: str) -> int | None:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]

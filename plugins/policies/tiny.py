@@ -1,11 +1,15 @@
-"""The embedded tiny policy: a word-level tokenizer, a ~1 M-parameter Qwen3, a warm start.
+"""The embedded tiny policy: a tokenizer, a ~1 M-parameter Qwen3 and a warm start, all from the task.
 
-Everything is built locally (nothing is downloaded): the tokenizer knows exactly the
-tokens of the compact prompt style (``N7 H 2_4 … S1 0_6 G1 1_0 S2 4_2 G2 1_2 P``) and of
-its answer (``| 0_6 4_2 | 0_5 3_2 … </s>``); the model is randomly initialised and then
-trained by supervised learning on solver-optimal answers of 2-agent instances. The
-result is a standard Hugging Face model directory (the "base model" of a run), cached
-under a hash of the options that shape it, so it is built once per machine.
+Everything is built locally (nothing is downloaded) from what the task family offers
+through its ``Generator`` hooks: the tokenizer reads a style's words when the task lists
+them (``tiny_vocabulary``: mapf-frozenlake's compact style ``N7 H 2_4 … S1 0_6 G1 1_0 P``
+→ ``| 0_6 4_2 | 0_5 3_2 … </s>``) and characters otherwise; the model is randomly
+initialised (the task may set starting embedding rows: ``tiny_init_embeddings``) and then
+trained by supervised learning on the task's optimal answers (``warm_start_pairs``; by
+default generated records answered by ``reference_answer``). So any family with a reference
+solver gets the embedded CPU policy. The result is a standard Hugging Face model directory
+(the "base model" of a run), cached under a hash of the task, the style and the options that
+shape it, so it is built once per machine. This module knows no task.
 
 Measured facts behind the defaults are in docs/tiny-policy.md.
 """
@@ -17,7 +21,6 @@ import json
 import math
 import os
 import random
-import re
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,9 +33,7 @@ from envengineer.errors import ConfigError
 from envengineer.plugins.policies.transformers_policy import TransformersOptions, TransformersPolicy, quiet_hf
 
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
-MAX_COORD = 10  # cells 0_0 … 9_9: maps up to 10x10
-MAX_AGENTS = 8
-SIZES = range(3, 11)
+SPECIALS = (PAD, EOS, UNK)
 
 #: Bump when the tokenizer, the model or the warm-start recipe changes: it is part of the cache key.
 RECIPE_VERSION = 3  # 2: the compact answer starts at t = 1; 3: geometric cell init, data solved once
@@ -40,28 +41,38 @@ RECIPE_VERSION = 3  # 2: the compact answer starts at t = 1; 3: geometric cell i
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
+#: (input embedding matrix, token -> row): sets starting rows in place.
+InitEmbeddings = Callable[[Any, Mapping[str, int]], None]
 
 
-def vocabulary() -> list[str]:
-    """Every token of the compact style, specials first (ids are positions in this list)."""
-    tokens = [PAD, EOS, UNK, "H", "P", "|"]
-    tokens += [f"N{n}" for n in SIZES]
-    for i in range(1, MAX_AGENTS + 1):
-        tokens += [f"S{i}", f"G{i}"]
-    tokens += [f"{r}_{c}" for r in range(MAX_COORD) for c in range(MAX_COORD)]
-    return tokens
+def char_vocabulary() -> list[str]:
+    """The default tokens: tab, newline and printable ASCII, one token per character."""
+    return ["\t", "\n", *(chr(i) for i in range(32, 127))]
 
 
-def build_tokenizer():
-    """A ``PreTrainedTokenizerFast`` over :func:`vocabulary`: whitespace split, space-joined decode."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+def build_tokenizer(vocabulary: Sequence[str] | None = None):
+    """A ``PreTrainedTokenizerFast``: ``<pad> </s> <unk>`` then ``vocabulary`` (ids are positions).
+
+    With a ``vocabulary`` (a task's ``tiny_vocabulary``) it splits on whitespace and decodes
+    with single spaces; without one it reads characters (:func:`char_vocabulary`, other
+    characters are ``<unk>``) and decodes by concatenation.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {token: i for i, token in enumerate(vocabulary())}
+    words = vocabulary is not None
+    tokens = [*SPECIALS, *(vocabulary if words else char_vocabulary())]
+    if len(set(tokens)) != len(tokens):
+        raise ValueError("tiny vocabulary: tokens must be unique and must not repeat <pad>, </s>, <unk>")
+    vocab = {token: i for i, token in enumerate(tokens)}
     core = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    # Metaspace-free word level: decoding joins tokens with single spaces.
-    core.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    if words:
+        core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        # Metaspace-free word level: decoding joins tokens with single spaces.
+        core.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    else:
+        core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+        core.decoder = decoders.Fuse()
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core,
         pad_token=PAD,
@@ -75,10 +86,12 @@ def build_tokenizer():
     return tokenizer
 
 
-def build_model(tokenizer, *, hidden_size: int = 128, layers: int = 4, ffn: int = 512, seed: int = 0, geometric: bool = True):
+def build_model(tokenizer, *, hidden_size: int = 128, layers: int = 4, ffn: int = 512, seed: int = 0,
+                init_embeddings: InitEmbeddings | None = None):
     """A randomly initialised Qwen3 decoder (tied embeddings; ~1.0 M parameters by default).
 
-    ``geometric``: cell tokens start from row/column features (see :func:`geometric_embeddings`).
+    ``init_embeddings(weight, token_ids)`` then sets starting rows of the embedding matrix
+    (a task's ``tiny_init_embeddings``, e.g. grid geometry for cell tokens).
     """
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -100,154 +113,26 @@ def build_model(tokenizer, *, hidden_size: int = 128, layers: int = 4, ffn: int 
         use_cache=True,
     )
     model = Qwen3ForCausalLM(config)
-    if geometric:
-        geometric_embeddings(model, tokenizer)
+    if init_embeddings is not None:
+        init_embeddings(model.get_input_embeddings().weight, tokenizer.get_vocab())
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.eos_token_id
     return model
 
 
-def geometric_embeddings(model, tokenizer, *, frequencies: int = 8, scale: float = 1.0) -> None:
-    """Initialise the embedding rows of the cell tokens ``r_c`` (and ``N<size>``) with grid geometry.
-
-    Cell tokens are atomic words, so a randomly initialised model must first discover
-    from data that ``2_3`` is next to ``2_4``. Here a cell's row starts as Fourier
-    features of ``r`` (cos/sin at ``frequencies`` frequencies) in one block of dimensions
-    and its column as features of ``c`` in another; nearby cells start with similar
-    vectors. With tied embeddings this also shapes the output layer. Only the initial
-    values change: the architecture stays a plain Qwen3.
-    """
-    import torch
-
-    emb = model.get_input_embeddings().weight
-    hidden = emb.shape[1]
-    block = 2 * frequencies
-    if 2 * block > hidden:
-        return
-    std = float(emb.detach().std())
-    vocab = tokenizer.get_vocab()
-
-    def features(x: float) -> torch.Tensor:
-        k = torch.arange(1, frequencies + 1, dtype=torch.float32)
-        angle = math.pi * k * x / (2 * MAX_COORD)
-        return torch.cat([torch.cos(angle), torch.sin(angle)]) * std * scale * math.sqrt(hidden / (2 * block))
-
-    with torch.no_grad():
-        for r in range(MAX_COORD):
-            for c in range(MAX_COORD):
-                row = emb[vocab[f"{r}_{c}"]]
-                row[:block] = features(r)
-                row[block : 2 * block] = features(c)
-        for n in SIZES:
-            row = emb[vocab[f"N{n}"]]
-            row[:block] = features(n - 1)
-            row[block : 2 * block] = features(n - 1)
-
-
-_CELL = re.compile(r"\((-?\d+),\s*(-?\d+)\)")
-
-
-def compact_reference(generator, record: Mapping[str, Any]) -> str:
-    """The compact answer for ``record``, from the task's optimal reference answer."""
-    from envengineer.tasks.mapf_frozenlake.prompts import compact_answer
-
-    text = generator.reference_answer(record)
-    paths = []
-    for line in text.splitlines():
-        if line.strip().lower().startswith("agent"):
-            paths.append([(int(r), int(c)) for r, c in _CELL.findall(line.split(":", 1)[1])])
-    return compact_answer(paths)
-
-
-def warm_start_records(generator, *, instances: int, seed: int) -> list[dict[str, Any]]:
-    """2-agent instances of the task's own generator (certified optimal), as records.
-
-    Kept for callers that want task records; the warm start itself uses
-    :func:`warm_start_examples`, which solves each instance once and keeps the paths.
-    """
-    from envengineer.tasks.mapf_frozenlake.config import uniform_config
-
-    if getattr(generator.options, "agents", 2) != 2:
-        generator = type(generator)(generator.Options.model_validate({**generator.options.model_dump(), "agents": 2}))
-    parts = ((0.0, 0.0), (0.1, 0.3), (0.2, 0.3), (0.3, 0.3))
-    records: list[dict[str, Any]] = []
-    for i, (hole_ratio, wait_ratio) in enumerate(parts):
-        n = instances // len(parts) + (1 if i < instances % len(parts) else 0)
-        if n:
-            result = generator.generate(uniform_config(hole_ratio=hole_ratio, wait_ratio=wait_ratio), n=n, seed=seed * 1000 + i)
-            records += result.records
-    random.Random(seed).shuffle(records)
-    return records
-
-
-#: (hole ratio, share of crossing placements) of the warm-start parts, drawn in turn. Crossing
-#: agents often need a WAIT or a detour. Measured: this easier mix (mean hole ratio 0.15, ~22%
-#: crossing) gave a better base than hole ratios 0-0.4 with 50% crossing (11.5% vs 4.4% valid on
-#: mapf-2agents-val after the same 1.8 M tokens).
-WARM_PARTS = ((0.0, 0.0), (0.1, 0.3), (0.2, 0.3), (0.3, 0.3))
-
-
-def warm_start_pairs(*, instances: int, seed: int, time_limit: float = 10.0) -> list[tuple[str, str]]:
-    """(compact prompt, compact optimal answer) for ``instances`` 2-agent instances.
-
-    Sizes 3–10 in turn, hole ratio and crossing share from :data:`WARM_PARTS` in turn
-    (the generator's own placement helpers). Each draw is
-    solved once and its optimal paths are kept, so there is no rejection loop and no
-    second solve (unsolvable draws, and draws past the generator's work limit, are redrawn).
-    Deterministic in ``seed``: the solver's work limit, not the clock, decides a give-up.
-    """
-    import inspect
-
-    from envengineer.tasks.mapf_frozenlake.config import hole_count
-    from envengineer.tasks.mapf_frozenlake.generator import _crossing_placement, _random_placement
-    from envengineer.tasks.mapf_frozenlake.instance import Agent, Instance
-    from envengineer.tasks.mapf_frozenlake.prompts import compact_answer, render_compact
-    from envengineer.tasks.mapf_frozenlake.solver import solve
-
-    limits: dict[str, Any] = {"time_limit": time_limit}
-    if "work_limit" in inspect.signature(solve).parameters:
-        from envengineer.tasks.mapf_frozenlake import generator as gen
-
-        limits["work_limit"] = getattr(gen, "WORK_LIMIT", 40_000)
-    rng = random.Random(f"tiny-warm-start-{seed}")
-    sizes = list(SIZES)
-    out: list[tuple[str, str]] = []
-    while len(out) < instances:
-        size = sizes[len(out) % len(sizes)]
-        hole_ratio, crossing = WARM_PARTS[(len(out) // len(sizes)) % len(WARM_PARTS)]
-        n_cells = size * size
-        holes = set(rng.sample(range(n_cells), hole_count(size, hole_ratio)))
-        free = [i not in holes for i in range(n_cells)]
-        place = _crossing_placement if rng.random() < crossing else _random_placement
-        placement = place(rng, size, free, 2)
-        if placement is None:
-            continue
-        grid = tuple("".join("H" if r * size + c in holes else "F" for c in range(size)) for r in range(size))
-        agents = tuple(Agent(divmod(s, size), divmod(g, size)) for s, g in placement)
-        solution = solve(grid, [(a.start, a.goal) for a in agents], **limits)
-        if solution.status != "optimal" or solution.paths is None:
-            continue
-        instance = Instance(size=size, grid=grid, agents=agents, hole_ratio=len(holes) / n_cells)
-        out.append((render_compact(instance), compact_answer(solution.paths)))
-    return out
+def compact_reference(generator, record: Mapping[str, Any], style: str = "compact") -> str:
+    """The task's optimal answer for ``record`` in ``style``'s own answer format (what the model writes)."""
+    return generator.reference_completion(record, style)
 
 
 def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], int]]:
     """(token ids of prompt + answer + EOS, prompt length) per (prompt, answer) pair."""
-    vocab = tokenizer.get_vocab()
-    unk = tokenizer.unk_token_id
-    out = []
-    for prompt, answer in pairs:
-        p = [vocab.get(t, unk) for t in prompt.split()]
-        a = [vocab.get(t, unk) for t in answer.split()] + [tokenizer.eos_token_id]
-        out.append((p + a, len(p)))
-    return out
-
-
-def encode_examples(tokenizer, generator, records: Sequence[Mapping[str, Any]]) -> list[tuple[list[int], int]]:
-    """(token ids of prompt + answer + EOS, prompt length) per task record (solves each record)."""
-    return encode_pairs(tokenizer, [(generator.render(r, "compact"), compact_reference(generator, r)) for r in records])
+    if not pairs:
+        return []
+    prompts = tokenizer([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
+    answers = tokenizer([a for _, a in pairs], add_special_tokens=False)["input_ids"]
+    return [(list(p) + list(a) + [tokenizer.eos_token_id], len(p)) for p, a in zip(prompts, answers)]
 
 
 def _batches(examples, batch_size: int, rng: random.Random):
@@ -338,10 +223,25 @@ def recipe_key(recipe: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def warm_start_data(generator, *, n: int, seed: int, style: str) -> list[tuple[str, str]]:
+    """The task's warm-start pairs, or a clear error when the task has no reference solver."""
+    try:
+        pairs = generator.warm_start_pairs(n=n, seed=seed, style=style)
+    except NotImplementedError as exc:
+        raise ConfigError(
+            f"policy.tiny: the warm start needs optimal answers of task {generator.name!r} ({exc}): "
+            "implement Generator.reference_answer (or warm_start_pairs), or use another policy"
+        ) from None
+    if not pairs:
+        raise ConfigError(f"policy.tiny: task {generator.name!r} gave no warm-start pairs")
+    return pairs
+
+
 def build_base_model(
     out_dir: Path,
     *,
     generator,
+    style: str = "compact",
     instances: int,
     epochs: float,
     lr: float,
@@ -353,19 +253,26 @@ def build_base_model(
     threads: int | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Build tokenizer + model, warm-start it, save a HF model dir into ``out_dir`` atomically."""
+    """Build tokenizer + model from the task's hooks, warm-start it, save a HF model dir into ``out_dir`` atomically.
+
+    The tokenizer reads ``generator.tiny_vocabulary(style)`` (None: characters), the fresh
+    model's embeddings pass through ``generator.tiny_init_embeddings``, and the supervised
+    data is ``generator.warm_start_pairs(n=instances, seed=seed, style=style)``.
+    """
     import torch
 
     if threads:
         torch.set_num_threads(threads)
     t0 = time.perf_counter()
-    tokenizer = build_tokenizer()
-    pairs = warm_start_pairs(instances=instances, seed=seed)
+    vocabulary = generator.tiny_vocabulary(style)
+    tokenizer = build_tokenizer(vocabulary)
+    pairs = warm_start_data(generator, n=instances, seed=seed, style=style)
     if progress:
         progress("warm-start data", len(pairs), len(pairs))
     examples = encode_pairs(tokenizer, pairs)
     data_s = time.perf_counter() - t0
-    model = build_model(tokenizer, hidden_size=hidden_size, layers=layers, ffn=ffn, seed=seed)
+    model = build_model(tokenizer, hidden_size=hidden_size, layers=layers, ffn=ffn, seed=seed,
+                        init_embeddings=lambda weight, token_ids: generator.tiny_init_embeddings(weight, token_ids, style))
     stats = supervised_train(model, examples, pad_id=tokenizer.pad_token_id, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed, progress=progress)
     tmp = out_dir.with_name(out_dir.name + f".tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -374,6 +281,10 @@ def build_base_model(
         tokenizer.save_pretrained(tmp)
     meta = {
         "recipe_version": RECIPE_VERSION,
+        "task": generator.name,
+        "style": style,
+        "tokenizer": "word" if vocabulary is not None else "char",
+        "vocabulary_size": len(tokenizer),
         "instances": len(pairs),
         "epochs": epochs,
         "lr": lr,
@@ -396,10 +307,10 @@ def build_base_model(
 class TinyOptions(TransformersOptions):
     """Sampling options of the transformers policy, plus the warm start's recipe."""
 
-    prompt_style: Literal["full", "compact"] = Field("compact", description="the tiny tokenizer knows only the compact style")
-    max_new_tokens: int = Field(128, ge=1, description="answers of 2-agent 10x10 instances are at most ~60-70 tokens")
+    prompt_style: Literal["full", "compact"] = Field("compact", description="the task's prompt style the model reads and is warm-started on (compact: short plain strings)")
+    max_new_tokens: int = Field(128, ge=1, description="mapf-frozenlake: compact answers of 2-agent 10x10 instances are at most ~60-70 tokens")
     batch_size: int = Field(512, ge=1)
-    instances: int = Field(18000, ge=1, description="2-agent instances of the supervised warm start (18000 × 3 epochs ≈ 2 M tokens, ~3.5 min on one core: 16.5% valid on mapf-2agents-val)")
+    instances: int = Field(18000, ge=1, description="(prompt, optimal answer) pairs of the supervised warm start, from the task (mapf-frozenlake: 18000 × 3 epochs ≈ 2 M tokens, ~3.5 min on one core: 16.5% valid on mapf-2agents-val)")
     epochs: float = Field(3.0, gt=0, description="passes over the warm-start instances")
     lr: float = Field(2e-3, gt=0, description="warm-start learning rate (AdamW, cosine)")
     train_batch_size: int = Field(64, ge=1, description="warm-start batch size")
@@ -412,34 +323,44 @@ class TinyOptions(TransformersOptions):
 
 class TinyPolicy(TransformersPolicy):
     name: ClassVar[str] = "tiny"
-    description: ClassVar[str] = "embedded ~1M-parameter Qwen3, warm-started on solver answers (CPU, no download)"
+    description: ClassVar[str] = "embedded ~1M-parameter Qwen3, warm-started on the task's reference answers (CPU, no download)"
     Options: ClassVar[type[BaseModel]] = TinyOptions
     options: TinyOptions
 
-    def recipe(self) -> dict[str, Any]:
+    def __init__(self, options: BaseModel | None = None) -> None:
+        super().__init__(options)
+        self._task: str | None = None  # the task of the last prepare(): load() finds its base model
+
+    def recipe(self, generator: Any = None) -> dict[str, Any]:
+        """Everything that shapes the base model: the task (by name), the style and the warm-start options."""
         o = self.options
+        task = generator.name if generator is not None else self._task
         return {
+            "task": task, "style": o.prompt_style,
             "instances": o.instances, "epochs": o.epochs, "lr": o.lr, "batch_size": o.train_batch_size,
             "seed": o.seed, "hidden_size": o.hidden_size, "layers": o.layers, "ffn": o.ffn,
         }
 
-    def base_dir(self) -> Path:
-        """Where the warm-started base model of these options is cached."""
+    def base_dir(self, generator: Any = None) -> Path:
+        """Where the warm-started base model of these options is cached, for ``generator``'s task
+        (default: the task of the last :meth:`prepare`)."""
         root = Path(self.options.cache_dir).expanduser() if self.options.cache_dir else default_cache_dir()
-        return root / recipe_key(self.recipe())
+        return root / recipe_key(self.recipe(generator))
 
     def prepare(self, *, generator: Any = None, force: bool = False, progress: Progress | None = None) -> Path:
-        """The base model directory: built (tokenizer, random init, warm start) unless cached."""
+        """The base model directory: built (tokenizer, random init, warm start) from the task unless cached."""
         if self.options.path and not force:
             return Path(self.options.path)
-        out = self.base_dir()
+        if generator is not None:
+            self._task = generator.name
+        out = self.base_dir(generator)
         if (out / "warm_start.json").exists() and not force:
             return out
         if generator is None:
-            raise ConfigError("policy.tiny: the warm start needs the task's generator (mapf-frozenlake)")
+            raise ConfigError("policy.tiny: the warm start needs the task's generator (prepare(generator=...))")
         o = self.options
         build_base_model(
-            out, generator=generator, instances=o.instances, epochs=o.epochs, lr=o.lr,
+            out, generator=generator, style=o.prompt_style, instances=o.instances, epochs=o.epochs, lr=o.lr,
             batch_size=o.train_batch_size, seed=o.seed, hidden_size=o.hidden_size, layers=o.layers,
             ffn=o.ffn, threads=o.threads, progress=progress,
         )
@@ -452,7 +373,8 @@ class TinyPolicy(TransformersPolicy):
             self.options = self.options.model_copy(update={"path": str(self.base_dir())})
         return super().load()
 
-    def warm_start_info(self) -> dict[str, Any] | None:
-        """The recorded warm-start figures of the cached base model, if it was built."""
-        path = self.base_dir() / "warm_start.json"
+    def warm_start_info(self, generator: Any = None) -> dict[str, Any] | None:
+        """The recorded warm-start figures of the cached base model (of ``generator``'s task, default
+        the last prepared one), if it was built."""
+        path = self.base_dir(generator) / "warm_start.json"
         return json.loads(path.read_text()) if path.exists() else None

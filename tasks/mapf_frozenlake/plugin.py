@@ -110,6 +110,39 @@ class MapfGenerator(Generator):
             raise ValueError(f"instance {instance.id}: {solution.status} ({solution.reason})")
         return format_answer(solution.paths)
 
+    # The embedded tiny policy reads the compact style word by word (tasks/mapf_frozenlake/warm_start.py).
+
+    def reference_completion(self, record: Mapping[str, Any], style: str) -> str:
+        if style != "compact":
+            return self.reference_answer(record)
+        from envengineer.tasks.mapf_frozenlake.solver import solve
+
+        instance = from_record(record)
+        solution = solve(instance.grid, [(a.start, a.goal) for a in instance.agents], time_limit=self.options.solver_time_limit)
+        if solution.status != "optimal" or solution.paths is None:
+            raise ValueError(f"instance {instance.id}: {solution.status} ({solution.reason})")
+        return prompts.compact_answer(solution.paths)
+
+    def warm_start_pairs(self, *, n: int, seed: int, style: str) -> list[tuple[str, str]]:
+        """Compact style: 2-agent draws of every size, each solved once (whatever the run's agent count)."""
+        if style != "compact":
+            return super().warm_start_pairs(n=n, seed=seed, style=style)
+        from envengineer.tasks.mapf_frozenlake.warm_start import warm_start_pairs
+
+        return warm_start_pairs(n=n, seed=seed)
+
+    def tiny_vocabulary(self, style: str) -> list[str] | None:
+        from envengineer.tasks.mapf_frozenlake.warm_start import vocabulary
+
+        return vocabulary() if style == "compact" else None
+
+    def tiny_init_embeddings(self, weight: Any, token_ids: Mapping[str, int], style: str) -> None:
+        """Cell words ``r_c`` (and ``N<size>``) start from Fourier features of row and column."""
+        if style == "compact":
+            from envengineer.tasks.mapf_frozenlake.warm_start import geometric_embeddings
+
+            geometric_embeddings(weight, token_ids)
+
 
 @hookimpl
 def register_generators(register):
