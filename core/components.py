@@ -15,7 +15,7 @@ import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -116,6 +116,67 @@ class GenerationResult:
     discarded: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Knob:
+    """One numeric knob of a generator config, declared by the task (:attr:`Generator.knobs`).
+
+    The baselines, the H context module and the default :meth:`Generator.project` read the
+    declaration instead of guessing from names or shapes. A knob sits in every group of the
+    config's knob table (:attr:`Generator.knob_table`), or at the config's top level when the
+    task has no table.
+
+    - ``low``/``high``: the bounds the projection keeps the knob in (a bound that depends on the
+      task's options or the group, such as MAPF's hole ratio, is declared at its loosest; the
+      task's own ``project()`` enforces the exact one);
+    - ``step``: the smallest move the task distinguishes; values are kept on multiples of it
+      (1 for integer knobs; 0.0001 for a ratio kept to four decimals);
+    - ``harder``: which way makes instances harder (``up``, ``down`` or ``none``);
+    - ``share``: the knob is a group's share of the training budget: the shares sum to 1;
+    - ``practices``: failure types that more of this knob gives practice against (the heuristic
+      raises it where those failures dominate a group's failures).
+    """
+
+    name: str
+    low: float
+    high: float
+    step: float
+    integer: bool = False
+    harder: Literal["up", "down", "none"] = "none"
+    share: bool = False
+    practices: tuple[str, ...] = ()
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not (self.low <= self.high) or not self.step > 0:
+            raise ValueError(f"knob {self.name!r}: needs low <= high and a positive step")
+        if self.harder not in ("up", "down", "none"):
+            raise ValueError(f"knob {self.name!r}: harder must be up, down or none, not {self.harder!r}")
+        if self.integer and (self.share or any(float(v) != int(v) for v in (self.low, self.high, self.step))):
+            raise ValueError(f"knob {self.name!r}: an integer knob has whole bounds and step, and is not a share")
+
+    @property
+    def easy_end(self) -> float | None:
+        """The bound with the easiest instances (None: the knob is not a difficulty)."""
+        return {"up": self.low, "down": self.high}.get(self.harder)
+
+    @property
+    def hard_end(self) -> float | None:
+        """The bound with the hardest instances (None: the knob is not a difficulty)."""
+        return {"up": self.high, "down": self.low}.get(self.harder)
+
+    def snap(self, value: float) -> float | int:
+        """``value`` clipped into the bounds and put on a multiple of the step (an int for integer knobs)."""
+        from envengineer.knobs import snap
+
+        return snap(self, value)
+
+    def shift(self, value: float, delta: float) -> float | int:
+        """``value`` moved by ``delta`` in whole steps (at least one step when ``delta`` is not 0), within the bounds."""
+        from envengineer.knobs import shift
+
+        return shift(self, value, delta)
+
+
 class Generator(Component, abc.ABC):
     """A task family's instance generator, its knobs, their projection, and its prompts.
 
@@ -126,13 +187,52 @@ class Generator(Component, abc.ABC):
     config_model: ClassVar[type[BaseModel]]
     prompt_styles: ClassVar[tuple[str, ...]] = ("full",)
 
-    @abc.abstractmethod
-    def default_config(self) -> BaseModel:
-        """The config a run starts from when the user gives none."""
+    #: The config field that maps each group to its knob values (``sizes`` for mapf-frozenlake);
+    #: None: the declared knobs are fields at the config's top level.
+    knob_table: ClassVar[str | None] = None
+    #: The numeric knobs the engineers move, in display order (see :class:`Knob`).
+    knobs: ClassVar[tuple[Knob, ...]] = ()
 
-    @abc.abstractmethod
+    def knob(self, name: str) -> Knob:
+        """The declared knob called ``name`` (``KeyError`` naming the declared ones otherwise)."""
+        for knob in self.knobs:
+            if knob.name == name:
+                return knob
+        raise KeyError(f"task {self.name!r} declares no knob {name!r} (knobs: {', '.join(k.name for k in self.knobs) or 'none'})")
+
+    def share_knob(self) -> Knob | None:
+        """The knob holding each group's share of the budget (the shares sum to 1), if any."""
+        return next((knob for knob in self.knobs if knob.share), None)
+
+    def difficulty_knobs(self) -> tuple[Knob, ...]:
+        """The declared knobs that make instances harder one way (``harder`` up or down)."""
+        return tuple(knob for knob in self.knobs if knob.harder != "none" and not knob.share)
+
+    def knob_values(self, config: BaseModel | Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """``{group: {knob: value}}`` of the declared knobs in ``config``'s knob table, groups in the
+        table's order ({} when the task has no knob table)."""
+        from envengineer.knobs import knob_values
+
+        return knob_values(self, config)
+
+    def knob_proposal(self, values: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """A (partial) proposal that :meth:`project` accepts, from ``{group: {knob: value}}``."""
+        if self.knob_table is None:
+            return {str(k): v for group in values.values() for k, v in group.items()}
+        return {self.knob_table: {str(g): dict(v) for g, v in values.items() if v}} if any(values.values()) else {}
+
+    def default_config(self) -> BaseModel:
+        """The config a run starts from when the user gives none (default: ``config_model``'s field defaults)."""
+        from envengineer.knobs import default_config
+
+        return default_config(self)
+
     def random_config(self, seed: int) -> BaseModel:
-        """A random valid config (the paper's random round-0 start)."""
+        """A random valid config (the paper's random round-0 start). Default: every declared knob
+        drawn uniformly within its bounds in every group of the default config, shares renormalised."""
+        from envengineer.knobs import random_config
+
+        return random_config(self, seed)
 
     @abc.abstractmethod
     def generate(
@@ -146,9 +246,16 @@ class Generator(Component, abc.ABC):
     ) -> GenerationResult:
         """Generate ``n`` instance records, byte-identical for the same config and seed."""
 
-    @abc.abstractmethod
     def project(self, proposal: Mapping[str, Any], current: BaseModel) -> Projection:
-        """Merge a (partial, untrusted) proposal onto ``current`` and project it."""
+        """Merge a (partial, untrusted) proposal onto ``current`` and project it; never raises.
+
+        Default: unknown fields, groups and knobs are dropped, each declared knob is clipped to
+        its bounds and put on its step, a share knob is renormalised to sum to 1, other fields of
+        the config model are taken when they validate; every change is reported and every field
+        applied as proposed is listed in ``accepted``."""
+        from envengineer.knobs import project
+
+        return project(self, proposal, current)
 
     @abc.abstractmethod
     def render(self, record: Mapping[str, Any], style: str = "full") -> list[dict[str, str]] | str:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from envengineer.components import ContextModule
+from envengineer.components import ContextModule, Generator
 from envengineer.evidence import Evidence, RoundRecord
 from envengineer.hookspecs import hookimpl
 
@@ -140,7 +140,7 @@ class Guidelines(ContextModule):
 
     def render(self, evidence: Evidence) -> str:
         budget = f" {evidence.budget}" if evidence.budget else ""
-        task_text = evidence.task.guidelines() if hasattr(evidence.task, "guidelines") else ""
+        task_text = evidence.task.guidelines()
         return GENERIC_RULES.format(budget=budget) + ("\n\n" + task_text.strip() if task_text and task_text.strip() else "")
 
 
@@ -154,12 +154,18 @@ class HistoryOptions(BaseModel):
     omit_round0: bool = Field(False, description="leave round 0 (trained on the round-0 config) out of the history: one reading of the paper's V4")
 
 
-def _knob_table(config: Mapping[str, Any], groups: list[str]) -> tuple[str, dict[str, dict[str, Any]]] | None:
-    """The config field holding one knob mapping per report group (``sizes`` for mapf)."""
-    for key, value in config.items():
-        if isinstance(value, Mapping) and value and set(map(str, value)) & set(groups) and all(isinstance(v, Mapping) for v in value.values()):
-            return key, {str(k): dict(v) for k, v in value.items()}
-    return None
+def _knob_table(config: Mapping[str, Any], task: Generator | None) -> tuple[str, dict[str, dict[str, Any]]] | None:
+    """The task's declared knob table in ``config`` (``sizes`` for mapf): every per-group field,
+    the declared knobs first, in the declared order."""
+    field = task.knob_table if task is not None else None
+    table = config.get(field) if field is not None else None
+    if not isinstance(table, Mapping) or not table or not all(isinstance(v, Mapping) for v in table.values()):
+        return None
+    names = [knob.name for knob in task.knobs]  # type: ignore[union-attr]
+    return field, {
+        str(group): {**{k: v[k] for k in names if k in v}, **{k: x for k, x in v.items() if k not in names}}
+        for group, v in table.items()
+    }
 
 
 def _flat(config: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -182,14 +188,15 @@ def _top_failures(rates: Mapping[str, Any], k: int = 2) -> str:
     return ", ".join(f"{name} {count}" for name, count in fails if count) or "-"
 
 
-def history_block(record: RoundRecord, label: str) -> str:
+def history_block(record: RoundRecord, label: str, task: Generator | None = None) -> str:
+    """One round's config beside its rates: the task's knob table as a table when it declares one."""
     overall = record.report.get("overall") or {}
     head = f"{label}: valid {pct(overall.get('valid_rate'))}, optimal {pct(overall.get('optimal_rate'))}" + (
         " (this config was kept by a fallback)" if record.fallback else ""
     )
     dims = groupings(record.report)
     dim, values = dims[0] if dims else ("group", {})
-    found = _knob_table(record.config, list(values))
+    found = _knob_table(record.config, task)
     if found:
         field, knobs = found
         names: list[str] = []
@@ -224,7 +231,7 @@ class History(ContextModule):
         labels = {r.round: f"Round {r.round + 1}" + (" (the round just finished)" if r.round == evidence.round else "") for r in records}
         keep = self.options.max_rounds
         if len(records) <= keep:
-            return "\n\n".join(history_block(r, labels[r.round]) for r in records)
+            return "\n\n".join(history_block(r, labels[r.round], evidence.task) for r in records)
         head, tail = records[:1], records[-(keep - 1):]
         middle = records[1 : len(records) - (keep - 1)]
         lines = [
@@ -233,9 +240,9 @@ class History(ContextModule):
             for r in middle
         ]
         return "\n\n".join(
-            [history_block(head[0], labels[head[0].round]),
+            [history_block(head[0], labels[head[0].round], evidence.task),
              f"Rounds {middle[0].round + 1}–{middle[-1].round + 1}, configs omitted:\n\n" + "\n".join(lines),
-             *(history_block(r, labels[r.round]) for r in tail)]
+             *(history_block(r, labels[r.round], evidence.task) for r in tail)]
         )
 
 

@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envengineer.components import GenerationResult, Generator, Projection
+from envengineer.components import GenerationResult, Generator, Knob, Projection
 from envengineer.hookspecs import hookimpl
 from envengineer.tasks.mapf_frozenlake import SIZE_NAMES, TASK_NAME, config as cfg
 from envengineer.tasks.mapf_frozenlake import generator as gen
@@ -35,6 +35,15 @@ class MapfGenerator(Generator):
     Options: ClassVar[type[BaseModel]] = MapfOptions
     config_model: ClassVar[type[BaseModel]] = cfg.MapfConfig
     prompt_styles: ClassVar[tuple[str, ...]] = prompts.STYLES
+    knob_table: ClassVar[str | None] = "sizes"
+    # Steps: the projection keeps four decimals. hole_ratio's exact ceiling depends on the size
+    # and the agent count (config.max_hole_ratio); project() enforces it.
+    knobs: ClassVar[tuple[Knob, ...]] = (
+        Knob("ratio", cfg.RATIO_FLOOR, 1.0, 0.0001, share=True, description="share of the round's training budget at this size"),
+        Knob("hole_ratio", 0.0, cfg.HOLE_RATIO_MAX, 0.0001, harder="up", description="fraction of the N×N cells that are holes"),
+        Knob("wait_ratio", 0.0, 1.0, 0.0001, harder="up", practices=("conflict",),
+             description="fraction of instances whose optimum needs a WAIT (agents must coordinate)"),
+    )
 
     options: MapfOptions
 
