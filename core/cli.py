@@ -35,19 +35,47 @@ def _registry():
     return load_registry()
 
 
-def _task(task: str, agents: int | None, options: list[str] | None = None):
-    """The generator/validator pair, with ``--agents`` and ``--option k=v`` as task options."""
-    opts: dict[str, Any] = {}
+def _task_options(registry: Any, task: str, options: list[str] | None, extra: list[str] | None) -> dict[str, Any]:
+    """Task options from ``--option KEY=VALUE`` and from the command's unknown ``--KEY VALUE`` /
+    ``--KEY=VALUE`` pairs (``--solver-work-limit`` is ``solver_work_limit``; a bare ``--KEY`` is true);
+    values are YAML. A KEY the task's options do not have is refused, naming the ones it has."""
+    import yaml
+
+    pairs: list[tuple[str, str, str]] = []  # (key, raw value, as given)
     for item in options or []:
         key, sep, value = item.partition("=")
-        if not sep:
+        if not sep or not key.strip():
             raise EnvEngineerError(f"--option {item!r}: expected KEY=VALUE")
-        import yaml
+        pairs.append((key.strip(), value, f"--option {item}"))
+    tokens = list(extra or [])
+    while tokens:
+        token = tokens.pop(0)
+        if not token.startswith("--") or len(token) < 3:
+            raise EnvEngineerError(f"unexpected argument {token!r} (task options are --KEY VALUE or --option KEY=VALUE)")
+        name, sep, value = token[2:].partition("=")
+        if not sep:
+            value = tokens.pop(0) if tokens and not tokens[0].startswith("--") else "true"
+        pairs.append((name.replace("-", "_"), value, token))
+    if not pairs:
+        return {}
+    fields = getattr(registry.get("generator", task).Options, "model_fields", {})
+    known = [k for k in fields if k != "name"]
+    opts: dict[str, Any] = {}
+    for key, value, given in pairs:
+        if key not in fields:
+            listed = ", ".join("--" + k.replace("_", "-") for k in known) or "none"
+            raise EnvEngineerError(f"{given}: no such option of this command or of task {task} (its options: {listed})")
+        try:
+            opts[key] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError:
+            raise EnvEngineerError(f"{given}: the value is not YAML") from None
+    return opts
 
-        opts[key.strip()] = yaml.safe_load(value)
-    if agents is not None:
-        opts["agents"] = agents
-    return _registry().task(task, opts, where="task")
+
+def _task(task: str, options: list[str] | None = None, extra: list[str] | None = None):
+    """The generator/validator pair, with ``--option k=v`` and the task's own ``--KEY VALUE`` options."""
+    registry = _registry()
+    return registry.task(task, _task_options(registry, task, options, extra), where="task")
 
 
 def _progress(description: str, total: int | None):
@@ -57,24 +85,26 @@ def _progress(description: str, total: int | None):
 
 
 TaskArg = typer.Argument(..., help="task family, e.g. mapf-frozenlake (see `envengineer plugins`)")
-OptionOpt = typer.Option(None, "--option", "-o", help="task option KEY=VALUE (repeatable)")
+OptionOpt = typer.Option(None, "--option", "-o", help="task option KEY=VALUE (repeatable); a task's options also go as --KEY VALUE after the task, e.g. --agents 2")
+#: Commands on a task take the task's own options as --KEY VALUE (checked against the task's Options).
+TASK_COMMAND = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
-@app.command()
+@app.command(context_settings=TASK_COMMAND)
 def generate(
+    ctx: typer.Context,
     task: str = TaskArg,
     n: int = typer.Option(..., "--n", min=0, help="number of instances"),
     seed: int = typer.Option(0, "--seed", help="random seed: same config and seed give byte-identical output"),
     output: Path = typer.Option(..., "--output", help="JSONL file to write (atomically)"),
-    config: Optional[Path] = typer.Option(None, "--config", help="generator config YAML (default: uniform ratios)"),
-    agents: Optional[int] = typer.Option(None, "--agents", help="agents per instance"),
+    config: Optional[Path] = typer.Option(None, "--config", help="generator config YAML (default: the task's default config)"),
     workers: int = typer.Option(1, "--workers", min=1, help="processes (output is identical)"),
     option: Optional[list[str]] = OptionOpt,
 ) -> None:
-    """Generate instance records with certified optimal costs."""
+    """Generate instance records (task options: --KEY VALUE, e.g. --agents 2 for mapf-frozenlake)."""
     from envengineer.taskops import generate_file, load_generator_config
 
-    generator, _ = _task(task, agents, option)
+    generator, _ = _task(task, option, ctx.args)
     cfg = load_generator_config(generator, config)
     progress, advance = _progress(f"generating {n} {task} instances", n)
     with progress:
@@ -83,8 +113,9 @@ def generate(
     console.print(f"wrote {n} instances to [bold]{escape(str(output))}[/] (discarded draws: {escape(str(note))})")
 
 
-@app.command()
+@app.command(context_settings=TASK_COMMAND)
 def solve(
+    ctx: typer.Context,
     task: str = TaskArg,
     instances: Path = typer.Option(..., "--instances", help="instance JSONL"),
     output: Path = typer.Option(..., "--output", help="response JSONL to write: {id, response}"),
@@ -94,7 +125,7 @@ def solve(
     from envengineer.fileio import read_jsonl
     from envengineer.taskops import solve_records
 
-    generator, _ = _task(task, None, option)
+    generator, _ = _task(task, option, ctx.args)
     records = read_jsonl(instances)
     progress, advance = _progress("solving", len(records))
     with progress:
@@ -102,21 +133,23 @@ def solve(
     console.print(f"wrote {count} answers to [bold]{escape(str(output))}[/]")
 
 
-@app.command()
+@app.command(context_settings=TASK_COMMAND)
 def score(
+    ctx: typer.Context,
     task: str = TaskArg,
     instances: Path = typer.Option(..., "--instances", help="instance JSONL"),
     responses: Path = typer.Option(..., "--responses", help="response JSONL: {id, response} per line"),
     output: Path = typer.Option(..., "--output", help="verdict JSONL to write, one per response line"),
     option: Optional[list[str]] = OptionOpt,
 ) -> None:
-    """Score responses; print valid/optimal rates per size and failure counts."""
+    """Score responses; print valid/optimal rates per group of every grouping the task declares, and failure counts."""
     from envengineer.display import print_summary
+    from envengineer.evaluation import display_dimensions
     from envengineer.taskops import score_file
 
-    generator, validator = _task(task, None, option)
+    generator, validator = _task(task, option, ctx.args)
     summary = score_file(generator, validator, instances=instances, responses=responses, output=output)
-    print_summary(summary, validator.failure_types, dimensions=["size"], console=console, title=f"{task}")
+    print_summary(summary, validator.failure_types, dimensions=display_dimensions(generator), console=console, title=f"{task}")
     console.print(f"wrote {summary.overall.n} verdicts to [bold]{escape(str(output))}[/]")
 
 
@@ -293,9 +326,9 @@ def eval_command(
     output: Optional[Path] = typer.Option(None, "--output", help="folder for summary.json, rates.csv, verdicts, responses"),
     style: Optional[str] = typer.Option(None, "--style", help="prompt style (default: the policy's)"),
 ) -> None:
-    """Evaluate a policy on benchmarks: valid/optimal rates per subset, size, hole ratio; failure counts; Sum."""
-    from envengineer.evaluation import evaluate, spread, write_eval
-    from envengineer.display import print_summary
+    """Evaluate a policy on benchmarks: valid/optimal rates per subset and per group of the task's groupings; failure counts; the benchmark's aggregate."""
+    from envengineer.evaluation import display_dimensions, evaluate, spread, write_eval
+    from envengineer.display import aggregate_line, print_summary
     from envengineer.fileio import read_jsonl, read_yaml
 
     registry = _registry()
@@ -312,12 +345,12 @@ def eval_command(
         records = spread(read_jsonl(spec.path), limit)
         progress, advance = _progress(f"evaluating on {bench_name}", len(records))
         with progress:
-            result = evaluate(sampler, generator, validator, records, style=style, progress=advance)
-        dims = [d for d in ("subset", "size", "hole_ratio") if result.summary.by.get(d)]
+            result = evaluate(sampler, generator, validator, records, style=style, progress=advance, benchmark=spec)
+        dims = display_dimensions(generator, spec)
         print_summary(result.summary, validator.failure_types, dimensions=dims, console=console, title=bench_name)
-        if result.summary.by.get("subset"):
-            sums = result.subset_sum()
-            console.print(f"Sum over subsets: valid {100 * sums['valid']:.1f}, optimal {100 * sums['optimal']:.1f}")
+        aggregate = result.aggregate_values()
+        if aggregate is not None and spec.aggregate is not None:
+            console.print(aggregate_line(spec.aggregate, aggregate))
         if output:
             write_eval(output / bench_name, result)
             console.print(f"wrote {escape(str(output / bench_name))}")

@@ -12,7 +12,7 @@ generation, projection, prompts) and a :class:`Validator` (scoring), paired by n
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -61,13 +61,33 @@ class Component:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The validator's judgement of one response to one instance."""
+    """The validator's judgement of one response to one instance.
+
+    ``score`` is a graded judgement in [0, 1] beside ``valid``/``optimal`` (partial credit,
+    e.g. the share of sub-answers right); a validator that gives none gets 1.0 for a valid
+    response and 0.0 otherwise.
+    """
 
     valid: bool
     optimal: bool
     failure: str | None
     failed_checks: tuple[str, ...] = ()
     cost: int | None = None
+    score: float | None = None  # None: 1.0 if valid else 0.0
+
+    def __post_init__(self) -> None:
+        if self.score is None:
+            object.__setattr__(self, "score", 1.0 if self.valid else 0.0)
+        else:
+            score = float(self.score)
+            if not 0.0 <= score <= 1.0:  # also refuses NaN
+                raise ValueError(f"Verdict.score must lie in [0, 1], got {self.score!r}")
+            object.__setattr__(self, "score", score)
+
+    @property
+    def graded(self) -> bool:
+        """True when ``score`` says more than ``valid`` does (a partial credit)."""
+        return self.score != (1.0 if self.valid else 0.0)
 
     @property
     def reward(self) -> float:
@@ -75,7 +95,7 @@ class Verdict:
         return 1.0 if self.valid else 0.0
 
     def to_record(self, id: str) -> dict[str, Any]:
-        return {
+        record = {
             "id": id,
             "valid": self.valid,
             "optimal": self.optimal,
@@ -83,6 +103,9 @@ class Verdict:
             "failed_checks": list(self.failed_checks),
             "cost": self.cost,
         }
+        if self.graded:  # a pass/fail task's verdict lines stay as they were
+            record["score"] = self.score
+        return record
 
 
 @dataclass(frozen=True)
@@ -114,6 +137,72 @@ class GenerationResult:
 
     records: list[dict[str, Any]]
     discarded: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """One way evaluation files a task's records: by a record field (e.g. map size).
+
+    ``name`` keys the results (``summary.json``'s ``by.<name>``), ``title`` heads printed
+    tables (default: the name), ``field`` is the record field read (default: the name),
+    ``order`` fixes the display order of values (others follow as met), and ``label`` turns a
+    field value into its group name (default ``str``; e.g. ``6`` -> ``"6x6"``). A record
+    without the field is in no group of this grouping.
+    """
+
+    name: str
+    title: str = ""
+    field: str = ""
+    order: tuple[str, ...] = ()
+    label: Callable[[Any], str] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.title:
+            object.__setattr__(self, "title", self.name)
+        if not self.field:
+            object.__setattr__(self, "field", self.name)
+        object.__setattr__(self, "order", tuple(str(v) for v in self.order))
+
+    def value(self, record: Mapping[str, Any]) -> str | None:
+        """The record's group in this grouping, or None when the record lacks the field."""
+        if self.field not in record:
+            return None
+        raw = record[self.field]
+        return self.label(raw) if self.label is not None else str(raw)
+
+
+#: Rate attribute of :class:`~envengineer.metrics.Rates` (and key of its dict) per metric name.
+METRIC_RATES: dict[str, str] = {"valid": "valid_rate", "optimal": "optimal_rate", "score": "mean_score"}
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """A benchmark's headline number over its subsets: the per-subset rates added up
+    (``how="sum"``, the MAPF paper's "Sum") or averaged (``"mean"``), per metric.
+
+    Recorded in ``summary.json`` under ``key``; printed as ``title: valid 123.4, ...`` (percent).
+    """
+
+    key: str
+    title: str
+    how: str = "sum"
+    metrics: tuple[str, ...] = ("valid", "optimal")
+
+    def __post_init__(self) -> None:
+        if self.how not in ("sum", "mean"):
+            raise ValueError(f"Aggregate.how must be 'sum' or 'mean', got {self.how!r}")
+        unknown = [m for m in self.metrics if m not in METRIC_RATES]
+        if unknown:
+            raise ValueError(f"Aggregate.metrics: unknown metric {unknown[0]!r} (known: {', '.join(METRIC_RATES)})")
+
+    def compute(self, rates: Mapping[str, Any]) -> dict[str, float]:
+        """``{metric: value}`` over ``rates`` (subset name -> Rates)."""
+        values = list(rates.values())
+        result = {}
+        for metric in self.metrics:
+            total = sum(getattr(r, METRIC_RATES[metric]) for r in values)
+            result[metric] = round(total / len(values) if self.how == "mean" and values else total, 6)
+        return result
 
 
 @dataclass(frozen=True)
@@ -186,6 +275,9 @@ class Generator(Component, abc.ABC):
 
     config_model: ClassVar[type[BaseModel]]
     prompt_styles: ClassVar[tuple[str, ...]] = ("full",)
+    #: How evaluation files this task's records, first = primary (the evidence groups that
+    #: :meth:`group` and :meth:`groups` read). None declared: one group, ``all``.
+    groupings: ClassVar[tuple[Grouping, ...]] = ()
 
     #: The config field that maps each group to its knob values (``sizes`` for mapf-frozenlake);
     #: None: the declared knobs are fields at the config's top level.
@@ -276,12 +368,36 @@ class Generator(Component, abc.ABC):
         return None
 
     def group(self, record: Mapping[str, Any]) -> str:
-        """The evidence group of an instance (per-group rates feed the engineer)."""
-        return "all"
+        """The evidence group of an instance in the primary grouping (per-group rates feed the engineer)."""
+        primary = self.groupings[0] if self.groupings else None
+        value = primary.value(record) if primary is not None else None
+        return "all" if value is None else value
 
     def groups(self) -> tuple[str, ...]:
-        """Every group name, in display order."""
-        return ("all",)
+        """Every group name of the primary grouping, in display order (empty: as met)."""
+        return self.groupings[0].order if self.groupings else ("all",)
+
+    def evaluation_groupings(self) -> tuple[Grouping, ...]:
+        """The declared groupings; a task that declares none but overrides :meth:`group` is filed
+        under one grouping named ``group``."""
+        if self.groupings:
+            return self.groupings
+        return (Grouping("group", order=tuple(self.groups())),)
+
+    def record_id(self, record: Mapping[str, Any]) -> str:
+        """The instance's identifier (unique within a set)."""
+        return str(record["id"])
+
+    def example_prompt(self, record: Mapping[str, Any]) -> str:
+        """The instance as a failing example shows it to the engineer (the F module): the
+        shortest of its declared prompt styles, as text (chat messages joined)."""
+        texts = []
+        for style in self.prompt_styles:
+            try:
+                texts.append(prompt_text(self.render(record, style)))
+            except Exception:  # noqa: BLE001 - a style that cannot render this record is skipped
+                continue
+        return min(texts, key=len) if texts else ""
 
     def guidelines(self) -> str:
         """Task-specific text for the G context module: the task, the knobs, the rules."""
@@ -342,6 +458,17 @@ class Generator(Component, abc.ABC):
         tokens similar starting vectors. Default: keep the random initialisation."""
 
 
+def prompt_text(prompt: list[dict[str, str]] | str) -> str:
+    """A rendered prompt as plain text: a string as it is; one chat message's content; several
+    messages as ``role: content`` blocks."""
+    if isinstance(prompt, str):
+        return prompt
+    messages = list(prompt)
+    if len(messages) == 1:
+        return str(messages[0].get("content", ""))
+    return "\n\n".join(f"{m.get('role', '')}: {m.get('content', '')}" for m in messages)
+
+
 class Validator(Component, abc.ABC):
     """Scores responses for the generator of the same name."""
 
@@ -362,8 +489,18 @@ class Benchmark:
     path: Path
     sha256: str
     options: Mapping[str, Any] = field(default_factory=dict)
-    subset_field: str | None = None
+    subset_field: str | None = None  # shorthand for ``subsets=Grouping(subset_field)``
     build: Any = None  # callable returning list[dict]: rebuilds the set identically
+    #: The set's subsets (a record field; evaluation files results under ``subsets.name`` too).
+    subsets: Grouping | None = None
+    #: A headline number over the subsets (e.g. the MAPF paper's "Sum"); None: none.
+    aggregate: Aggregate | None = None
+
+    def __post_init__(self) -> None:
+        if self.subsets is None and self.subset_field:
+            object.__setattr__(self, "subsets", Grouping(self.subset_field))
+        elif self.subsets is not None and not self.subset_field:
+            object.__setattr__(self, "subset_field", self.subsets.field)
 
 
 # ---------------------------------------------------------- the loop's components

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from envengineer.components import Aggregate, Grouping
 from envengineer.metrics import Rates, Summary
 
 
@@ -17,19 +18,41 @@ def _pct(rate: float) -> str:
     return f"{100 * rate:.1f}%"
 
 
-def rates_table(summary: Summary, dimension: str | None, title: str) -> Table:
+def _dimension(dimension: str | Grouping | None) -> tuple[str | None, str]:
+    """(results key, printed title) of a grouping or a bare dimension name."""
+    if isinstance(dimension, Grouping):
+        return dimension.name, dimension.title
+    return dimension, dimension or ""
+
+
+def rates_table(summary: Summary, dimension: str | Grouping | None, title: str) -> Table:
+    """Rates per group of one grouping (its title heads the first column), then overall. A
+    mean-score column appears when some verdict carries a graded score (never for a pass/fail task)."""
+    key, heading = _dimension(dimension)
+    graded = summary.overall.graded > 0
     table = Table(title=title, title_justify="left")
-    table.add_column(dimension or "", style="bold")
+    table.add_column(heading, style="bold")
     table.add_column("n", justify="right")
     table.add_column("valid", justify="right")
     table.add_column("optimal", justify="right")
+    if graded:
+        table.add_column("score", justify="right")
     table.add_column("± (valid)", justify="right", style="dim")
-    rows: list[tuple[str, Rates]] = list(summary.by.get(dimension, {}).items()) if dimension else []
-    for key, rates in rows:
-        table.add_row(key, str(rates.n), _pct(rates.valid_rate), _pct(rates.optimal_rate), _pct(Rates.stderr(rates.valid_rate, rates.n)))
-    o = summary.overall
-    table.add_row("all", str(o.n), _pct(o.valid_rate), _pct(o.optimal_rate), _pct(Rates.stderr(o.valid_rate, o.n)), style="bold")
+
+    def cells(rates: Rates) -> list[str]:
+        score = [f"{rates.mean_score:.3f}"] if graded else []
+        return [str(rates.n), _pct(rates.valid_rate), _pct(rates.optimal_rate), *score, _pct(Rates.stderr(rates.valid_rate, rates.n))]
+
+    rows: list[tuple[str, Rates]] = list(summary.by.get(key, {}).items()) if key else []
+    for group, rates in rows:
+        table.add_row(group, *cells(rates))
+    table.add_row("all", *cells(summary.overall), style="bold")
     return table
+
+
+def aggregate_line(aggregate: Aggregate, values: dict[str, float]) -> str:
+    """A benchmark's aggregate as printed: ``Sum over subsets: valid 123.4, optimal 56.7``."""
+    return f"{aggregate.title}: " + ", ".join(f"{metric} {100 * value:.1f}" for metric, value in values.items())
 
 
 def failures_table(summary: Summary, failure_types: Sequence[str], title: str = "failures") -> Table:
@@ -45,12 +68,23 @@ def failures_table(summary: Summary, failure_types: Sequence[str], title: str = 
     return table
 
 
-def print_summary(summary: Summary, failure_types: Sequence[str], *, dimensions: Sequence[str], console: Console | None = None, title: str = "") -> None:
+def print_summary(
+    summary: Summary,
+    failure_types: Sequence[str],
+    *,
+    dimensions: Sequence[str | Grouping],
+    console: Console | None = None,
+    title: str = "",
+) -> None:
+    """One rates table per grouping that has rows (titled by the grouping's title), then the failures."""
     console = console or Console()
+    shown = False
     for dimension in dimensions:
-        if summary.by.get(dimension):
-            console.print(rates_table(summary, dimension, f"{title} by {dimension}".strip()))
-    if not dimensions or not any(summary.by.get(d) for d in dimensions):
+        key, heading = _dimension(dimension)
+        if summary.by.get(key):
+            console.print(rates_table(summary, dimension, f"{title} by {heading}".strip()))
+            shown = True
+    if not shown:
         console.print(rates_table(summary, None, title or "results"))
     console.print(failures_table(summary, failure_types))
 

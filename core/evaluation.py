@@ -1,19 +1,22 @@
 """Evaluate a policy on a set of instances: sample, decode, score, aggregate.
 
-Rates are reported overall and per size, subset and hole ratio, with failure counts,
-and the paper's "Sum" over the wait-ratio subsets. A policy behind an API reports the calls
+Rates are reported overall and per group of every grouping the task declares
+(``Generator.groupings``) and per subset of the benchmark (``Benchmark.subsets``), with
+failure counts, the mean graded score, and the benchmark's declared aggregate over its
+subsets (e.g. MAPF's "Sum"; none when it declares none). A policy behind an API reports the calls
 that gave no answer (scored as empty responses); the summary records how many and the first
 error, so a refused request is never mistaken for a weak model.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envengineer.components import Verdict
+from envengineer.components import Aggregate, Benchmark, Grouping, Verdict
 from envengineer.fileio import atomic_open, dumps_json, write_json
 from envengineer.metrics import Summary, summarize
 
@@ -30,6 +33,8 @@ class EvalResult:
     settings: dict[str, Any]
     failed_calls: list[str] = field(default_factory=list)  # errors of calls that gave no answer, oldest first
     report_calls: bool = False  # record the calls section even when none failed (API policies)
+    subsets: Grouping | None = None  # the benchmark's subsets, when it declares them
+    aggregate: Aggregate | None = None  # the benchmark's headline number over its subsets
 
     @property
     def calls(self) -> dict[str, Any]:
@@ -44,18 +49,18 @@ class EvalResult:
     def all_failed(self) -> bool:
         return bool(self.responses) and len(self.failed_calls) >= len(self.responses)
 
-    def subset_sum(self) -> dict[str, float]:
-        """The paper's aggregate: per-subset rates added up (valid and optimal)."""
-        subsets = self.summary.by.get("subset", {})
-        return {
-            "valid": round(sum(r.valid_rate for r in subsets.values()), 6),
-            "optimal": round(sum(r.optimal_rate for r in subsets.values()), 6),
-        }
+    def aggregate_values(self) -> dict[str, float] | None:
+        """The benchmark's declared aggregate over its subsets; None without one (or without subsets)."""
+        if self.aggregate is None or self.subsets is None:
+            return None
+        rates = self.summary.by.get(self.subsets.name)
+        return self.aggregate.compute(rates) if rates else None
 
     def to_summary_dict(self) -> dict[str, Any]:
         data = self.summary.to_dict()
-        if self.summary.by.get("subset"):
-            data["sum_over_subsets"] = self.subset_sum()
+        values = self.aggregate_values()
+        if values is not None:
+            data[self.aggregate.key] = values  # type: ignore[union-attr]
         data["settings"] = self.settings
         if self.report_calls or self.failed_calls:
             data["calls"] = self.calls
@@ -63,8 +68,8 @@ class EvalResult:
 
 
 def spread(records: Sequence[Any], limit: int | None) -> list[Any]:
-    """At most ``limit`` records, evenly spaced over the set (every size, subset and hole
-    ratio stays represented, unlike the first ``limit`` lines of a file sorted by subset)."""
+    """At most ``limit`` records, evenly spaced over the set (every group and subset stays
+    represented, unlike the first ``limit`` lines of a file sorted by subset)."""
     items = list(records)
     if limit is None or limit >= len(items):
         return items
@@ -72,13 +77,46 @@ def spread(records: Sequence[Any], limit: int | None) -> list[Any]:
     return [items[int(i * step)] for i in range(limit)]
 
 
-def groups_of(generator: Any, record: Mapping[str, Any]) -> dict[str, str]:
-    groups = {"size": generator.group(record)}
-    if "subset" in record:
-        groups["subset"] = str(record["subset"])
-    if "hole_ratio" in record:
-        groups["hole_ratio"] = f"{float(record['hole_ratio']):g}"
+def dimensions(generator: Any, benchmark: Benchmark | None = None) -> list[Grouping]:
+    """Every grouping results are filed under, in file order: the task's primary grouping,
+    the benchmark's subsets, then the task's other groupings."""
+    declared = list(generator.evaluation_groupings())
+    subsets = [benchmark.subsets] if benchmark is not None and benchmark.subsets is not None else []
+    return [*declared[:1], *(g for g in subsets if g.name not in {d.name for d in declared}), *declared[1:]]
+
+
+def display_dimensions(generator: Any, benchmark: Benchmark | None = None) -> list[Grouping]:
+    """The groupings a printout shows, in order: the benchmark's subsets first, then the task's."""
+    dims = dimensions(generator, benchmark)
+    return [g for g in dims if benchmark is not None and g is benchmark.subsets] + [
+        g for g in dims if benchmark is None or g is not benchmark.subsets
+    ]
+
+
+def groups_of(generator: Any, record: Mapping[str, Any], dims: Sequence[Grouping] | None = None) -> dict[str, str]:
+    """The record's group in each grouping (the primary through ``generator.group``); a record
+    without a grouping's field is in none of its groups."""
+    dims = dimensions(generator) if dims is None else dims
+    primary = generator.evaluation_groupings()[0].name
+    groups: dict[str, str] = {}
+    for grouping in dims:
+        value = generator.group(record) if grouping.name == primary else grouping.value(record)
+        if value is not None:
+            groups[grouping.name] = value
     return groups
+
+
+def summarize_records(
+    generator: Any, verdicts: Sequence[Verdict], records: Sequence[Mapping[str, Any]], benchmark: Benchmark | None = None
+) -> Summary:
+    """Verdicts filed overall and under every grouping of :func:`dimensions` (in that order)."""
+    dims = dimensions(generator, benchmark)
+    primary = generator.evaluation_groupings()[0].name
+    orders = {g.name: (tuple(generator.groups()) if g.name == primary else g.order) for g in dims}
+    summary = summarize(verdicts, [groups_of(generator, r, dims) for r in records], orders={k: v for k, v in orders.items() if v})
+    ranked = {g.name: i for i, g in enumerate(dims)}
+    summary.by = defaultdict(dict, sorted(summary.by.items(), key=lambda item: ranked.get(item[0], len(ranked))))
+    return summary
 
 
 def evaluate(
@@ -90,8 +128,10 @@ def evaluate(
     style: str | None = None,
     batch_size: int = 64,
     progress: Callable[[int], None] | None = None,
+    benchmark: Benchmark | None = None,
 ) -> EvalResult:
-    """Sample one response per record from ``policy`` and score it.
+    """Sample one response per record from ``policy`` and score it; ``benchmark`` (the set the
+    records come from) adds its subsets and aggregate to the summary.
 
     ``batch_size`` prompts go to one ``sample`` call, unless the policy sets
     ``sample_batch_size`` (the ``vllm`` policy: every prompt in one call, one engine start).
@@ -111,11 +151,14 @@ def evaluate(
         validator.score(record, generator.decode_response(record, response, style))
         for record, response in zip(records, responses)
     ]
-    orders = {"size": generator.groups()}
-    summary = summarize(verdicts, [groups_of(generator, r) for r in records], orders=orders)
+    summary = summarize_records(generator, verdicts, records, benchmark)
     settings = {"policy": policy.name, "prompt_style": style, **_sampling(policy)}
     failed = list(policy.failed_calls())[failed_before:]
-    return EvalResult(summary, verdicts, responses, list(records), settings, failed_calls=failed, report_calls=not policy.has_weights)
+    return EvalResult(
+        summary, verdicts, responses, list(records), settings, failed_calls=failed, report_calls=not policy.has_weights,
+        subsets=benchmark.subsets if benchmark is not None else None,
+        aggregate=benchmark.aggregate if benchmark is not None else None,
+    )
 
 
 def _sampling(policy: Any) -> dict[str, Any]:
@@ -127,8 +170,9 @@ def _sampling(policy: Any) -> dict[str, Any]:
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in dumped.items() if k in keep}
 
 
-def failing_examples(result: EvalResult, generator: Any, *, limit: int = 8, style: str = "full") -> list[dict[str, Any]]:
-    """A few failing examples, spread over failure types, for the F module."""
+def failing_examples(result: EvalResult, generator: Any, *, limit: int = 8) -> list[dict[str, Any]]:
+    """A few failing examples, spread over failure types, for the F module; each shows the
+    instance as ``generator.example_prompt`` renders it (its shortest declared prompt style)."""
     picked: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     for record, verdict, response in zip(result.records, result.verdicts, result.responses):
@@ -137,9 +181,9 @@ def failing_examples(result: EvalResult, generator: Any, *, limit: int = 8, styl
         if seen.get(verdict.failure or "", 0) >= max(1, limit // 4):
             continue
         seen[verdict.failure or ""] = seen.get(verdict.failure or "", 0) + 1
-        prompt = generator.render(record, "compact") if "compact" in getattr(generator, "prompt_styles", ()) else ""
+        prompt = generator.example_prompt(record)
         picked.append({
-            "id": record.get("id"),
+            "id": generator.record_id(record),
             "group": generator.group(record),
             "failure": verdict.failure,
             "prompt": str(prompt)[:EXAMPLE_CHARS],
@@ -163,10 +207,10 @@ def write_eval(out_dir: str | Path, result: EvalResult, examples: list[dict[str,
             for example in examples:
                 handle.write(dumps_json(example) + "\n")
     with atomic_open(out / "rates.csv") as handle:
-        handle.write("dimension,group,n,valid_rate,optimal_rate,valid_se\n")
+        handle.write("dimension,group,n,valid_rate,optimal_rate,valid_se,mean_score\n")
         rows = [("overall", "all", result.summary.overall)]
         rows += [(dim, key, rates) for dim, values in result.summary.by.items() for key, rates in values.items()]
         for dim, key, rates in rows:
             d = rates.to_dict()
-            handle.write(f"{dim},{key},{d['n']},{d['valid_rate']},{d['optimal_rate']},{d['valid_se']}\n")
+            handle.write(f"{dim},{key},{d['n']},{d['valid_rate']},{d['optimal_rate']},{d['valid_se']},{d['mean_score']}\n")
     write_json(out / "summary.json", result.to_summary_dict())

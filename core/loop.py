@@ -93,7 +93,10 @@ class Loop:
         records = self._benchmark_records(name)
         progress, advance = self._progress(f"{label}: {name}", len(records))
         with progress:
-            result = evaluate(policy, self.run.generator, self.run.validator, records, style=self.style, progress=advance)
+            result = evaluate(
+                policy, self.run.generator, self.run.validator, records, style=self.style, progress=advance,
+                benchmark=self.registry.benchmark(name),
+            )
         picked = failing_examples(result, self.run.generator, limit=self.cfg.eval.examples) if examples else None
         with self.dir.building(out) as partial:
             write_eval(partial, result, picked)

@@ -1,7 +1,8 @@
 """Valid/optimal rates and failure counts, overall and per group, with standard errors.
 
-Generic over tasks: the caller says which groups (e.g. map size, subset, hole ratio)
-each verdict belongs to.
+Generic over tasks: the caller says which groups (the task's declared groupings and the
+benchmark's subsets) each verdict belongs to. The mean graded score (``Verdict.score``)
+sits beside the rates.
 """
 
 from __future__ import annotations
@@ -21,13 +22,22 @@ class Rates:
     valid: int = 0
     optimal: int = 0
     failures: Counter[str] = field(default_factory=Counter)
+    score_sum: float = 0.0  # sum of the verdicts' graded scores
+    graded: int = 0  # verdicts whose score says more than valid/invalid
 
     def add(self, verdict: Verdict) -> None:
         self.n += 1
         self.valid += verdict.valid
         self.optimal += verdict.optimal
+        self.score_sum += verdict.score
+        self.graded += verdict.graded
         if verdict.failure:
             self.failures[verdict.failure] += 1
+
+    @property
+    def mean_score(self) -> float:
+        """The mean graded score (equal to the valid rate for a pass/fail task)."""
+        return self.score_sum / self.n if self.n else 0.0
 
     @property
     def valid_rate(self) -> float:
@@ -51,6 +61,7 @@ class Rates:
             "valid_se": round(self.stderr(self.valid_rate, self.n), 6),
             "optimal_se": round(self.stderr(self.optimal_rate, self.n), 6),
             "failures": dict(sorted(self.failures.items())),
+            "mean_score": round(self.mean_score, 6),
         }
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from envengineer.errors import ConfigError
+from envengineer.errors import ConfigError, UnknownComponentError
 from envengineer.fileio import read_yaml
 from envengineer.registry import Registry, format_validation_error
 
@@ -113,6 +113,20 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
         raise ConfigError(f"{source}:\n{format_validation_error(exc)}") from None
 
 
+def check_eval_sets(config: RunConfig, registry: Registry, task: str) -> None:
+    """Every evaluation set exists and belongs to the run's task (its records are that task's)."""
+    sets = [("eval.validation", config.eval.validation)] + [("eval.benchmarks", name) for name in config.eval.benchmarks]
+    for where, name in sets:
+        try:
+            bench = registry.benchmark(name)
+        except UnknownComponentError as exc:
+            raise UnknownComponentError(f"{where}: {exc}") from None
+        if bench.task != task:
+            own = [e.name for e in registry.entries("benchmark") if e.obj.task == task]
+            hint = f" (its benchmarks: {', '.join(own)})" if own else f" (task {task} registers no benchmark)"
+            raise ConfigError(f"{where}: {name} is a {bench.task} benchmark; this run's task is {task}{hint}")
+
+
 def resolve(config: RunConfig, registry: Registry, *, base_dir: Path | None = None) -> ResolvedRun:
     """Instantiate every component; each section's errors name their path."""
     from envengineer.evidence import choose_start, parse_context_spec
@@ -129,8 +143,7 @@ def resolve(config: RunConfig, registry: Registry, *, base_dir: Path | None = No
         raise ConfigError(format_validation_error(exc, "context")) from None
     except ValueError as exc:
         raise ConfigError(f"context: {exc}") from None
-    for name in [config.eval.validation, *config.eval.benchmarks]:
-        registry.entry("benchmark", name)
+    check_eval_sets(config, registry, generator.name)
     base = base_dir or Path.cwd()
     run_dir = Path(config.output) if config.output else Path("runs") / config.name
     if not run_dir.is_absolute():

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 from envengineer.components import Generator, Validator
 from envengineer.errors import ConfigError, InputError
 from envengineer.fileio import atomic_open, dumps_json, iter_jsonl, read_jsonl, read_yaml
-from envengineer.metrics import Summary, summarize
+from envengineer.metrics import Summary
 from envengineer.registry import format_validation_error
 
 
@@ -44,11 +44,22 @@ def generate_file(
     return result.discarded
 
 
-def load_instances(path: str | Path, validate: Callable[[Mapping[str, Any]], Any] | None = None) -> dict[str, dict[str, Any]]:
-    """Instances by id; a malformed record or duplicate id names the file and line."""
+def load_instances(
+    path: str | Path,
+    validate: Callable[[Mapping[str, Any]], Any] | None = None,
+    record_id: Callable[[Mapping[str, Any]], str] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Instances by id (``record_id``, default the ``id`` field); a malformed record or duplicate
+    id names the file and line."""
     instances: dict[str, dict[str, Any]] = {}
     for line, record in enumerate(read_jsonl(path), start=1):
-        rid = record.get("id")
+        if record_id is None:
+            rid = record.get("id")
+        else:
+            try:
+                rid = record_id(record)
+            except (KeyError, TypeError, ValueError):
+                rid = None
         if not isinstance(rid, str) or not rid:
             raise InputError(f"{path}, record {line}: missing string field 'id'")
         if rid in instances:
@@ -79,9 +90,10 @@ def solve_records(
         for line, record in enumerate(records, start=1):
             try:
                 response = generator.reference_answer(record)
+                rid = generator.record_id(record)
             except (ValueError, KeyError, TypeError) as exc:
                 raise InputError(f"{source}, record {line}: {exc}") from None
-            handle.write(dumps_json({"id": record.get("id"), "response": response}) + "\n")
+            handle.write(dumps_json({"id": rid, "response": response}) + "\n")
             if progress:
                 progress(1)
     return len(records)
@@ -96,10 +108,13 @@ def score_file(
     output: str | Path,
     progress: Callable[[int], None] | None = None,
 ) -> Summary:
-    """One verdict per response line, in order; returns the summary (overall, per group)."""
-    by_id = load_instances(instances, generator.check_record)
+    """One verdict per response line, in order; returns the summary (overall, and per group of
+    every grouping the task declares)."""
+    from envengineer.evaluation import summarize_records
+
+    by_id = load_instances(instances, generator.check_record, generator.record_id)
     verdicts = []
-    groups = []
+    scored = []
     with atomic_open(output) as handle:
         for line, response in enumerate(iter_jsonl(responses), start=1):
             rid = response.get("id")
@@ -112,7 +127,7 @@ def score_file(
             verdict = validator.score(record, text)
             handle.write(dumps_json(verdict.to_record(rid)) + "\n")
             verdicts.append(verdict)
-            groups.append({"size": generator.group(record)})
+            scored.append(record)
             if progress:
                 progress(1)
-    return summarize(verdicts, groups, orders={"size": generator.groups()})
+    return summarize_records(generator, verdicts, scored)

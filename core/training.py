@@ -13,6 +13,21 @@ from typing import Any
 #: Keys of one line of ``curves.jsonl`` (missing values are written as null).
 CURVE_KEYS = ("step", "reward_mean", "reward_std", "zero_std_frac", "kl", "completion_length", "loss", "learning_rate")
 
+#: What a trainer's ``reward`` option rewards: ``valid`` (R_acc) or the validator's graded ``score``.
+REWARDS = ("valid", "score")
+
+
+def reward_value(verdict: Any, reward: str = "valid", optimality_bonus: float = 0.0) -> float:
+    """One response's reward: R_acc (``valid``) or ``Verdict.score`` (``score``), plus the bonus when optimal."""
+    base = float(verdict.score) if reward == "score" else float(verdict.reward)
+    return base + (float(optimality_bonus) if verdict.valid and verdict.optimal else 0.0)
+
+
+def reward_text(reward: str = "valid", optimality_bonus: float = 0.0) -> str:
+    """The reward as the T context module's training details describe it."""
+    text = "R_acc (1 valid, 0 otherwise)" if reward != "score" else "the validator's graded score in [0, 1]"
+    return text + (f" + {optimality_bonus} if optimal" if optimality_bonus else "")
+
 
 @dataclass
 class TrainRequest:

@@ -96,7 +96,7 @@ def test_generate_solve_score_project_render(pm, tmp_path):
     assert solve_file(generator, instances=instances, output=responses) == 50
     summary = score_file(generator, validator, instances=instances, responses=responses, output=tmp_path / "v.jsonl")
     assert summary.overall.valid_rate == 1.0
-    assert set(summary.by["size"]) <= {"small", "large"}
+    assert set(summary.by["group"]) <= {"small", "large"}  # a task that declares no groupings: its group() under "group"
     # a wrong answer is counted under its failure type
     lines = [json.loads(line) for line in responses.read_text().splitlines()]
     lines[0]["response"] = "nope"

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, f
 
 from envengineer.components import Generator, Trainer, retired_options
 from envengineer.errors import ConfigError
-from envengineer.training import CURVE_KEYS, TrainRequest, TrainResult
+from envengineer.training import CURVE_KEYS, TrainRequest, TrainResult, reward_text, reward_value
 
 #: ``gradient_checkpointing: auto`` recomputes activations for models with at least this many
 #: parameters (Qwen3-0.6B and up); the ~1 M-parameter tiny policy has no activation memory
@@ -128,6 +128,9 @@ class TrlGrpoOptions(BaseModel):
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "dapo"
     scale_rewards: Literal["group", "batch", "none"] = "group"
     optimality_bonus: float = Field(0.0, ge=0, description="added to R_acc for an optimal answer (0: off)")
+    reward: Literal["valid", "score"] = Field(
+        "valid", description="valid: R_acc (1 for a valid answer, 0 otherwise); score: the validator's graded score in [0, 1]",
+    )
     negative_advantage_weight: float = Field(
         1.0, ge=0, le=1,
         description="multiplies negative advantages after group normalisation (1: plain GRPO; <1 weights "
@@ -223,7 +226,7 @@ class TrlGrpoTrainer(Trainer):
             "epochs": o.epochs,
             "temperature": o.temperature,
             "max_completion_length": o.max_completion_length,
-            "reward": "R_acc (1 valid, 0 otherwise)" + (f" + {o.optimality_bonus} if optimal" if o.optimality_bonus else ""),
+            "reward": reward_text(o.reward, o.optimality_bonus),
             "negative_advantage_weight": o.negative_advantage_weight,
             "mask_after_answer": o.mask_after_answer,
             **({"grpo_config": dict(o.grpo_config)} if o.grpo_config else {}),
@@ -234,6 +237,7 @@ class TrlGrpoTrainer(Trainer):
 
     def reward_fn(self, request: TrainRequest, records: list[dict[str, Any]]):
         generator, validator, style, bonus = request.generator, request.validator, request.prompt_style, self.options.optimality_bonus
+        reward = self.options.reward
 
         def mapf_reward(prompts, completions, record_index, **_: Any) -> list[float]:
             rewards = []
@@ -241,7 +245,7 @@ class TrlGrpoTrainer(Trainer):
                 record = records[int(index)]
                 text = completion if isinstance(completion, str) else completion[-1]["content"]
                 verdict = validator.score(record, generator.decode_response(record, text, style))
-                rewards.append(verdict.reward + (bonus if verdict.optimal and verdict.valid else 0.0))
+                rewards.append(reward_value(verdict, reward, bonus))
             return rewards
 
         return mapf_reward

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envengineer.errors import ConfigError, EnvEngineerError, InputError
+from envengineer.training import REWARDS, reward_value
 
 #: prefix of every row's ``data_source`` (verl groups validation metrics by it)
 DATA_SOURCE_PREFIX = "envengineer/"
@@ -159,15 +160,19 @@ def compute_score(
     ground_truth: Any,
     extra_info: Mapping[str, Any] | None = None,
     optimality_bonus: float = 0.0,
+    reward: str = "valid",
     **kwargs: Any,
 ) -> dict[str, Any]:
-    """verl's reward: ``score`` (R_acc, plus ``optimality_bonus`` when optimal), ``acc``, ``optimal``, ``failure``.
+    """verl's reward: ``score`` (R_acc, or with ``reward="score"`` the validator's graded score, plus
+    ``optimality_bonus`` when optimal), ``acc``, ``optimal``, ``failure``.
 
     Every response gets the same keys (verl builds its arrays from the first one's); a response
     the task cannot read scores 0 (``failure`` is the validator's, or ``decode: <error>`` when the
     task's ``decode_response`` itself gave up). A row without a usable ``extra_info.task`` or
     ``reward_model.ground_truth`` raises :class:`InputError` naming the field.
     """
+    if reward not in REWARDS:
+        raise ConfigError(f"reward_kwargs.reward: {reward!r} is not one of {', '.join(REWARDS)}")
     if not isinstance(extra_info, Mapping) or "task" not in extra_info:
         raise InputError(f"extra_info.task: missing from the row of {data_source!r} (rows come from verl_rows)")
     generator, validator = task_pair(extra_info["task"])
@@ -181,7 +186,7 @@ def compute_score(
     verdict = validator.score(record, answer)
     optimal = bool(verdict.valid and verdict.optimal)
     return {
-        "score": float(verdict.reward) + (float(optimality_bonus) if optimal else 0.0),
+        "score": reward_value(verdict, reward, optimality_bonus),
         "acc": 1.0 if verdict.valid else 0.0,
         "optimal": 1.0 if optimal else 0.0,
         "failure": "" if verdict.valid else (verdict.failure or "invalid"),

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from envengineer.components import Trainer
 from envengineer.errors import ConfigError, EnvEngineerError
-from envengineer.training import CURVE_KEYS, TrainRequest, TrainResult
+from envengineer.training import CURVE_KEYS, TrainRequest, TrainResult, reward_text
 
 #: Named sets of option values; a preset fills the options a user did not set.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -154,6 +154,9 @@ class VerlOptions(BaseModel):
     kl_loss_coef: float = Field(0.001, ge=0)
     entropy_coeff: float = Field(0.0, ge=0)
     optimality_bonus: float = Field(0.0, ge=0, description="added to R_acc for an optimal answer (0: off)")
+    reward: Literal["valid", "score"] = Field(
+        "valid", description="valid: R_acc (1 for a valid answer, 0 otherwise); score: the validator's graded score in [0, 1]",
+    )
     # -- rollout
     num_generations: int = Field(8, ge=2, description="responses per prompt (rollout n: the GRPO group)")
     temperature: float = Field(1.0, gt=0, le=2.0)
@@ -273,7 +276,7 @@ class VerlGrpoTrainer(Trainer):
             **o.batches(),
             "gradient_checkpointing": o.gradient_checkpointing,
             "rollout": f"vLLM, tensor parallel {o.tensor_model_parallel_size}, gpu_memory_utilization {o.gpu_memory_utilization}",
-            "reward": "R_acc (1 valid, 0 otherwise)" + (f" + {o.optimality_bonus} if optimal" if o.optimality_bonus else ""),
+            "reward": reward_text(o.reward, o.optimality_bonus),
             **({"total_training_steps": o.total_training_steps} if o.total_training_steps else {}),
         }
 
@@ -369,6 +372,8 @@ class VerlGrpoTrainer(Trainer):
             "reward.custom_reward_function.path": f"pkg://{REWARD_MODULE}",
             "reward.custom_reward_function.name": "compute_score",
             "+reward.custom_reward_function.reward_kwargs.optimality_bonus": float(o.optimality_bonus),
+            # only when not the default, so a default round's command line stays as it was
+            **({"+reward.custom_reward_function.reward_kwargs.reward": o.reward} if o.reward != "valid" else {}),
             "trainer.nnodes": o.nnodes,
             "trainer.n_gpus_per_node": o.n_gpus_per_node,
             "trainer.total_epochs": self.total_epochs(),

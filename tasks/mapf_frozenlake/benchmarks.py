@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from envengineer.benchmarks import read_checksums
-from envengineer.components import Benchmark
+from envengineer.components import Aggregate, Benchmark, Grouping
 from envengineer.tasks.mapf_frozenlake import SIZES, TASK_NAME
 from envengineer.tasks.mapf_frozenlake.config import hole_count
 from envengineer.tasks.mapf_frozenlake.generator import Job, derive_seed, make_instance
@@ -20,6 +20,9 @@ FOLDER = Path(__file__).parent / "data"
 HOLE_RATIOS = (0.0, 0.1, 0.2, 0.3, 0.4)
 SUBSETS = {"wr_025": 0.25, "wr_050": 0.5, "wr_075": 0.75}
 PER_CELL = 4  # instances per size × hole ratio × subset
+#: The wait-ratio subsets (record field ``subset``), and the paper's headline "Sum" over them.
+SUBSET_GROUPING = Grouping("subset", order=tuple(SUBSETS))
+SUM_OVER_SUBSETS = Aggregate(key="sum_over_subsets", title="Sum over subsets", how="sum", metrics=("valid", "optimal"))
 
 
 def fitting_sizes(agents: int) -> tuple[int, ...]:
@@ -57,7 +60,8 @@ def _spec(name: str, agents: int, description: str) -> Benchmark:
         path=path,
         sha256=read_checksums(FOLDER).get(path.name, ""),
         options={"agents": agents},
-        subset_field="subset",
+        subsets=SUBSET_GROUPING,
+        aggregate=SUM_OVER_SUBSETS,
         build=lambda: build_set(name, agents),
     )
 

@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envengineer.components import GenerationResult, Generator, Knob, Projection
+from envengineer.components import GenerationResult, Generator, Grouping, Knob, Projection
 from envengineer.hookspecs import hookimpl
 from envengineer.tasks.mapf_frozenlake import SIZE_NAMES, TASK_NAME, config as cfg
 from envengineer.tasks.mapf_frozenlake import generator as gen
@@ -29,6 +29,23 @@ class MapfOptions(BaseModel):
     workers: int = Field(1, ge=1, description="processes used to generate a training set")
 
 
+def size_label(size: Any) -> str:
+    """A map size as its group name: ``6`` -> ``6x6``."""
+    return f"{size}x{size}"
+
+
+def hole_ratio_label(ratio: Any) -> str:
+    """A hole ratio as its group name: ``0.10`` -> ``0.1``."""
+    return f"{float(ratio):g}"
+
+
+#: Evaluation files instances by map size (primary: the evidence groups, one knob set each) and by hole ratio.
+GROUPINGS = (
+    Grouping("size", label=size_label, order=SIZE_NAMES),
+    Grouping("hole_ratio", label=hole_ratio_label),
+)
+
+
 class MapfGenerator(Generator):
     name: ClassVar[str] = TASK_NAME
     description: ClassVar[str] = "Multi-agent path finding on FrozenLake grids (3x3 to 10x10)"
@@ -44,6 +61,7 @@ class MapfGenerator(Generator):
         Knob("wait_ratio", 0.0, 1.0, 0.0001, harder="up", practices=("conflict",),
              description="fraction of instances whose optimum needs a WAIT (agents must coordinate)"),
     )
+    groupings: ClassVar[tuple[Grouping, ...]] = GROUPINGS
 
     options: MapfOptions
 
@@ -93,12 +111,6 @@ class MapfGenerator(Generator):
 
     def check_record(self, record: Mapping[str, Any]) -> None:
         from_record(record)
-
-    def group(self, record: Mapping[str, Any]) -> str:
-        return f"{record['size']}x{record['size']}"
-
-    def groups(self) -> tuple[str, ...]:
-        return SIZE_NAMES
 
     def guidelines(self) -> str:
         return prompts.guidelines(self.options.agents)

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from envengineer import hookimpl
-from envengineer.components import Change, GenerationResult, Generator, Projection, Validator, Verdict
+from envengineer.components import Change, GenerationResult, Generator, Grouping, Projection, Validator, Verdict
 
 GROUPS = ("1d", "2d", "3d")  # digits per term
 MAX_TERMS = 8
@@ -37,11 +37,24 @@ class ArithOptions(BaseModel):
     name: str = "arith"
 
 
+def addend_count(terms: list[int]) -> str:
+    """An instance's ``terms`` as its group in the ``addends`` grouping: how many there are."""
+    return str(len(terms))
+
+
+#: How evaluation files results: by digits per term (primary: one knob set each), then by addend count.
+GROUPINGS = (
+    Grouping("digits", title="digits per term", field="group", order=GROUPS),
+    Grouping("addends", title="addends", field="terms", label=addend_count),
+)
+
+
 class ArithGenerator(Generator):
     name: ClassVar[str] = "arith"
     description: ClassVar[str] = "Add up integers (example third-party task)"
     Options: ClassVar[type[BaseModel]] = ArithOptions
     config_model: ClassVar[type[BaseModel]] = ArithConfig
+    groupings: ClassVar[tuple[Grouping, ...]] = GROUPINGS
 
     def default_config(self) -> ArithConfig:
         return ArithConfig(groups={g: Knobs(ratio=1 / len(GROUPS), terms=2) for g in GROUPS})
@@ -93,12 +106,6 @@ class ArithGenerator(Generator):
             return question + " ="
         return [{"role": "user", "content": f"Compute {question}. Answer with the number inside <answer></answer>."}]
 
-    def group(self, record: Mapping[str, Any]) -> str:
-        return record["group"]
-
-    def groups(self) -> tuple[str, ...]:
-        return GROUPS
-
     def guidelines(self) -> str:
         return "Task: add integers. Knobs per digit group: ratio (budget share) and terms (2-8 addends)."
 
@@ -117,8 +124,11 @@ class ArithValidator(Validator):
         matches = _ANSWER.findall(response[-10_000:])
         if not matches:
             return Verdict(False, False, "parse", ("parse",))
-        if int(matches[-1]) != record["answer"]:
-            return Verdict(False, False, "wrong", ("wrong",))
+        answer = record["answer"]
+        if int(matches[-1]) != answer:
+            # partial credit (Verdict.score): how close the sum is, relative to the right one
+            closeness = max(0.0, 1.0 - abs(int(matches[-1]) - answer) / max(1, abs(answer)))
+            return Verdict(False, False, "wrong", ("wrong",), score=round(0.5 * closeness, 6))
         return Verdict(True, True, None, (), 0)
 
 
