@@ -22,12 +22,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def git_show(rev: str, path: str) -> str:
+    return subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+
 def load_revision(rev: str):
-    source = subprocess.run(["git", "show", f"{rev}:tasks/mapf_frozenlake/solver.py"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout
-    path = Path(tempfile.mkdtemp()) / "solver_at_revision.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("solver_at_revision", path)
+    """The solver at ``rev``, apart from the installed one: the package solver/ (its modules
+    import one another relatively, so the copy imports only itself), or the single module
+    solver.py of earlier revisions."""
+    where = Path(tempfile.mkdtemp()) / "solver_at_revision"
+    listing = subprocess.run(["git", "ls-tree", "--name-only", f"{rev}:tasks/mapf_frozenlake/solver"], cwd=ROOT,
+                             capture_output=True, text=True)
+    if listing.returncode == 0:
+        where.mkdir()
+        for name in listing.stdout.split():
+            if name.endswith(".py"):
+                (where / name).write_text(git_show(rev, f"tasks/mapf_frozenlake/solver/{name}"))
+        spec = importlib.util.spec_from_file_location("solver_at_revision", where / "__init__.py",
+                                                      submodule_search_locations=[str(where)])
+    else:
+        path = where.with_suffix(".py")
+        path.write_text(git_show(rev, "tasks/mapf_frozenlake/solver.py"))
+        spec = importlib.util.spec_from_file_location("solver_at_revision", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
