@@ -218,7 +218,7 @@ def context(
     modules: Optional[str] = typer.Option(None, "--modules", help="comma-separated modules, e.g. F,G,H,T (T:full for full training details)"),
 ) -> None:
     """Print the composed engineer context for a recorded round."""
-    from envengineer.design import context_spec_from_cli
+    from envengineer.replay import context_spec_from_cli
     from envengineer.evidence import compose_context, load_evidence
 
     registry = _registry()
@@ -239,7 +239,8 @@ def propose(
     import yaml
     from rich.table import Table
 
-    from envengineer.design import diff_rows, propose_offline
+    from envengineer.prompts import diff_rows
+    from envengineer.replay import propose_offline
 
     request, outcome = propose_offline(_registry(), run, round, engineer, engineer_config, out_dir=output, reask=reask)
     console.rule("proposal")

@@ -257,7 +257,8 @@ class Loop:
         # A design that stopped the run is redone on resume: the user has fixed the cause.
         if line and not line.get("halted"):
             return
-        from envengineer.design import build_request, design
+        from envengineer.design import design
+        from envengineer.prompts import build_request
         from envengineer.evidence import load_evidence
 
         started = time.monotonic()

@@ -98,13 +98,14 @@ def test_summary_module_is_empty_without_notes(registry, evidence):
 
 
 def test_analysis_prompt_snapshot(registry, evidence):
-    from envengineer.design import build_request
+    from envengineer.prompts import build_request
 
     check_snapshot("prompt-analysis-V6", build_request(evidence, registry, "V6").prompt)
 
 
 def test_summary_prompt_snapshot(registry, evidence):
-    from envengineer.design import DesignOutcome, build_request, summary_prompt
+    from envengineer.contract import DesignOutcome
+    from envengineer.prompts import build_request, summary_prompt
 
     request = build_request(evidence, registry, "V6")
     projection = evidence.task.project({"sizes": {"9x9": {"ratio": 0.2, "wait_ratio": 0.5}}}, request.current_config)
@@ -118,7 +119,7 @@ def test_summary_prompt_snapshot(registry, evidence):
 @pytest.mark.parametrize("preset", ["V1", "V6"])
 def test_every_prompt_states_the_setting_and_the_constraints(preset, registry, evidence):
     """Even without G: training on 2 agents vs held-out 3-5 agents, continual rounds, the hard rules."""
-    from envengineer.design import build_request
+    from envengineer.prompts import build_request
 
     prompt = build_request(evidence, registry, preset).prompt
     assert ("## Task guidelines (G)" in prompt) == (preset == "V6")

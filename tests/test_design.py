@@ -7,7 +7,10 @@ import yaml
 from hypothesis import given, settings, strategies as st
 
 from envengineer.components import Engineer
-from envengineer.design import EngineerReply, UnusableProposal, build_request, design, extract_yaml_block, parse_proposal
+from envengineer.contract import EngineerReply
+from envengineer.design import design
+from envengineer.prompts import build_request
+from envengineer.proposals import UnusableProposal, extract_yaml_block, parse_proposal
 from envengineer.evidence import load_evidence
 
 

@@ -268,7 +268,7 @@ def test_training_prompts_are_the_evaluation_prompts(registry, base, chat_model,
 def test_the_checkpoint_engineer_renders_with_the_policys_options(registry, recorded_run, chat_model):
     from transformers import AutoTokenizer
 
-    from envengineer.design import build_request
+    from envengineer.prompts import build_request
     from envengineer.evidence import load_evidence
     from envengineer.plugins.policies.transformers_policy import chat_text
 

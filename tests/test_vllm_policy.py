@@ -188,7 +188,7 @@ def test_eval_command_runs_the_vllm_policy(tmp_path, fake_vllm):
 
 
 def test_checkpoint_engineer_runs_vllm_in_a_child(registry, recorded_run, model_dir, fake_vllm):
-    from envengineer.design import build_request
+    from envengineer.prompts import build_request
     from envengineer.evidence import load_evidence
 
     evidence = load_evidence(recorded_run, 1, registry)
@@ -206,7 +206,8 @@ def test_checkpoint_engineer_runs_vllm_in_a_child(registry, recorded_run, model_
 
 
 def test_checkpoint_engineer_without_vllm_is_a_recorded_fallback(registry, recorded_run, model_dir, monkeypatch, tmp_path):
-    from envengineer.design import build_request, design
+    from envengineer.design import design
+    from envengineer.prompts import build_request
     from envengineer.evidence import load_evidence
 
     monkeypatch.delenv("PYTHONPATH", raising=False)

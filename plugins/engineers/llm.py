@@ -21,7 +21,7 @@ from typing import Any, Callable, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from envengineer.components import Engineer
-from envengineer.design import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply, factual_note, load_prompt, summary_prompt
+from envengineer.api import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply, factual_note, load_prompt, summary_prompt
 from envengineer.errors import ConfigError
 from envengineer.plugins.api_params import TokenField, chat_sampling, gemini_thinking_problem, sends_temperature
 

@@ -1,0 +1,48 @@
+"""The public plugin API: everything a plugin author imports, from one place.
+
+A task family, an engineer, a context module, a trainer or a policy needs only::
+
+    from envengineer.api import Generator, Validator, Verdict, Grouping, Knob, hookimpl, ...
+
+Names here are stable across minor releases; the modules they come from may move. The
+extension points themselves (the hooks a plugin implements) are documented in
+:mod:`envengineer.hookspecs`.
+"""
+
+from envengineer.components import (
+    Aggregate,
+    Benchmark,
+    Change,
+    Component,
+    ContextModule,
+    Engineer,
+    GenerationResult,
+    Generator,
+    Grouping,
+    Knob,
+    NoOptions,
+    Policy,
+    Projection,
+    Trainer,
+    Validator,
+    Verdict,
+    retired_options,
+)
+from envengineer.contract import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply
+from envengineer.errors import ConfigError, EnvEngineerError, InputError
+from envengineer.evidence import Evidence, RoundRecord
+from envengineer.fileio import atomic_open, read_jsonl, write_json, write_jsonl, write_text, write_yaml
+from envengineer.hookspecs import hookimpl
+from envengineer.prompts import build_request, factual_note, load_prompt, summary_prompt
+from envengineer.proposals import UnusableProposal, extract_yaml_block, parse_proposal
+from envengineer.rundir import RunDir
+from envengineer.training import CURVE_KEYS, TrainRequest, TrainResult
+
+__all__ = [
+    "Aggregate", "Benchmark", "CURVE_KEYS", "Change", "Component", "ConfigError", "ContextModule", "DesignOutcome",
+    "DesignRequest", "EnvEngineerError", "Engineer", "EngineerCallError", "EngineerReply", "Evidence", "GenerationResult",
+    "Generator", "Grouping", "InputError", "Knob", "NoOptions", "Policy", "Projection", "RoundRecord", "RunDir",
+    "TrainRequest", "TrainResult", "Trainer", "UnusableProposal", "Validator", "Verdict", "atomic_open", "build_request",
+    "extract_yaml_block", "factual_note", "hookimpl", "load_prompt", "parse_proposal", "read_jsonl", "retired_options",
+    "summary_prompt", "write_json", "write_jsonl", "write_text", "write_yaml",
+]

@@ -1,0 +1,87 @@
+"""An engineer's answer made safe: the last fenced YAML block, parsed with a size limit and no
+aliases, anchors or tags, must be a mapping. Anything else is an :class:`UnusableProposal` whose
+message says why (the design step quotes it in a re-ask)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from envengineer.contract import EngineerReply
+
+#: The largest YAML block we parse (characters).
+MAX_YAML_CHARS = 16_000
+
+class UnusableProposal(ValueError):
+    """The reply held no usable proposal; the message says why (quoted in the re-ask)."""
+
+
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)^[ \t]*\1[ \t]*$", re.S | re.M)
+
+
+def extract_yaml_block(text: str) -> str:
+    """The last fenced block tagged ``yaml``/``yml`` or untagged; raises :class:`UnusableProposal`."""
+    if not isinstance(text, str) or not text.strip():
+        raise UnusableProposal("the answer was empty")
+    blocks = [m.group(3) for m in _FENCE.finditer(text) if m.group(2).lower() in ("", "yaml", "yml")]
+    if not blocks:
+        raise UnusableProposal("the answer has no fenced YAML block (```yaml ... ```)")
+    return blocks[-1]
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases, anchors and explicit tags (no billion laughs, no objects)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise yaml.YAMLError(f"aliases are not allowed (*{event.anchor})")
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            raise yaml.YAMLError(f"anchors are not allowed (&{anchor})")
+        tag = getattr(event, "tag", None)
+        if tag not in (None, "!") and not isinstance(event, (yaml.DocumentStartEvent, yaml.StreamStartEvent)):
+            raise yaml.YAMLError(f"explicit tags are not allowed ({tag})")
+        return super().compose_node(parent, index)
+
+
+def parse_proposal(block: str, max_chars: int = MAX_YAML_CHARS) -> dict[str, Any]:
+    """Parse one YAML block into a mapping; raises :class:`UnusableProposal` with the reason."""
+    if len(block) > max_chars:
+        raise UnusableProposal(f"the YAML block is too long ({len(block)} characters, limit {max_chars})")
+    try:
+        data = yaml.load(block, Loader=_StrictLoader)  # noqa: S506 - strict safe loader
+    except yaml.YAMLError as exc:
+        raise UnusableProposal(f"the YAML block does not parse: {one_line(str(exc))}") from None
+    except RecursionError:
+        raise UnusableProposal("the YAML block is nested too deeply") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UnusableProposal(f"the YAML block must be a mapping of fields, got {type(data).__name__}")
+    return data
+
+
+def proposal_of(reply: EngineerReply, max_chars: int = MAX_YAML_CHARS) -> dict[str, Any]:
+    if reply.proposal is not None:
+        if not isinstance(reply.proposal, dict):
+            raise UnusableProposal(f"the proposal must be a mapping, got {type(reply.proposal).__name__}")
+        return reply.proposal
+    return parse_proposal(extract_yaml_block(reply.text), max_chars)
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def nothing_applied(proposal: dict[str, Any], projection: Any) -> str | None:
+    """A reason when a non-empty proposal had no effect at all (every part ignored)."""
+    if not proposal or projection.accepted:
+        return None
+    if any(change.applied is not None for change in projection.changes):
+        return None
+    reasons = "; ".join(f"{c.field}: {c.reason}" for c in projection.changes[:8])
+    return f"no part of the proposal could be applied ({reasons})" if reasons else "the proposal changed nothing"

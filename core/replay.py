@@ -1,0 +1,95 @@
+"""Offline replay: a design step re-run on a recorded run directory with any engineer
+(``envengineer propose``) and the context it would see (``envengineer context``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from envengineer.contract import DesignOutcome, DesignRequest
+from envengineer.design import design
+from envengineer.prompts import build_request
+
+
+
+def _run_config(run_dir: Path) -> dict[str, Any]:
+    from envengineer.fileio import read_yaml
+
+    data = read_yaml(Path(run_dir) / "run.yaml")
+    return data if isinstance(data, dict) else {}
+
+
+def context_spec_from_cli(run_dir: Path, preset: str | None, modules: str | None) -> Any:
+    """``--preset``/``--modules F,G,H,T`` (T may be ``T:full``), else the run's own ``context:`` section."""
+    if preset and modules:
+        from envengineer.errors import ConfigError
+
+        raise ConfigError("give --preset or --modules, not both")
+    if preset:
+        return {"preset": preset}
+    if modules:
+        names, t_mode = [], None
+        for item in (part.strip() for part in modules.split(",") if part.strip()):
+            name, _, mode = item.partition(":")
+            if name == "T":
+                t_mode = mode or "bookkeeping"
+            else:
+                names.append(name)
+        return {"modules": names, **({"T": t_mode} if t_mode else {})}
+    return _run_config(run_dir).get("context") or None
+
+
+def engineer_section(run_dir: Path, name: str | None, config_file: Path | None) -> tuple[str, dict[str, Any]]:
+    """The engineer's name and options: ``--engineer``/``--engineer-config`` or the run's ``engineer:`` section.
+
+    The options file may be the section itself (``{name: openai, model: ...}``), or a run config holding one.
+    """
+    from envengineer.errors import ConfigError
+    from envengineer.fileio import read_yaml
+
+    section: dict[str, Any] = {}
+    if config_file is not None:
+        data = read_yaml(config_file) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{config_file}: expected a mapping")
+        section = dict(data.get("engineer", data)) if isinstance(data.get("engineer", data), dict) else {}
+    elif name is None:
+        section = dict(_run_config(run_dir).get("engineer") or {})
+    chosen = name or section.get("name")
+    if not chosen:
+        raise ConfigError("engineer: no --engineer given and the run config names none")
+    section.pop("name", None)
+    return chosen, section
+
+
+def propose_offline(registry: Any, run_dir: Path, round: int, engineer: str | None, config_file: Path | None, *, out_dir: Path | None = None, reask: int = 1) -> tuple[DesignRequest, DesignOutcome]:
+    """Run an engineer on a recorded round's evidence, without training (``envengineer propose``).
+
+    The checkpoint and base engineers get the models the run itself used: the round's
+    trained checkpoint and the base policy its ``pretrain`` step recorded; the analysis
+    prompt is the run's own ``design.prompt_file`` when it set one.
+    """
+    from envengineer.evidence import load_evidence
+    from envengineer.loop import round_seed
+    from envengineer.rundir import RunDir
+
+    run_dir = Path(run_dir)
+    name, options = engineer_section(run_dir, engineer, config_file)
+    instance = registry.create("engineer", name, options, where=f"engineer.{name}")
+    evidence = load_evidence(run_dir, round, registry)
+    run = _run_config(run_dir)
+    records = RunDir(run_dir)
+    checkpoint, base = records.checkpoint(round), records.base_policy()
+    section = run.get("design")
+    prompt_file = section.get("prompt_file") if isinstance(section, dict) else None
+    request = build_request(
+        evidence,
+        registry,
+        run.get("context") or None,
+        policy_path=str(checkpoint),  # even when gone: the engineer's error then names the path
+        base_policy_path=str(base) if base is not None else None,
+        prompt_path=prompt_file if isinstance(prompt_file, str) else None,
+        seed=round_seed(int(run.get("seed") or 0), round),  # the seed the loop's design step had
+        chat_template_kwargs=policy.get("chat_template_kwargs") if isinstance(policy := run.get("policy"), dict) else None,
+    )
+    return request, design(instance, request, out_dir=out_dir, reask=reask)
