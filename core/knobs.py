@@ -249,7 +249,8 @@ def _project(generator: Generator, proposal: Any, current: BaseModel) -> Project
     declared = {knob.name: knob for knob in generator.knobs}
     table = generator.knob_table
     share = generator.share_knob() if table is not None else None
-    proposed_share: dict[str, float] = {}
+    proposed_share: dict[str, float] = {}  # group -> the share proposed (as a number)
+    proposed_raw: dict[str, Any] = {}  # group -> the share as the proposal wrote it
 
     if proposal is None:
         proposal = {}
@@ -270,7 +271,7 @@ def _project(generator: Generator, proposal: Any, current: BaseModel) -> Project
         applied = snap(knob, value)
         target[name] = applied
         if knob.share and group is not None:
-            proposed_share[group] = value
+            proposed_share[group], proposed_raw[group] = value, raw
             return
         off = abs(applied - value)
         if off > (0 if knob.integer else knob.step / 2 + 1e-12):
@@ -278,7 +279,7 @@ def _project(generator: Generator, proposal: Any, current: BaseModel) -> Project
                 reason = f"put on the knob's step {knob.step:g}"
             else:
                 reason = f"outside {_bounds(knob)}; clipped"
-            changes.append(Change(where, value, applied, reason))
+            changes.append(Change(where, _short(raw), applied, reason))
         else:
             accepted.append(where)
 
@@ -320,7 +321,8 @@ def _project(generator: Generator, proposal: Any, current: BaseModel) -> Project
     if share is not None and isinstance(merged.get(table), dict):
         groups = merged[table]
         before = {g: float(v[share.name]) for g, v in groups.items() if isinstance(v, dict) and number(v.get(share.name)) is not None}
-        after = renormalize(before, share, pinned=tuple(proposed_share))
+        settled = not proposed_share and all(share.low <= v <= share.high for v in before.values()) and abs(sum(before.values()) - 1.0) <= 1e-6
+        after = before if settled else renormalize(before, share, pinned=tuple(proposed_share))
         tolerance = share.step / 2 + 1e-12
         for group, value in after.items():
             where = f"{table}.{group}.{share.name}"
@@ -329,9 +331,9 @@ def _project(generator: Generator, proposal: Any, current: BaseModel) -> Project
                 if abs(value - wanted) <= tolerance:
                     accepted.append(where)
                 elif not share.low <= wanted <= share.high:
-                    changes.append(Change(where, wanted, value, f"outside {_bounds(share)}; clipped, and the shares renormalised to sum to 1"))
+                    changes.append(Change(where, _short(proposed_raw[group]), value, f"outside {_bounds(share)}; clipped, and the shares renormalised to sum to 1"))
                 else:
-                    changes.append(Change(where, wanted, value, "renormalised so the shares sum to 1 (the budget is fixed)"))
+                    changes.append(Change(where, _short(proposed_raw[group]), value, "renormalised so the shares sum to 1 (the budget is fixed)"))
             elif abs(value - before[group]) > tolerance:
                 changes.append(Change(where, before[group], value, "renormalised so the shares sum to 1 (the budget is fixed)"))
             groups[group][share.name] = value

@@ -122,12 +122,18 @@ class Registry:
         return self.entry(kind, name).obj
 
     def create(self, kind: str, name: str, options: Mapping[str, Any] | BaseModel | None = None, *, where: str = "") -> Any:
-        """Validate ``options`` against the component's ``Options`` and instantiate it."""
+        """Validate ``options`` against the component's ``Options`` and instantiate it.
+
+        A ``name`` among the options that names this component (a run config's ``task:`` section)
+        is the section's selector: an ``Options`` model need not declare it."""
         cls: type[Component] = self.get(kind, name)
         if isinstance(options, BaseModel):
             opts = options
         else:
-            opts = validate_options(cls.Options, dict(options or {}), where or f"{kind}.{name}")
+            section = dict(options or {})
+            if section.get("name") == name and "name" not in cls.Options.model_fields:
+                del section["name"]
+            opts = validate_options(cls.Options, section, where or f"{kind}.{name}")
         return cls(opts)
 
     def benchmark(self, name: str) -> Benchmark:

@@ -1,8 +1,11 @@
 """envengineer-arith: add up integers, with knobs for how many terms and how many digits.
 
 A complete task family in one module, to copy from when writing your own: a
-generator (knobs, deterministic generation, projection, prompts) and a validator,
-registered through the ``envengineer`` entry point in this package's pyproject.toml.
+generator (declared knobs, deterministic generation, prompts) and a validator, registered
+through the ``envengineer`` entry point in this package's pyproject.toml. Everything else
+comes from the defaults: the default config is the config model's field defaults, and the
+declared knobs give the projection of an engineer's proposal (clipped to their bounds and
+steps, the budget shares renormalised), the random config and what the baselines move.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from envengineer import hookimpl
-from envengineer.components import Change, GenerationResult, Generator, Grouping, Projection, Validator, Verdict
+from envengineer.components import GenerationResult, Generator, Grouping, Knob, Validator, Verdict
 
 GROUPS = ("1d", "2d", "3d")  # digits per term
 MAX_TERMS = 8
@@ -23,18 +26,13 @@ MAX_TERMS = 8
 
 class Knobs(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    ratio: float = Field(ge=0, le=1)
-    terms: int = Field(ge=2, le=MAX_TERMS)
+    ratio: float = Field(1 / len(GROUPS), ge=0, le=1, description="share of the round's budget")
+    terms: int = Field(2, ge=2, le=MAX_TERMS, description="addends per instance")
 
 
 class ArithConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    groups: dict[str, Knobs]
-
-
-class ArithOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = "arith"
+    groups: dict[str, Knobs] = Field(default_factory=lambda: {g: Knobs() for g in GROUPS})
 
 
 def addend_count(terms: list[int]) -> str:
@@ -52,17 +50,13 @@ GROUPINGS = (
 class ArithGenerator(Generator):
     name: ClassVar[str] = "arith"
     description: ClassVar[str] = "Add up integers (example third-party task)"
-    Options: ClassVar[type[BaseModel]] = ArithOptions
     config_model: ClassVar[type[BaseModel]] = ArithConfig
+    knob_table: ClassVar[str | None] = "groups"
+    knobs: ClassVar[tuple[Knob, ...]] = (
+        Knob("ratio", 0.01, 1.0, 0.0001, share=True, description="share of the round's budget"),
+        Knob("terms", 2, MAX_TERMS, 1, integer=True, harder="up", description="addends per instance"),
+    )
     groupings: ClassVar[tuple[Grouping, ...]] = GROUPINGS
-
-    def default_config(self) -> ArithConfig:
-        return ArithConfig(groups={g: Knobs(ratio=1 / len(GROUPS), terms=2) for g in GROUPS})
-
-    def random_config(self, seed: int) -> ArithConfig:
-        rng = random.Random(seed)
-        weights = [rng.random() + 0.1 for _ in GROUPS]
-        return ArithConfig(groups={g: Knobs(ratio=w / sum(weights), terms=rng.randint(2, MAX_TERMS)) for g, w in zip(GROUPS, weights)})
 
     def generate(self, config: BaseModel, *, n: int, seed: int, workers: int | None = None, progress: Any = None) -> GenerationResult:
         cfg = ArithConfig.model_validate(config.model_dump())
@@ -77,28 +71,6 @@ class ArithGenerator(Generator):
                 if progress:
                     progress(1)
         return GenerationResult(records)
-
-    def project(self, proposal: Mapping[str, Any], current: BaseModel) -> Projection:
-        merged = {g: k.model_dump() for g, k in ArithConfig.model_validate(current.model_dump()).groups.items()}
-        changes: list[Change] = []
-        groups = proposal.get("groups", {}) if isinstance(proposal, Mapping) else {}
-        for group, knobs in (groups.items() if isinstance(groups, Mapping) else []):
-            if group not in merged or not isinstance(knobs, Mapping):
-                changes.append(Change(f"groups.{group}", knobs, None, "unknown group; ignored"))
-                continue
-            for knob, value in knobs.items():
-                if knob not in merged[group] or isinstance(value, bool) or not isinstance(value, (int, float)):
-                    changes.append(Change(f"groups.{group}.{knob}", value, None, "unknown knob or not a number; ignored"))
-                    continue
-                low, high = (0.01, 1.0) if knob == "ratio" else (2, MAX_TERMS)
-                clipped = type(merged[group][knob])(min(high, max(low, value)))
-                if clipped != value:
-                    changes.append(Change(f"groups.{group}.{knob}", value, clipped, "clipped to range"))
-                merged[group][knob] = clipped
-        total = sum(k["ratio"] for k in merged.values())
-        for k in merged.values():
-            k["ratio"] = k["ratio"] / total
-        return Projection(ArithConfig(groups={g: Knobs(**k) for g, k in merged.items()}), tuple(changes))
 
     def render(self, record: Mapping[str, Any], style: str | None = None) -> list[dict[str, str]] | str:
         question = " + ".join(str(t) for t in record["terms"])
