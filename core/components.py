@@ -19,6 +19,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from envengineer.errors import ConfigError
+
 
 def retired_options(**why: str) -> Any:
     """A ``mode="before"`` validator for an ``Options`` model that refuses options which were
@@ -523,9 +525,22 @@ class Engineer(Component, abc.ABC):
     #: (missing key, model not found), so ``design.max_fallbacks`` stops the run after a few.
     uses_llm: ClassVar[bool] = False
 
+    def __init__(self, options: BaseModel | None = None) -> None:
+        super().__init__(options)
+        #: the calls (one record each) the last :meth:`summarize` made, for the design record
+        self.last_summary_calls: list[dict[str, Any]] = []
+
     @abc.abstractmethod
     def propose(self, request: Any) -> Any:
         """Return the engineer's reply for one design step."""
+
+    def summarize(self, request: Any, outcome: Any) -> str | None:
+        """The S note after a design step (3–5 sentences), or None: the loop then writes a factual note."""
+        return None
+
+    def secret_values(self) -> Sequence[str]:
+        """Values (API keys) that must never reach a file: the design record redacts them."""
+        return ()
 
 
 class Trainer(Component, abc.ABC):
@@ -551,9 +566,39 @@ class Policy(Component, abc.ABC):
     #: False for a model behind an API: no weights to prepare, train or load from a path.
     has_weights: ClassVar[bool] = True
 
+    #: prompts per :meth:`sample` call in evaluation (None: evaluation's default); a policy with a
+    #: costly start per call (vLLM in a child process) asks for everything at once
+    sample_batch_size: ClassVar[int | None] = None
+
     def failed_calls(self) -> Sequence[str]:
         """Errors of the calls that gave no answer so far, oldest first (their responses are empty)."""
         return ()
+
+    @property
+    def prompt_style(self) -> str:
+        """How the task renders prompts for this policy (the ``prompt_style`` option, else ``full``)."""
+        return str(getattr(self.options, "prompt_style", None) or "full")
+
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any] | None:
+        """The chat-template options chat prompts are rendered with (None: the renderer's default)."""
+        value = getattr(self.options, "chat_template_kwargs", None)
+        return dict(value) if value is not None else None
+
+    def prepare(self, *, generator: Any = None, force: bool = False, progress: Any = None) -> Path:
+        """The model directory a run starts from (building it first if the policy builds its own)."""
+        raise ConfigError(f"policy {self.name!r}: a model behind an API has no weights to train")
+
+    def with_path(self, path: str | Path) -> "Policy":
+        """The same sampling options on another checkpoint (the loop's round models)."""
+        raise ConfigError(f"policy {self.name!r}: a model behind an API has no weights to load from {path}")
+
+    def describe(self) -> Mapping[str, Any]:
+        """Sampling settings, recorded with evaluation results."""
+        return {"policy": self.name}
+
+    def close(self) -> None:
+        """Release what the policy holds (memory a trainer needs next)."""
 
     @abc.abstractmethod
     def sample(self, prompts: Sequence[list[dict[str, str]] | str], *, n: int = 1) -> list[list[str]]:

@@ -100,14 +100,14 @@ def design(
     if outcome is None:
         outcome = DesignOutcome(config=current, projection=None, fallback=True, reason=reason or "no usable proposal", replies=replies, proposal=proposal)
 
-    if summarize and hasattr(engineer, "summarize"):
+    if summarize:
         try:
             note = engineer.summarize(request, outcome)
         except Exception as exc:
             calls.append({"summary": True, "error": f"{type(exc).__name__}: {one_line(str(exc))}"})
             note = factual_note(request, outcome)
         outcome.summary = note.strip() if isinstance(note, str) and note.strip() else None
-        calls.extend({**c, "summary": True} for c in getattr(engineer, "last_summary_calls", []) or [])
+        calls.extend({**c, "summary": True} for c in engineer.last_summary_calls)
 
     if out_dir is not None:
         write_outcome(Path(out_dir), request, outcome, attempt_request, responses, calls, _secrets(engineer))
@@ -116,7 +116,7 @@ def design(
 
 def _secrets(engineer: Any) -> list[str]:
     try:
-        values = engineer.secret_values() if hasattr(engineer, "secret_values") else []
+        values = list(engineer.secret_values())
     except Exception:
         values = []
     return [v for v in values if isinstance(v, str) and len(v) >= 4]
@@ -152,10 +152,10 @@ def write_outcome(
     projection = {
         "fallback": outcome.fallback,
         "reason": outcome.reason,
-        "accepted": list(getattr(outcome.projection, "accepted", ()) or ()),
+        "accepted": list(outcome.projection.accepted) if outcome.projection is not None else [],
         "changes": [
             {"field": c.field, "proposed": _plain(c.proposed), "applied": _plain(c.applied), "reason": c.reason}
-            for c in getattr(outcome.projection, "changes", ()) or ()
+            for c in (outcome.projection.changes if outcome.projection is not None else ())
         ],
         "config": outcome.config.model_dump() if hasattr(outcome.config, "model_dump") else outcome.config,
     }

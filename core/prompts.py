@@ -43,7 +43,7 @@ def analysis_prompt(evidence: Evidence, context: str, config: Any, template: str
         round=evidence.round + 1,
         next_round=evidence.round + 2,
         rounds_total=evidence.rounds_total,
-        task=getattr(evidence.task, "name", "the task"),
+        task=evidence.task.name,
         budget=evidence.budget or "the fixed",
         brief=evidence.task.design_brief(evidence.budget or None).strip(),
     )
@@ -58,7 +58,7 @@ def _groups_text(evidence: Evidence) -> str:
 
 
 def summary_prompt(request: DesignRequest, outcome: DesignOutcome, template: str | None = None) -> str:
-    changes = "\n".join(f"- {c.field}: {c.proposed!r} -> {c.applied!r} ({c.reason})" for c in getattr(outcome.projection, "changes", ()))
+    changes = "\n".join(f"- {c.field}: {c.proposed!r} -> {c.applied!r} ({c.reason})" for c in (outcome.projection.changes if outcome.projection is not None else ()))
     differ = "\n".join(f"- {name}: {old} -> {new}" for name, old, new in diff_rows(request.current_config, outcome.config))
     evidence = request.evidence
     return fill_prompt(
@@ -127,7 +127,7 @@ def factual_note(request: DesignRequest, outcome: DesignOutcome) -> str:
     if outcome.fallback:
         parts.append(f"The configuration was kept unchanged (fallback: {outcome.reason}).")
     else:
-        n = len(getattr(outcome.projection, "accepted", ()) or ())
+        n = len(outcome.projection.accepted) if outcome.projection is not None else 0
         parts.append(f"The next configuration applies {n} accepted change(s); watch whether the weakest group improves.")
     return " ".join(parts)
 
