@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from envengineer.contract import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply
-from envengineer.prompts import build_request, factual_note  # noqa: F401  (build_request: for imports of the old module)
+from envengineer.prompts import factual_note
 from envengineer.proposals import MAX_YAML_CHARS, UnusableProposal, nothing_applied, one_line, proposal_of
 
 #: How much of a bad answer a re-ask quotes.

@@ -14,7 +14,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from pydantic import BaseModel, ConfigDict, Field
 
 from envengineer.components import Engineer, GenerationResult, Generator, Knob, Validator, Verdict
-from envengineer.design import EngineerReply, build_request, design
+from envengineer.contract import EngineerReply
+from envengineer.design import design
+from envengineer.prompts import build_request
 from envengineer.errors import ConfigError
 from envengineer.evidence import Evidence, RoundRecord
 from envengineer.knobs import renormalize

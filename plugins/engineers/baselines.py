@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from envengineer.components import Engineer, Knob, retired_options
-from envengineer.design import DesignOutcome, DesignRequest, EngineerReply, factual_note
+from envengineer.api import DesignOutcome, DesignRequest, EngineerReply, factual_note
 
 
 class _Options(BaseModel):
