@@ -1,10 +1,11 @@
-"""Runs side by side, as the paper's results table.
+"""Runs side by side, as a results table.
 
-One row per run (its run.yaml name and engineer); for each benchmark (3, 4, 5 agents)
-the paper's "Sum" of per-subset rates (as the evaluation recorded it, ``sum_over_subsets``)
-and the overall rates, valid and optimal; then the validation rates of the last evaluated
-round. Benchmark figures come from the last round that ran the benchmark (base if none did).
-``envengineer suite`` builds its mean ± sd tables from the same pieces (:class:`Stat`).
+One row per run (its run.yaml name and engineer); for each benchmark, in the order its task
+declares and under its declared label, the benchmark's declared aggregate over its subsets
+(e.g. MAPF's "Sum over subsets", as the evaluation recorded it) and the overall rates, valid
+and optimal; then the validation rates of the last evaluated round. Benchmark figures come
+from the last round that ran the benchmark (base if none did). ``envengineer suite`` builds
+its mean ± sd tables from the same pieces (:class:`Stat`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from envengineer.errors import EnvEngineerError
-from envengineer.runview import BASE, RunView, Stage, bench_label, load_run, rate, sort_bench_names, subset_sum
+from envengineer.declared import BenchView, aggregate_notes
+from envengineer.runview import BASE, RunView, Stage, load_run, rate, sort_benches
 
 MISSING = "–"
 
@@ -56,22 +58,30 @@ class Stat:
 class Comparison:
     columns: list[Column]
     rows: list[dict[str, Any]]  # column key -> value (float in percent, Stat, str, or None)
-    note: str = (
-        "Σ: the paper's Sum over subsets, the benchmark's per-subset rates added up in percent "
-        "(out of 100 × the number of subsets; 300 for the three wait-ratio subsets); "
-        "%: overall rate. Benchmarks from the last round that ran them (base if none did); "
-        "validation from the last evaluated round."
-    )
+    note: str = ""
     over_seeds: bool = False  # numeric cells are Stat: the CSV always has their sd and n columns
 
 
-def metric_columns(benchmarks: Sequence[str], labels: dict[str, str] | None = None) -> list[Column]:
-    """Per benchmark: valid/optimal Σ and overall %; then validation (keys as in :func:`run_figures`)."""
+SOURCES_NOTE = "Benchmarks from the last round that ran them (base if none did); validation from the last evaluated round."
+
+
+def comparison_note(views: Sequence[BenchView], tail: str = SOURCES_NOTE) -> str:
+    """The note under a table: each benchmark aggregate's meaning and top, what % is, where figures come from."""
+    notes = aggregate_notes(views)
+    return (f"{notes}; " if notes else "") + f"%: overall rate. {tail}"
+
+
+def metric_columns(benchmarks: Sequence[BenchView], labels: dict[str, str] | None = None) -> list[Column]:
+    """Per benchmark: valid/optimal aggregate (when it declares one: ``Σ`` for a sum) and overall %;
+    then validation (keys as in :func:`run_figures`). Headers use the benchmark's label unless
+    ``labels`` names it otherwise."""
     columns = []
-    for bench in benchmarks:
-        group = (labels or {}).get(bench) or bench_label(bench)
-        for metric in ("valid", "optimal"):
-            columns.append(Column(f"{bench}:{metric}_sum", f"{group} {metric} Σ", group, f"{metric} Σ"))
+    for view in benchmarks:
+        bench = view.name
+        group = (labels or {}).get(bench) or view.label
+        if view.aggregate is not None:
+            for metric in ("valid", "optimal"):
+                columns.append(Column(f"{bench}:{metric}_agg", f"{group} {metric} {view.symbol}", group, f"{metric} {view.symbol}"))
         for metric in ("valid", "optimal"):
             columns.append(Column(f"{bench}:{metric}", f"{group} {metric} %", group, f"{metric} %"))
     columns.append(Column("val:valid", "validation valid %", "validation", "valid %"))
@@ -79,7 +89,7 @@ def metric_columns(benchmarks: Sequence[str], labels: dict[str, str] | None = No
     return columns
 
 
-def _columns(benchmarks: Sequence[str]) -> list[Column]:
+def _columns(benchmarks: Sequence[BenchView]) -> list[Column]:
     head = [Column("run", "run", "", "run", False), Column("engineer", "engineer", "", "engineer", False)]
     return [*head, *metric_columns(benchmarks), Column("from", "from", "", "from", False)]
 
@@ -88,14 +98,16 @@ def _pct(value: float | None) -> float | None:
     return None if value is None else 100 * value
 
 
-def bench_sum(summary: dict[str, Any] | None, metric: str) -> float | None:
-    """The Sum over subsets in percent: as the evaluation recorded it (``sum_over_subsets``,
-    written whenever the benchmark has subsets), else added up from the per-subset rates."""
-    recorded = summary.get("sum_over_subsets") if isinstance(summary, dict) else None
-    value = recorded.get(metric.removesuffix("_rate")) if isinstance(recorded, dict) else None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return 100 * float(value)
-    return subset_sum(summary, metric)
+def bench_views(runs: Sequence[RunView], names: Sequence[str] | None = None) -> list[BenchView]:
+    """The benchmarks of ``runs`` (default: every one any run has), as the first run that knows
+    each declares it, in declared order."""
+    if names is None:
+        names = list({b for run in runs for b in run.bench_names()})
+    views = {}
+    for name in names:
+        seen = [run.bench(name) for run in runs]
+        views[name] = next((v for v in seen if v.declared), seen[0] if seen else BenchView(name, name))
+    return [views[n] for n in sort_benches(views.values())]
 
 
 def engineer_label(config: dict[str, Any]) -> str:
@@ -103,16 +115,18 @@ def engineer_label(config: dict[str, Any]) -> str:
     return RunView(Path("."), config, [], Stage(BASE, None), []).engineer
 
 
-def run_figures(run: RunView, benchmarks: Sequence[str]) -> tuple[dict[str, float | None], dict[str, list[str]], Any]:
+def run_figures(run: RunView, benchmarks: Sequence[BenchView]) -> tuple[dict[str, float | None], dict[str, list[str]], Any]:
     """A run's figures (percent) keyed as :func:`metric_columns`, which stage each benchmark came
     from (label -> benchmarks), and the stage the validation figures came from."""
     figures: dict[str, float | None] = {}
     sources: dict[str, list[str]] = {}
-    for bench in benchmarks:
+    for view in benchmarks:
+        bench = view.name
         stage = run.last_bench(bench)
         summary = stage.bench[bench] if stage else None
         for metric in ("valid", "optimal"):
-            figures[f"{bench}:{metric}_sum"] = bench_sum(summary, f"{metric}_rate")
+            if view.aggregate is not None:
+                figures[f"{bench}:{metric}_agg"] = view.figure(summary, metric)
             figures[f"{bench}:{metric}"] = _pct(rate(summary, f"{metric}_rate"))
         if stage:
             sources.setdefault(stage.label, []).append(bench)
@@ -123,29 +137,42 @@ def run_figures(run: RunView, benchmarks: Sequence[str]) -> tuple[dict[str, floa
 
 
 def compare_runs(runs: Sequence[RunView], benchmarks: Sequence[str] | None = None) -> Comparison:
-    """The table for ``runs``; benchmarks default to every one any run has, by agent count."""
-    if benchmarks is None:
-        benchmarks = sort_bench_names({b for run in runs for b in run.bench_names()})
+    """The table for ``runs``; benchmarks default to every one any run has, in declared order."""
+    views = bench_views(runs, benchmarks)
+    labels = {v.name: v.label for v in views}
     rows = []
     for run in runs:
-        figures, sources, val = run_figures(run, benchmarks)
+        figures, sources, val = run_figures(run, views)
         row: dict[str, Any] = {"run": run.name, "engineer": run.engineer, **figures}
         notes = []
         if len(sources) == 1:
             notes.append(f"bench: {next(iter(sources))}")
         else:
-            notes.extend(f"bench {','.join(bench_label(b).split()[0] for b in names)}: {label}" for label, names in sources.items())
+            notes.extend(f"bench {','.join(labels[b].split()[0] for b in names)}: {label}" for label, names in sources.items())
         if val:
             notes.append(f"val: {val.label}")
         row["from"] = "; ".join(notes) or MISSING
         rows.append(row)
-    return Comparison(_columns(benchmarks), rows)
+    return Comparison(_columns(views), rows, comparison_note(views))
 
 
-def load_comparison(run_dirs: Sequence[str | Path]) -> Comparison:
+def load_comparison(run_dirs: Sequence[str | Path], registry: Any = None) -> Comparison:
+    """The table of the runs in ``run_dirs`` (``registry``: resolves their tasks; default: the installed plugins)."""
     if not run_dirs:
         raise EnvEngineerError("compare: give at least one run directory")
-    return compare_runs([load_run(d) for d in run_dirs])
+    if registry is None:
+        registry = _registry()
+    return compare_runs([load_run(d, registry) for d in run_dirs])
+
+
+def _registry() -> Any:
+    """The installed plugins' registry, or None when they cannot be loaded (each run then notes it)."""
+    from envengineer.registry import load_registry
+
+    try:
+        return load_registry()
+    except Exception:  # noqa: BLE001 - load_run reports it per run
+        return None
 
 
 def cell(value: Any, column: Column) -> str:
@@ -211,32 +238,41 @@ def _pair(row: dict[str, Any], valid_key: str, optimal_key: str) -> str:
     return f"{show(valid)} / {show(optimal)}"
 
 
-def rich_tables(comparison: Comparison, title: str = "paper table") -> list[Any]:
-    """Two screen-sized tables, each cell "valid / optimal": the paper's Sums (with validation),
-    then overall rates. The leading text columns head both; the trailing ones go to the second."""
+def rich_tables(comparison: Comparison, title: str = "comparison") -> list[Any]:
+    """Screen-sized tables, each cell "valid / optimal": the benchmarks' aggregates over their
+    subsets (with validation), when any declares one, then overall rates. The leading text columns
+    head both; the trailing ones go to the last."""
     from rich.table import Table
 
-    benchmarks = [c.key.split(":")[0] for c in comparison.columns if c.key.endswith(":valid_sum")]
+    benchmarks = list(dict.fromkeys(c.key.split(":")[0] for c in comparison.columns if c.key.endswith(":valid") and not c.key.startswith("val:")))
+    aggregated = [b for b in benchmarks if any(c.key == f"{b}:valid_agg" for c in comparison.columns)]
+    marks = {c.label.split()[-1] for c in comparison.columns if c.key.endswith(":valid_agg")}
     groups = {c.key.split(":")[0]: c.group for c in comparison.columns}
     first_numeric = next((i for i, c in enumerate(comparison.columns) if c.numeric), len(comparison.columns))
     last_numeric = max((i for i, c in enumerate(comparison.columns) if c.numeric), default=first_numeric - 1)
     head = comparison.columns[:first_numeric]
     tail = comparison.columns[last_numeric + 1 :]
-    sums = Table(title=f"{title}: Σ over subsets, valid / optimal", title_justify="left")
+    mark = next(iter(marks)) if len(marks) == 1 else "aggregate"
+    sums = Table(title=f"{title}: {mark} over subsets, valid / optimal", title_justify="left") if aggregated else None
     overall = Table(title=f"{title}: overall rates (%), valid / optimal", title_justify="left")
-    for table in (sums, overall):
+    for table, shown in ((sums, aggregated), (overall, benchmarks)):
+        if table is None:
+            continue
         for i, column in enumerate(head):
             table.add_column(column.header, style="bold" if i == 0 else None)
-        for bench in benchmarks:
+        for bench in shown:
             table.add_column(groups[bench], justify="right")
-    sums.add_column("validation %", justify="right")
+    (sums or overall).add_column("validation %", justify="right")
     for column in tail:
         overall.add_column(column.header, style="dim")
     for row in comparison.rows:
         first = [cell(row.get(c.key), c) for c in head]
-        sums.add_row(*first, *(_pair(row, f"{b}:valid_sum", f"{b}:optimal_sum") for b in benchmarks), _pair(row, "val:valid", "val:optimal"))
-        overall.add_row(*first, *(_pair(row, f"{b}:valid", f"{b}:optimal") for b in benchmarks), *(cell(row.get(c.key), c) for c in tail))
-    return [sums, overall]
+        validation = [_pair(row, "val:valid", "val:optimal")]
+        if sums is not None:
+            sums.add_row(*first, *(_pair(row, f"{b}:valid_agg", f"{b}:optimal_agg") for b in aggregated), *validation)
+        overall.add_row(*first, *(_pair(row, f"{b}:valid", f"{b}:optimal") for b in benchmarks),
+                        *([] if sums is not None else validation), *(cell(row.get(c.key), c) for c in tail))
+    return [t for t in (sums, overall) if t is not None]
 
 
 def write_comparison(comparison: Comparison, output: str | Path) -> Path:

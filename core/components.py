@@ -497,6 +497,14 @@ class Benchmark:
     subsets: Grouping | None = None
     #: A headline number over the subsets (e.g. the MAPF paper's "Sum"); None: none.
     aggregate: Aggregate | None = None
+    #: A short name for tables and plot titles (e.g. ``3 agents``; default: the name).
+    label: str = ""
+    #: Where the set goes among the task's benchmarks in reports and comparisons (then by name).
+    order: int = 0
+
+    @property
+    def display_label(self) -> str:
+        return self.label or self.name
 
     def __post_init__(self) -> None:
         if self.subsets is None and self.subset_field:

@@ -77,6 +77,25 @@ def register_policies(register: Callable[[type], None]) -> None:
     """Register policy samplers used by evaluation (transformers, vLLM, API models)."""
 
 
+# ----------------------------------------------------------------------- report
+
+
+@hookspec
+def report_sections(run: Any, generator: Any) -> list[tuple[str, str]]:
+    """Sections of a task's own for ``envengineer report`` (shown after the benchmarks).
+
+    :param run: the :class:`envengineer.runview.RunView` being reported (its files, ``run.task``
+        the task's name, ``run.path`` the run directory).
+    :param generator: the run's task :class:`envengineer.components.Generator`, or None when the
+        run's task is not installed here.
+    :returns: ``[(title, html), ...]``, possibly empty: return ``[]`` for a run of another task
+        (check ``run.task``). The title is escaped; the HTML body is put in the page as it is, so
+        escape what you take from the run's files (``html.escape``). A plot of your own goes under
+        ``run.path / "report"`` and is shown with ``<img src="report/NAME.png">``. An implementation
+        that raises is reported on the page and skipped; the rest of the report stays.
+    """
+
+
 # -------------------------------------------------------------------- lifecycle
 
 

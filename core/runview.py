@@ -4,6 +4,11 @@ The loop writes the directory step by step, so a reader meets partial runs: roun
 yet started, optional files absent (benchmarks, engineer notes), a history line cut by a
 crash. :func:`load_run` never fails on those; it records what it could not read in
 ``RunView.problems`` and shows the rest.
+
+The view also knows what the run's task declares (groupings, knobs, benchmark labels,
+subsets and aggregates; see :mod:`envengineer.declared`), resolved through the registry
+from run.yaml's ``task`` section. A run whose task family is not installed is still shown,
+with what its files hold, and a note in ``problems``.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envengineer.declared import BenchView, Dimension, KnobLayout, dimensions, knob_layout, sort_keys
 from envengineer.errors import EnvEngineerError, InputError
 
 BASE = "base"
-SUBSETS = ("wr_025", "wr_050", "wr_075")
+
+__all__ = ["BASE", "RunView", "Stage", "load_run", "rate", "sort_keys"]
 
 
 @dataclass
@@ -47,6 +54,9 @@ class RunView:
     base: Stage
     rounds: list[Stage]  # rounds found on disk, in order
     problems: list[str] = field(default_factory=list)  # files that exist but could not be read
+    task: str | None = None  # the task family's name (run.yaml's task section)
+    generator: Any = None  # the task's Generator; None when its plugin is not installed here
+    benchmarks: dict[str, Any] = field(default_factory=dict)  # name -> registered Benchmark (evaluation sets of the run)
 
     @property
     def stages(self) -> list[Stage]:
@@ -91,41 +101,48 @@ class RunView:
         return out
 
     def bench_names(self) -> list[str]:
+        """The run's benchmarks (those it lists and those on disk), in their declared order."""
         names = {n for s in self.stages for n in s.bench}
-        listed = ((self.config.get("eval") or {}).get("benchmarks") or []) if isinstance(self.config.get("eval"), dict) else []
-        return sort_bench_names(names | {str(n) for n in listed})
+        return sort_benches(self.bench(n) for n in names | set(self.listed_benchmarks()))
+
+    def listed_benchmarks(self) -> list[str]:
+        evals = self.config.get("eval")
+        listed = evals.get("benchmarks") if isinstance(evals, dict) else None
+        return [str(n) for n in listed] if isinstance(listed, list) else []
+
+    @property
+    def validation_set(self) -> str | None:
+        evals = self.config.get("eval")
+        name = evals.get("validation") if isinstance(evals, dict) else None
+        return str(name) if name else None
+
+    # -- what the task declares (envengineer.declared), with fallbacks from the files
+
+    def bench(self, name: str) -> BenchView:
+        """Benchmark ``name`` as tables show it: its declared label, order, subsets and aggregate
+        (its name, no subsets and no aggregate when it is not registered here)."""
+        return BenchView.of(name, self.benchmarks.get(name))
+
+    def dimensions(self) -> list[Dimension]:
+        """The groupings of the validation summaries: the task's declared ones, then the validation
+        set's subsets, then any other ``by`` key the summaries hold."""
+        spec = self.benchmarks.get(self.validation_set or "")
+        extra = [spec.subsets] if spec is not None and spec.subsets is not None else []
+        return dimensions(self.generator, [s.eval for s in self.stages], extra)
+
+    def primary(self) -> Dimension | None:
+        """The task's primary grouping (its evidence groups); without a task, the summaries' first ``by`` key."""
+        dims = self.dimensions()
+        return dims[0] if dims else None
+
+    def knob_layout(self) -> KnobLayout | None:
+        """Where the round configs keep the knobs, as the task declares (else as found in them)."""
+        return knob_layout(self.generator, [s.config for s in self.rounds])
 
 
-# ------------------------------------------------------------------ orderings
-
-
-def _size_key(key: str) -> tuple[Any, ...]:
-    match = re.fullmatch(r"(\d+)x(\d+)", key)
-    if match:
-        return (0, int(match[1]), int(match[2]), key)
-    try:
-        return (0, float(key), 0, key)
-    except ValueError:
-        return (1, 0, 0, key)
-
-
-def sort_keys(keys: Any) -> list[str]:
-    """Group values in a readable order: ``3x3 < 10x10``, ``0.1 < 0.2``, then text."""
-    return sorted({str(k) for k in keys}, key=_size_key)
-
-
-def agents_of(bench: str) -> int | None:
-    match = re.search(r"(\d+)[-_ ]?agents?", bench)
-    return int(match[1]) if match else None
-
-
-def sort_bench_names(names: Any) -> list[str]:
-    return sorted(set(names), key=lambda n: (agents_of(n) is None, agents_of(n) or 0, n))
-
-
-def bench_label(bench: str) -> str:
-    agents = agents_of(bench)
-    return f"{agents} agents" if agents is not None else bench
+def sort_benches(views: Any) -> list[str]:
+    """Benchmark names by their declared order, then name; undeclared ones last."""
+    return [v.name for v in sorted(views, key=lambda v: v.sort_key)]
 
 
 # ------------------------------------------------------------------ metrics
@@ -140,17 +157,6 @@ def rate(summary: dict[str, Any] | None, metric: str, *path: str) -> float | Non
         node = node.get(key) if isinstance(node, dict) else None
     value = node.get(metric) if isinstance(node, dict) else None
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def subset_sum(summary: dict[str, Any] | None, metric: str, subsets: tuple[str, ...] = SUBSETS) -> float | None:
-    """The paper's "Sum": per-subset rates added up (wr_025 + wr_050 + wr_075), in percent.
-
-    None unless every subset is present, so a partial sum never passes for a full one.
-    """
-    values = [rate(summary, metric, "subset", s) for s in subsets]
-    if any(v is None for v in values):
-        return None
-    return sum(100 * v for v in values)  # type: ignore[operator]
 
 
 def paired_with_base(stage: list[tuple[str, bool]] | None, base: list[tuple[str, bool]] | None) -> dict[str, Any] | None:
@@ -305,8 +311,42 @@ def _stage(folder: Path, label: str, index: int | None, problems: list[str]) -> 
     return stage
 
 
-def load_run(run_dir: str | Path) -> RunView:
-    """Read everything a run directory holds so far; raise only if it is not a run directory."""
+def resolve_task(config: dict[str, Any], bench_names: Any, registry: Any, problems: list[str]) -> tuple[str | None, Any, dict[str, Any]]:
+    """The run's task name, its generator (None when it cannot be built here) and the registered
+    benchmarks among ``bench_names``; what is missing is noted in ``problems``."""
+    section = config.get("task")
+    name = section.get("name") if isinstance(section, dict) else section
+    if not name:
+        return None, None, {}
+    name = str(name)
+    if registry is None:
+        from envengineer.registry import load_registry
+
+        try:
+            registry = load_registry()
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not cost the report
+            problems.append(f"plugins could not be loaded ({exc}); groupings and knobs are shown as the files hold them")
+            return name, None, {}
+    generator = None
+    if name not in registry.names("generator"):
+        problems.append(f"task {name!r} is not installed here (no plugin registers it): groupings and knobs are shown as the files hold them")
+    else:
+        try:
+            generator = registry.create("generator", name, section if isinstance(section, dict) else {}, where="task")
+        except Exception:  # noqa: BLE001 - options of an older version: the declarations do not depend on them
+            try:
+                generator = registry.get("generator", name)()
+            except Exception as exc:  # noqa: BLE001
+                problems.append(f"task {name!r}: its generator could not be built ({exc}); groupings and knobs are shown as the files hold them")
+    known = set(registry.names("benchmark"))
+    benchmarks = {b: registry.benchmark(b) for b in bench_names if b in known}
+    return name, generator, benchmarks
+
+
+def load_run(run_dir: str | Path, registry: Any = None) -> RunView:
+    """Read everything a run directory holds so far; raise only if it is not a run directory.
+
+    ``registry`` resolves the run's task and benchmarks (default: the installed plugins)."""
     path = Path(run_dir)
     if not path.is_dir():
         raise InputError(f"{path}: no such run directory")
@@ -321,7 +361,7 @@ def load_run(run_dir: str | Path) -> RunView:
     base = _stage(path / BASE, BASE, None, problems)
     if not isinstance(config, dict) and not rounds and base.eval is None:
         raise EnvEngineerError(f"{path}: not a run directory (no run.yaml, base/ or round-NN/)")
-    return RunView(
+    view = RunView(
         path=path,
         config=config if isinstance(config, dict) else {},
         history=_read_jsonl(path / "history.jsonl", problems),
@@ -329,3 +369,7 @@ def load_run(run_dir: str | Path) -> RunView:
         rounds=rounds,
         problems=problems,
     )
+    names = {n for s in view.stages for n in s.bench} | set(view.listed_benchmarks())
+    names |= {view.validation_set} if view.validation_set else set()
+    view.task, view.generator, view.benchmarks = resolve_task(view.config, sorted(names), registry, problems)
+    return view

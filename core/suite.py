@@ -5,8 +5,8 @@ Each config runs once per seed (the seed overridden, the run directory
 finished runs are skipped, interrupted ones resume, a run that raises is recorded and the
 others still run. The tables group the configs by their ``suite.table`` field (the
 config decides, not its file name); a row is one config, each figure the mean ± sd over
-its finished seeds. Benchmark columns are whatever the configs evaluate, with the Sum
-over subsets the evaluation recorded.
+its finished seeds. Benchmark columns are whatever the configs evaluate, with the aggregate
+over subsets each benchmark declares (e.g. MAPF's Sum over subsets) as the evaluation recorded it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from envengineer.compare import MISSING, Column, Comparison, Stat, engineer_label, metric_columns, run_figures
+from envengineer.compare import MISSING, Column, Comparison, Stat, comparison_note, engineer_label, metric_columns, run_figures
+from envengineer.declared import BenchView
 from envengineer.errors import EnvEngineerError, InputError
 from envengineer.runconfig import RunConfig
 
@@ -284,12 +285,12 @@ def _designs(run: SuiteRun) -> list[bool]:
     return [bool(line.get("fallback")) for line in RunDir(run.run_dir).history() if line.get("step") == "design"]
 
 
-def entry_row(entry: SuiteEntry, benchmarks: Sequence[str]) -> dict[str, Any]:
+def entry_row(entry: SuiteEntry, benchmarks: Sequence[BenchView], registry: Any = None) -> dict[str, Any]:
     """One table row: mean ± sd of each figure over the entry's finished seeds, and what is missing."""
     from envengineer.runview import load_run
 
     finished = [run for run in entry.runs if run.done]
-    per_seed = [run_figures(load_run(run.run_dir), benchmarks)[0] for run in finished]
+    per_seed = [run_figures(load_run(run.run_dir, registry), benchmarks)[0] for run in finished]
     keys = {key for figures in per_seed for key in figures}
     row: dict[str, Any] = {key: Stat.of([figures.get(key) for figures in per_seed]) for key in keys}
     designs = [flag for run in entry.runs for flag in _designs(run)]
@@ -317,33 +318,42 @@ def entry_row(entry: SuiteEntry, benchmarks: Sequence[str]) -> dict[str, Any]:
     return row
 
 
-def tables(suite: Suite) -> dict[str, Comparison]:
-    """One comparison per ``suite.table``, in order of first appearance; rows by (order, file name)."""
+def bench_views(names: Sequence[str], registry: Any) -> list[BenchView]:
+    """The configs' benchmarks as their tasks declare them (label: the benchmark's name, as
+    ``envengineer bench list`` shows it), in the configs' order."""
+    known = set(registry.names("benchmark")) if registry is not None else set()
+    return [BenchView.of(n, registry.benchmark(n) if n in known else None) for n in names]
+
+
+def tables(suite: Suite, registry: Any = None) -> dict[str, Comparison]:
+    """One comparison per ``suite.table``, in order of first appearance; rows by (order, file name).
+    ``registry`` resolves the benchmarks and the runs' tasks (default: the installed plugins)."""
+    from envengineer.compare import _registry
+
+    registry = registry if registry is not None else _registry()
     grouped: dict[str, list[SuiteEntry]] = {}
     for entry in suite.entries:
         grouped.setdefault(entry.table, []).append(entry)
     result = {}
     for title, entries in grouped.items():
         entries = sorted(entries, key=lambda e: (e.order, e.stem))
-        benchmarks = list(dict.fromkeys(b for e in entries for b in e.config.eval.benchmarks))
+        benchmarks = bench_views(list(dict.fromkeys(b for e in entries for b in e.config.eval.benchmarks)), registry)
         validations = sorted({e.config.eval.validation for e in entries})
         columns = [
             Column("row", "row", "", "row", False),
             Column("engineer", "engineer", "", "engineer", False),
             Column("context", "context", "", "context", False),
             Column("seeds", "seeds finished", "", "seeds", False),
-            *metric_columns(benchmarks, {b: b for b in benchmarks}),
+            *metric_columns(benchmarks, {b.name: b.name for b in benchmarks}),
             Column("fallback", "designs fell back", "", "fell back", False),
             Column("status", "status", "", "status", False),
         ]
-        note = (
-            f"Each figure: mean ± sd (sample, n − 1) over the finished seeds, in percent. "
-            f"Σ: the Sum over subsets the evaluation recorded (per-subset rates added up, out of 100 × subsets); "
-            f"%: overall rate. Benchmarks from the last round that ran them; validation ({', '.join(validations)}) "
-            f"from the last round. designs fell back: design steps that kept the config because the engineer's "
-            f"answer was unusable, over all seeds."
+        note = "Each figure: mean ± sd (sample, n − 1) over the finished seeds, in percent. " + comparison_note(
+            benchmarks,
+            f"Benchmarks from the last round that ran them; validation ({', '.join(validations)}) from the last round. "
+            f"designs fell back: design steps that kept the config because the engineer's answer was unusable, over all seeds.",
         )
-        result[title] = Comparison(columns, [entry_row(e, benchmarks) for e in entries], note, over_seeds=True)
+        result[title] = Comparison(columns, [entry_row(e, benchmarks, registry) for e in entries], note, over_seeds=True)
     return result
 
 
@@ -351,13 +361,13 @@ def slug(title: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", title).strip("-").lower() or "table"
 
 
-def write_tables(suite: Suite, console: Console | None = None) -> list[Path]:
+def write_tables(suite: Suite, console: Console | None = None, registry: Any = None) -> list[Path]:
     """Write ``<output>/<table>.md`` and ``.csv`` atomically for every table; print them."""
     from envengineer.compare import rich_tables, to_csv, to_markdown
     from envengineer.fileio import write_text
 
     written = []
-    for title, comparison in tables(suite).items():
+    for title, comparison in tables(suite, registry).items():
         base = suite.output / slug(title)
         write_text(base.with_suffix(".md"), f"# {title}\n\n" + to_markdown(comparison))
         write_text(base.with_suffix(".csv"), to_csv(comparison))

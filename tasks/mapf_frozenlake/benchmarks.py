@@ -63,6 +63,8 @@ def _spec(name: str, agents: int, description: str) -> Benchmark:
         subsets=SUBSET_GROUPING,
         aggregate=SUM_OVER_SUBSETS,
         build=lambda: build_set(name, agents),
+        label=f"{agents} agents",
+        order=agents,
     )
 
 
