@@ -385,7 +385,7 @@ def compare(
     run_dirs: list[Path] = typer.Argument(..., help="run directories to put side by side"),
     output: Optional[Path] = typer.Option(None, "--output", help="also write the table to FILE.md or FILE.csv"),
 ) -> None:
-    """Runs side by side as the paper's table: 3/4/5-agent benchmarks (Sum over subsets, overall) and validation."""
+    """Runs side by side: each benchmark's declared aggregate over its subsets (MAPF: the paper's Sum) and overall rates, then validation."""
     from envengineer.compare import load_comparison, rich_tables, write_comparison
 
     comparison = load_comparison(run_dirs)
