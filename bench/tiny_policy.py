@@ -147,7 +147,7 @@ def main() -> None:
         cached, base = True, args.base
         info = json.loads((args.base / "warm_start.json").read_text())
     else:
-        cached = policy.warm_start_info() is not None
+        cached = policy.warm_start_info(generator) is not None
         base = policy.prepare(generator=generator)
         info = policy.warm_start_info()
     print(f"warm start: {'cached' if cached else f'built in {time.perf_counter() - started:.1f}s'}  {info['instances']} instances × "

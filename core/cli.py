@@ -422,17 +422,37 @@ def suite_command(
         raise typer.Exit(1)
 
 
-@app.command()
-def pretrain(
-    force: bool = typer.Option(False, "--force", help="rebuild even when the cached base model exists"),
-    instances: Optional[int] = typer.Option(None, "--instances", help="warm-start instances (default: the tiny policy's)"),
-    epochs: Optional[float] = typer.Option(None, "--epochs", help="warm-start epochs (default: the tiny policy's)"),
-    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads"),
-) -> None:
-    """Build the embedded tiny policy's base model (cached), then print its greedy valid rate."""
-    from envengineer.plugins.policies.cli import pretrain_command
+def _plugin_commands() -> None:
+    """Commands that plugins add through the ``register_commands`` hook (e.g. the tiny policy's
+    ``pretrain``). A plugin's command may not take a name the command line already has; a plugin
+    whose hook fails is reported and skipped."""
+    from envengineer.plugin_manager import create_plugin_manager
 
-    pretrain_command(_registry(), console, force=force, instances=instances, epochs=epochs, threads=threads)
+    try:
+        pm = create_plugin_manager()
+    except EnvEngineerError:
+        return  # the commands that load plugins report it
+    names = {info.name or info.callback.__name__.replace("_", "-") for info in app.registered_commands}
+    names |= {info.name for info in app.registered_groups}
+    for impl in reversed(pm.hook.register_commands.get_hookimpls()):  # in registration order
+        before = len(app.registered_commands), len(app.registered_groups)
+        try:
+            impl.function(**{arg: app for arg in impl.argnames})
+        except Exception as exc:  # a broken plugin must not take the command line down
+            del app.registered_commands[before[0] :], app.registered_groups[before[1] :]
+            err_console.print(f"[yellow]plugin {escape(impl.plugin_name)}: register_commands failed: {escape(repr(exc))}[/]")
+            continue
+        for infos in (app.registered_commands, app.registered_groups):
+            for info in list(infos[before[infos is app.registered_groups] :]):
+                name = info.name or (info.callback.__name__.replace("_", "-") if info.callback else None)
+                if name in names:
+                    infos.remove(info)
+                    err_console.print(f"[yellow]plugin {escape(impl.plugin_name)}: command {escape(str(name))!r} already exists; not added[/]")
+                else:
+                    names.add(name)
+
+
+_plugin_commands()
 
 
 def main(argv: list[str] | None = None) -> None:

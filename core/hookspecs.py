@@ -77,6 +77,21 @@ def register_policies(register: Callable[[type], None]) -> None:
     """Register policy samplers used by evaluation (transformers, vLLM, API models)."""
 
 
+# ----------------------------------------------------------------- command line
+
+
+@hookspec
+def register_commands(cli: Any) -> None:
+    """Add commands to the ``envengineer`` command line (the pattern of simonw/llm).
+
+    :param cli: the root ``typer.Typer`` app. Add a command with ``cli.command("name")(function)``
+        (or ``@cli.command()``), or a group of them with ``cli.add_typer(group, name="name")``.
+        Called once, when the command line is built: import heavy modules inside the commands.
+        A name the command line already has is refused with a warning, and a plugin whose hook
+        raises is reported and skipped; the other commands stay.
+    """
+
+
 # ----------------------------------------------------------------------- report
 
 

@@ -12,3 +12,10 @@ def register_policies(register):
 
     for policy in (TransformersPolicy, VllmPolicy, TinyPolicy, OpenAICompatiblePolicy):
         register(policy)
+
+
+@hookimpl
+def register_commands(cli):
+    from envengineer.plugins.policies import cli as commands
+
+    commands.register(cli)  # envengineer pretrain: the tiny policy's base model

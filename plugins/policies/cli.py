@@ -1,61 +1,91 @@
-"""``envengineer pretrain``: build the tiny base model, then measure it (kept out of core/cli.py)."""
+"""``envengineer pretrain``: build the tiny base model, then measure it.
+
+The tiny policy's plugin adds this command to the command line through the
+``register_commands`` hook (``envengineer.plugins.policies.register_commands``); the core
+knows nothing of it. Heavy imports (torch, transformers) happen when the command runs.
+"""
 
 from __future__ import annotations
 
 import math
 import time
 from collections import defaultdict
-from typing import Any
+from typing import Any, Optional
 
-HELD_OUT_SEED = 424242  # fresh instances when the validation file is not shipped
+import typer
 
-
-def held_out_records(registry: Any, generator: Any) -> tuple[str, list[dict[str, Any]]]:
-    """The ``mapf-2agents-val`` records if the file exists, else 300 fresh held-out instances."""
-    import json
-
-    try:
-        spec = registry.benchmark("mapf-2agents-val")
-    except Exception:
-        spec = None
-    if spec is not None and spec.path.exists():
-        records = [json.loads(line) for line in spec.path.read_text().splitlines() if line.strip()]
-        return "mapf-2agents-val", records
-    return "300 fresh held-out instances", generator.generate(generator.default_config(), n=300, seed=HELD_OUT_SEED).records
+HELD_OUT_SEED = 424242  # fresh instances when the task ships no matching benchmark file
+HELD_OUT_N = 300
 
 
-def greedy_valid(policy: Any, generator: Any, validator: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
-    texts = policy.sample([generator.render(r, "compact") for r in records], n=1)
-    by_size: dict[int, list[bool]] = defaultdict(list)
+def default_task() -> str:
+    """The task a run config names when it names none."""
+    from envengineer.runconfig import RunConfig
+
+    return RunConfig.model_fields["task"].default_factory()["name"]  # type: ignore[misc]
+
+
+def held_out_records(registry: Any, generator: Any, bench: str | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """Held-out records to measure the base model on, and their name.
+
+    ``bench``: that benchmark. Otherwise the first registered benchmark of the generator's task
+    whose options all equal the generator's (mapf-frozenlake with 2 agents: ``mapf-2agents-val``)
+    if its file exists, else :data:`HELD_OUT_N` fresh instances of the task's default config.
+    """
+    from envengineer.errors import ConfigError
+    from envengineer.fileio import read_jsonl
+
+    if bench is not None:
+        spec = registry.benchmark(bench)
+        if spec.task != generator.name:
+            raise ConfigError(f"--bench {bench}: a benchmark of task {spec.task!r}, not of {generator.name!r}")
+        return bench, read_jsonl(spec.path)
+    options = generator.options
+    for entry in registry.entries("benchmark"):
+        spec = entry.obj
+        if spec.task == generator.name and all(getattr(options, k, None) == v for k, v in spec.options.items()) and spec.path.exists():
+            return spec.name, read_jsonl(spec.path)
+    records = generator.generate(generator.default_config(), n=HELD_OUT_N, seed=HELD_OUT_SEED).records
+    return f"{HELD_OUT_N} fresh held-out instances", records
+
+
+def greedy_valid(policy: Any, generator: Any, validator: Any, records: list[dict[str, Any]], style: str = "compact") -> dict[str, Any]:
+    """Greedy valid and optimal rates of ``policy`` on ``records``, overall and per evidence group."""
+    texts = policy.sample([generator.render(r, style) for r in records], n=1)
+    by_group: dict[str, list[bool]] = defaultdict(list)
     valid = optimal = 0
     for record, (text,) in zip(records, texts):
-        verdict = validator.score(record, generator.decode_response(record, text, "compact"))
+        verdict = validator.score(record, generator.decode_response(record, text, style))
         valid += verdict.valid
         optimal += verdict.optimal
-        by_size[record["size"]].append(verdict.valid)
+        by_group[generator.group(record)].append(verdict.valid)
     n = len(records)
-    rate = valid / n
-    return {"n": n, "valid": rate, "se": math.sqrt(rate * (1 - rate) / n), "optimal": optimal / n,
-            "by_size": {size: sum(v) / len(v) for size, v in sorted(by_size.items())}}
+    rate = valid / n if n else 0.0
+    order = {name: i for i, name in enumerate(generator.groups())}
+    groups = sorted(by_group, key=lambda g: (order.get(g, len(order)), g))
+    return {"n": n, "valid": rate, "se": math.sqrt(rate * (1 - rate) / n) if n else 0.0, "optimal": optimal / n if n else 0.0,
+            "by_group": {g: sum(by_group[g]) / len(by_group[g]) for g in groups}}
 
 
-def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int | None,
-                     epochs: float | None, threads: int | None) -> None:
+def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int | None, epochs: float | None,
+                     threads: int | None, task: str | None = None, task_options: dict[str, Any] | None = None,
+                     bench: str | None = None, limit: int | None = None) -> None:
     import transformers
     from rich.table import Table
 
     from envengineer.display import stage_progress
+    from envengineer.evaluation import spread
 
     transformers.utils.logging.disable_progress_bar()
 
     options: dict[str, Any] = {k: v for k, v in {"instances": instances, "epochs": epochs, "threads": threads}.items() if v is not None}
     policy = registry.create("policy", "tiny", options, where="policy.tiny")
-    generator, validator = registry.task("mapf-frozenlake", {"agents": 2})
-    cached = policy.warm_start_info() is not None and not force
+    generator, validator = registry.task(task or default_task(), task_options or {})
+    cached = policy.warm_start_info(generator) is not None and not force
     started = time.perf_counter()
     with stage_progress(console, transient=False) as progress:
         path = policy.prepare(generator=generator, force=force, progress=progress)
-    info = policy.warm_start_info() or {}
+    info = policy.warm_start_info(generator) or {}
     train = info.get("train", {})
     how = "cached" if cached else f"built in {time.perf_counter() - started:.0f}s"
     console.print(f"base model ({how}): {path}", highlight=False)
@@ -64,13 +94,52 @@ def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int
         f"{train.get('steps')} steps, {train.get('seconds')}s, final loss {train.get('final_loss')}",
         highlight=False,
     )
-    name, records = held_out_records(registry, generator)
-    result = greedy_valid(policy.with_path(path), generator, validator, records)
+    name, records = held_out_records(registry, generator, bench)
+    records = spread(records, limit)
+    result = greedy_valid(policy.with_path(path), generator, validator, records, policy.options.prompt_style)
     table = Table(title=f"greedy decoding on {name} ({result['n']})", title_justify="left")
-    table.add_column("size")
+    table.add_column("group")
     table.add_column("valid", justify="right")
-    for size, rate in result["by_size"].items():
-        table.add_row(f"{size}x{size}", f"{rate:.3f}")
+    for group, rate in result["by_group"].items():
+        table.add_row(group, f"{rate:.3f}")
     table.add_row("all", f"{result['valid']:.3f} ± {result['se']:.3f}")
     console.print(table)
     console.print(f"optimal: {result['optimal']:.3f}", highlight=False)
+
+
+def _task_options(items: list[str] | None) -> dict[str, Any]:
+    import yaml
+
+    from envengineer.errors import ConfigError
+
+    options: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--option {item!r}: expected KEY=VALUE")
+        options[key.strip()] = yaml.safe_load(value)
+    return options
+
+
+def pretrain(
+    force: bool = typer.Option(False, "--force", help="rebuild even when the cached base model exists"),
+    instances: Optional[int] = typer.Option(None, "--instances", help="warm-start instances (default: the tiny policy's)"),
+    epochs: Optional[float] = typer.Option(None, "--epochs", help="warm-start epochs (default: the tiny policy's)"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads"),
+    task: Optional[str] = typer.Option(None, "--task", help="task family whose warm start is built (default: a run config's default task)"),
+    option: Optional[list[str]] = typer.Option(None, "--option", "-o", help="task option KEY=VALUE (repeatable)"),
+    bench: Optional[str] = typer.Option(None, "--bench", help="benchmark to measure on (default: the task's benchmark matching its options, else fresh instances)"),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="measure on N instances, evenly spread over the set"),
+) -> None:
+    """Build the embedded tiny policy's base model (cached), then print its greedy valid rate."""
+    from rich.console import Console
+
+    from envengineer.registry import load_registry
+
+    pretrain_command(load_registry(), Console(), force=force, instances=instances, epochs=epochs, threads=threads,
+                     task=task, task_options=_task_options(option), bench=bench, limit=limit)
+
+
+def register(cli: Any) -> None:
+    """Add ``pretrain`` to the command line ``cli`` (a typer app)."""
+    cli.command("pretrain")(pretrain)
