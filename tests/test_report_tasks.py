@@ -190,7 +190,8 @@ def test_a_mean_aggregate_is_out_of_100_and_computed_from_the_subsets_when_not_r
 
 
 def test_the_context_of_an_arith_run_shows_its_groups_and_knobs(tmp_path, registry_arith):
-    from envengineer.evidence import compose_context, load_evidence
+    from envengineer.context import compose_context
+    from envengineer.evidence import load_evidence
 
     run_dir = make_arith_run(tmp_path, registry_arith)
     text = compose_context(registry_arith, "V6", load_evidence(run_dir, 1, registry_arith))
@@ -265,3 +266,16 @@ def test_a_task_adds_its_own_report_sections(tmp_path, registry_arith):
     assert '<a href="#task-carries">Carries</a>' in page
     assert any("broken-report: report_sections failed: RuntimeError: boom" in p for p in report.problems)
     assert page.index('id="benchmarks"') < page.index('id="task-carries"') < page.index('id="timeline"')
+
+
+def test_knob_layouts_for_top_level_knobs_and_for_undeclared_ones():
+    from envengineer.components import Knob
+    from envengineer.declared import KnobLayout, knob_layout
+
+    flat = SimpleNamespace(knobs=(Knob("level", 1, 5, 1, integer=True, harder="up"),), knob_table=None, groups=lambda: ("all",))
+    layout = knob_layout(flat, [{"level": 2}])
+    assert (layout.table, layout.knobs) == (None, ("level",))
+    assert layout.values({"level": 3, "other": "x"}) == {KnobLayout.ROW: {"level": 3}} and layout.values({"x": 1}) is None
+    found = knob_layout(None, [{"name": "c", "depth": 2, "flag": True}, {"depth": 4}])
+    assert (found.table, found.knobs, found.declared) == (None, ("depth",), False)
+    assert knob_layout(None, [{"name": "c"}]) is None
