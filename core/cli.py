@@ -219,7 +219,8 @@ def context(
 ) -> None:
     """Print the composed engineer context for a recorded round."""
     from envengineer.replay import context_spec_from_cli
-    from envengineer.evidence import compose_context, load_evidence
+    from envengineer.context import compose_context
+    from envengineer.evidence import load_evidence
 
     registry = _registry()
     evidence = load_evidence(run, round, registry)

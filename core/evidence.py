@@ -1,22 +1,20 @@
-"""What an engineer may read for one design step, how a run's context is chosen, and composed.
+"""What an engineer may read for one design step.
 
-:class:`Evidence` gathers one finished round (config, validation summary, failing
-examples, training details) and the rounds before it. Context modules (F, G, H, S, T:
-registered plugins) each render a block of markdown from it; :class:`ContextSpec` (the
-run config's ``context:`` section) picks the modules, by preset or by list, and
-:func:`compose_context` joins their blocks. :func:`load_evidence` rebuilds the evidence
-of a recorded round from a run directory, so any engineer can be replayed on it.
+:class:`Evidence` gathers one finished round (config, validation summary, failing examples,
+training details) and the rounds before it; context modules (F, G, H, S, T) each render a
+block of markdown from it (:mod:`envengineer.context`). :func:`load_evidence` rebuilds the
+evidence of a recorded round from a run directory, read through
+:class:`~envengineer.rundir.RunDir`, so any engineer can be replayed on it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from typing import Any
 
 from envengineer.errors import ConfigError, InputError
+from envengineer.rundir import RunDir
 
 # ---------------------------------------------------------------------- evidence
 
@@ -48,153 +46,16 @@ class Evidence:
     budget: int = 0
 
 
-# ---------------------------------------------------------------- context choice
-
-MODULE_NAMES = ("F", "G", "H", "S", "T")
-
-#: Our reading of the paper's six context variants (docs/context.md). The paper's summary
-#: fixes only V4 (no random round-0 config), V5/V6 (add S) and V6 = V4 + S + T; the rest is
-#: our reading: V1–V3 start from a random round-0 config and add one module each, V4 is V3
-#: started from the uniform config. ``start`` is the round-0 config; the other reading of V4
-#: (random start, round 0 left out of the history) is ``{preset: V4, start: random,
-#: options: {H: {omit_round0: true}}}``.
-PRESETS: dict[str, dict[str, Any]] = {
-    "V1": {"modules": ["F"], "T": None, "start": "random"},
-    "V2": {"modules": ["F", "G"], "T": None, "start": "random"},
-    "V3": {"modules": ["F", "G", "H"], "T": None, "start": "random"},
-    "V4": {"modules": ["F", "G", "H"], "T": None, "start": "uniform"},
-    "V5": {"modules": ["F", "G", "H", "S"], "T": None, "start": "uniform"},
-    "V6": {"modules": ["F", "G", "H", "S", "T"], "T": "bookkeeping", "start": "uniform"},
-}
-#: Round-0 starts every task has; anything else given as a start is a config file's path.
-BUILTIN_STARTS = ("uniform", "random")
-_START_CHOICES = "give uniform, random or the path of a generator config file"
-DEFAULT_PRESET = "V6"
-
-
-class ContextSpec(BaseModel):
-    """The run config's ``context:`` section: ``{preset: V6}`` or ``{modules: [F, G, H, S], T: bookkeeping}``.
-
-    ``T`` given with a preset overrides the preset's T mode (``{preset: V6, T: full}``)
-    and adds T when the preset lacks it. ``start`` overrides the preset's round-0 config
-    (``uniform``, ``random`` or a config file). ``options`` passes options to a module by
-    name (``{F: {examples: 5}, H: {omit_round0: true}}``).
-    """
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    preset: Literal["V1", "V2", "V3", "V4", "V5", "V6"] | None = None
-    modules: list[str] | None = Field(None, description="context modules in prompt order")
-    T: Literal["full", "bookkeeping"] | None = Field(None, description="training-detail mode; adds T to the modules")
-    start: str | None = Field(None, description="round-0 config: uniform | random | path/to/config.yaml (default: the preset's; uniform for a module list)")
-    options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="per-module options by module name")
-
-    @field_validator("start")
-    @classmethod
-    def _start_named(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip():
-            raise ValueError(_START_CHOICES)
-        return value.strip() if value is not None else None
-
-    @model_validator(mode="after")
-    def _one_choice(self) -> "ContextSpec":
-        if self.preset is not None and self.modules is not None:
-            raise ValueError("give either preset or modules, not both")
-        if self.modules is not None:
-            seen = set()
-            for name in self.modules:
-                if name in seen:
-                    raise ValueError(f"module {name!r} is listed twice")
-                seen.add(name)
-        return self
-
-
-def parse_context_spec(spec: ContextSpec | dict[str, Any] | str | None) -> ContextSpec:
-    """A :class:`ContextSpec` from the section (a dict), a preset name, or None (the default preset)."""
-    if isinstance(spec, ContextSpec):
-        return spec
-    if spec is None:
-        return ContextSpec(preset=DEFAULT_PRESET)
-    if isinstance(spec, str):
-        spec = {"preset": spec}
-    from envengineer.registry import validate_options
-
-    return validate_options(ContextSpec, spec, "context")  # type: ignore[return-value]
-
-
-def resolve_context(spec: ContextSpec | dict[str, Any] | str | None) -> tuple[list[tuple[str, dict[str, Any]]], str]:
-    """The modules (name, options) in prompt order, and the context's round-0 start
-    ("uniform", "random" or a config file's path; see :func:`choose_start` for the run's)."""
-    spec = parse_context_spec(spec)
-    if spec.modules is None:
-        preset = PRESETS[spec.preset or DEFAULT_PRESET]
-        names = list(preset["modules"])
-        t_mode = spec.T or preset["T"]
-        start = spec.start or preset["start"]
-    else:
-        names = list(spec.modules)
-        t_mode = spec.T
-        start = spec.start or "uniform"
-    if t_mode is not None and "T" not in names:
-        names.append("T")
-    resolved = []
-    for name in names:
-        options = dict(spec.options.get(name, {}))
-        if name == "T":
-            options.setdefault("mode", t_mode or "bookkeeping")
-        resolved.append((name, options))
-    unknown = set(spec.options) - set(names)
-    if unknown:
-        raise ConfigError(f"context.options: options for modules not in use: {', '.join(sorted(unknown))}")
-    return resolved, start
-
-
-def choose_start(spec: ContextSpec | dict[str, Any] | str | None, initial_config: str | None = None, generator: Any = None) -> str:
-    """The run's round-0 config: the run config's ``initial_config`` or ``context.start``
-    (the same setting, give at most one), else the preset's start.
-
-    With ``generator``, a config file is read and validated now, so a bad path fails before
-    any training rather than at round 0.
-    """
-    spec = parse_context_spec(spec)
-    _, start = resolve_context(spec)
-    where = "context.start"
-    if initial_config is not None:
-        if spec.start is not None and spec.start != initial_config.strip():
-            raise ConfigError(
-                f"initial_config: {initial_config!r} disagrees with context.start {spec.start!r}; "
-                "they are the same setting, give it once"
-            )
-        start, where = initial_config.strip(), "initial_config"
-    if not start:
-        raise ConfigError(f"{where}: {_START_CHOICES}")
-    if generator is not None and start not in BUILTIN_STARTS:
-        if not Path(start).is_file():
-            raise ConfigError(f"{where}: {start}: no such file ({_START_CHOICES})")
-        from envengineer.taskops import load_generator_config
-
-        load_generator_config(generator, start)  # raises ConfigError naming the file and field
-    return start
-
-
-def compose_context(registry: Any, spec: ContextSpec | dict[str, Any] | str | None, evidence: Evidence) -> str:
-    """Render each chosen module and join the non-empty blocks under headings."""
-    modules, _ = resolve_context(spec)
-    blocks = []
-    for name, options in modules:
-        module = registry.create("context_module", name, options, where=f"context.options.{name}")
-        text = module.render(evidence).strip()
-        if text:
-            title = getattr(module, "title", "") or name
-            blocks.append(f"## {title} ({name})\n\n{text}")
-    return "\n\n".join(blocks) + ("\n" if blocks else "")
-
-
-# ------------------------------------------------------------- run directories
-
-
-def round_dir(run_dir: str | Path, round: int) -> Path:
-    return Path(run_dir) / f"round-{round:02d}"
+def task_from_run(run: dict[str, Any], registry: Any) -> Any:
+    """The generator component of a run config's ``task:`` section."""
+    section = dict(run.get("task") or {})
+    name = section.get("name")
+    if not name:
+        raise ConfigError("task.name: field required")
+    cls = registry.get("generator", name)
+    if "name" not in cls.Options.model_fields:
+        section.pop("name", None)
+    return registry.create("generator", name, section, where="task")
 
 
 def _read_json(path: Path) -> Any:
@@ -215,39 +76,27 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-def _was_fallback(run_dir: Path, round: int) -> bool:
+def _was_fallback(run: RunDir, round: int) -> bool:
     """Round ``round``'s config was kept by a fallback of the design step before it."""
     if round <= 0:
         return False
     from envengineer.fileio import read_yaml
 
-    path = round_dir(run_dir, round - 1) / "engineer" / "projection.yaml"
+    path = run.projection(round - 1)
     if not path.exists():
         return False
     data = read_yaml(path)
     return bool(isinstance(data, dict) and data.get("fallback"))
 
 
-def task_from_run(run: dict[str, Any], registry: Any) -> Any:
-    """The generator component of a run config's ``task:`` section."""
-    section = dict(run.get("task") or {})
-    name = section.get("name")
-    if not name:
-        raise ConfigError("task.name: field required")
-    cls = registry.get("generator", name)
-    if "name" not in cls.Options.model_fields:
-        section.pop("name", None)
-    return registry.create("generator", name, section, where="task")
-
-
 def load_evidence(run_dir: str | Path, round: int, registry: Any, *, max_examples: int | None = None) -> Evidence:
     """The evidence of recorded round ``round`` of the run in ``run_dir`` (layout: docs/context.md)."""
     from envengineer.fileio import read_jsonl, read_yaml
 
-    run_dir = Path(run_dir)
-    run = read_yaml(run_dir / "run.yaml")
+    run_dir_ = RunDir(run_dir)
+    run = read_yaml(run_dir_.run_yaml)
     if not isinstance(run, dict):
-        raise InputError(f"{run_dir / 'run.yaml'}: expected a mapping")
+        raise InputError(f"{run_dir_.run_yaml}: expected a mapping")
     task = task_from_run(run, registry)
     try:
         failure_types = tuple(registry.get("validator", task.name).failure_types)
@@ -255,33 +104,23 @@ def load_evidence(run_dir: str | Path, round: int, registry: Any, *, max_example
         failure_types = ()
 
     def config_of(n: int) -> dict[str, Any]:
-        data = read_yaml(round_dir(run_dir, n) / "config.yaml")
+        data = read_yaml(run_dir_.config_path(n))
         if not isinstance(data, dict):
-            raise InputError(f"{round_dir(run_dir, n) / 'config.yaml'}: expected a mapping")
+            raise InputError(f"{run_dir_.config_path(n)}: expected a mapping")
         return data
 
-    here = round_dir(run_dir, round)
-    if not here.is_dir():
-        raise InputError(f"{here}: no such round directory")
+    if not run_dir_.round_dir(round).is_dir():
+        raise InputError(f"{run_dir_.round_dir(round)}: no such round directory")
     history = [
-        RoundRecord(
-            round=n,
-            config=config_of(n),
-            report=_read_json(round_dir(run_dir, n) / "eval" / "summary.json"),
-            fallback=_was_fallback(run_dir, n),
-        )
+        RoundRecord(round=n, config=config_of(n), report=_read_json(run_dir_.eval_summary(n)), fallback=_was_fallback(run_dir_, n))
         for n in range(round)
     ]
-    summaries = [
-        note
-        for n in range(round)
-        if (note := _read_text(round_dir(run_dir, n) / "engineer" / "summary.md")) is not None
-    ]
-    examples_path = here / "eval" / "examples.jsonl"
+    summaries = [note for n in range(round) if (note := _read_text(run_dir_.summary_note(n))) is not None]
+    examples_path = run_dir_.eval_examples(round)
     examples = read_jsonl(examples_path) if examples_path.exists() else []
     if max_examples is not None:
         examples = examples[:max_examples]
-    details_path = here / "train" / "details.json"
+    details_path = run_dir_.train_details(round)
     training = _read_json(details_path) if details_path.exists() else {}
     budget = int(run.get("budget") or 0)
     rounds_total = int(run.get("rounds") or round + 1)
@@ -291,7 +130,7 @@ def load_evidence(run_dir: str | Path, round: int, registry: Any, *, max_example
         round=round,
         rounds_total=rounds_total,
         config=config_of(round),
-        report=_read_json(here / "eval" / "summary.json"),
+        report=_read_json(run_dir_.eval_summary(round)),
         failure_types=failure_types,
         examples=examples,
         history=history,

@@ -149,10 +149,10 @@ class Loop:
             return
         started = time.monotonic()
         policy = self.run.policy.with_path(self.base_path())
-        summary = self._evaluate(policy, self.cfg.eval.validation, self.dir.base_dir / "eval", "base eval", examples=True)
+        summary = self._evaluate(policy, self.cfg.eval.validation, self.dir.eval_dir(None), "base eval", examples=True)
         if self._benchmarks_due(None):
             for name in self.cfg.eval.benchmarks:
-                self._evaluate(policy, name, self.dir.base_dir / "bench" / name, "base bench", examples=False)
+                self._evaluate(policy, name, self.dir.bench_dir(None, name), "base bench", examples=False)
         self._finish("base_eval", None, started, n=summary["overall"]["n"], valid_rate=summary["overall"]["valid_rate"], optimal_rate=summary["overall"]["optimal_rate"])
 
     def initial_config(self) -> Any:
@@ -167,7 +167,7 @@ class Loop:
         return load_generator_config(generator, choice)
 
     def config_of(self, round: int) -> Any:
-        path = self.dir.round_dir(round) / "config.yaml"
+        path = self.dir.config_path(round)
         if round == 0 and not path.exists():
             write_yaml(path, self.initial_config().model_dump(mode="json"))
         from envengineer.taskops import load_generator_config
@@ -182,14 +182,14 @@ class Loop:
         progress, advance = self._progress(f"round {round}: generating {self.cfg.budget} instances", self.cfg.budget)
         with progress:
             result = self.run.generator.generate(config, n=self.cfg.budget, seed=round_seed(self.cfg.seed, round), progress=advance)
-        write_jsonl(self.dir.round_dir(round) / "train.jsonl", result.records)
+        write_jsonl(self.dir.train_set(round), result.records)
         self._finish("generate", round, started, n=len(result.records), discarded=result.discarded)
 
     def train(self, round: int) -> None:
         if self.dir.done("train", round):
             return
         started = time.monotonic()
-        target = self.dir.round_dir(round) / "train"
+        target = self.dir.train_dir(round)
         with self.dir.building(target) as partial:
             request = self.train_request(round, partial)
             self.console.print(
@@ -200,7 +200,7 @@ class Loop:
                 "full": dict(self.run.trainer.describe()),
                 "bookkeeping": {"round": round, "rounds_total": self.cfg.rounds, "budget": self.cfg.budget, **_bookkeeping(self.run.trainer, result)},
             }
-            write_json(partial / "details.json", details)
+            write_json(partial / self.dir.train_details(round).name, details)
         self._finish("train", round, started, **{k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float, str))})
 
     def train_request(self, round: int, out_dir: Path) -> Any:
@@ -209,7 +209,7 @@ class Loop:
 
         return TrainRequest(
             policy_path=self.base_path() if round == 0 else self.dir.checkpoint(round - 1),
-            records=read_jsonl(self.dir.round_dir(round) / "train.jsonl"),
+            records=read_jsonl(self.dir.train_set(round)),
             generator=self.run.generator, validator=self.run.validator,
             out_dir=out_dir, seed=round_seed(self.cfg.seed, round), round=round, prompt_style=self.style,
             chat_template_kwargs=self.chat_template_kwargs,
@@ -223,7 +223,7 @@ class Loop:
         self.start()
         self.pretrain()
         self.generate(0)
-        out = self.dir.round_dir(0) / "dry-run"
+        out = self.dir.dry_run_dir()
         out.mkdir(parents=True, exist_ok=True)
         plan = self.run.trainer.plan(self.train_request(0, out))
         if plan is None:
@@ -236,7 +236,7 @@ class Loop:
             return
         started = time.monotonic()
         policy = self.run.policy.with_path(self.dir.checkpoint(round))
-        summary = self._evaluate(policy, self.cfg.eval.validation, self.dir.round_dir(round) / "eval", f"round {round} eval", examples=True)
+        summary = self._evaluate(policy, self.cfg.eval.validation, self.dir.eval_dir(round), f"round {round} eval", examples=True)
         self._finish("eval", round, started, n=summary["overall"]["n"], valid_rate=summary["overall"]["valid_rate"], optimal_rate=summary["overall"]["optimal_rate"])
 
     def bench(self, round: int) -> None:
@@ -246,7 +246,7 @@ class Loop:
         policy = self.run.policy.with_path(self.dir.checkpoint(round))
         results = {}
         for name in self.cfg.eval.benchmarks:
-            summary = self._evaluate(policy, name, self.dir.round_dir(round) / "bench" / name, f"round {round} bench", examples=False)
+            summary = self._evaluate(policy, name, self.dir.bench_dir(round, name), f"round {round} bench", examples=False)
             results[name] = {"valid_rate": summary["overall"]["valid_rate"], "optimal_rate": summary["overall"]["optimal_rate"]}
         self._finish("bench", round, started, benchmarks=results)
 
@@ -270,9 +270,9 @@ class Loop:
             prompt_path=self.cfg.design.prompt_file, seed=round_seed(self.cfg.seed, round),
             chat_template_kwargs=self.chat_template_kwargs,
         )
-        with self.dir.building(self.dir.round_dir(round) / "engineer") as partial:
+        with self.dir.building(self.dir.engineer_dir(round)) as partial:
             outcome = design(self.run.engineer, request, out_dir=partial, reask=self.cfg.design.reask, summarize=self.cfg.design.summary)
-        write_yaml(self.dir.round_dir(round + 1) / "config.yaml", outcome.config.model_dump(mode="json"))
+        write_yaml(self.dir.config_path(round + 1), outcome.config.model_dump(mode="json"))
         changes = len(outcome.projection.changes) if outcome.projection is not None else 0
         streak = [*fallback_streak(latest_designs(self.dir.history()), round - 1), round] if outcome.fallback else []
         limit = self.cfg.design.max_fallbacks

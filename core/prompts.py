@@ -89,7 +89,7 @@ def build_request(
     chat_template_kwargs: dict[str, Any] | None = None,
 ) -> DesignRequest:
     """Compose the context, fill the analysis prompt, and wrap it all in a :class:`DesignRequest`."""
-    from envengineer.evidence import compose_context
+    from envengineer.context import compose_context
 
     generator = evidence.task
     if current_config is None:

@@ -129,7 +129,7 @@ def check_eval_sets(config: RunConfig, registry: Registry, task: str) -> None:
 
 def resolve(config: RunConfig, registry: Registry, *, base_dir: Path | None = None) -> ResolvedRun:
     """Instantiate every component; each section's errors name their path."""
-    from envengineer.evidence import choose_start, parse_context_spec
+    from envengineer.context import choose_start, parse_context_spec
 
     task_options = dict(config.task)
     generator = registry.create("generator", task_options["name"], task_options, where="task")

@@ -45,9 +45,64 @@ class RunDir:
     def base_dir(self) -> Path:
         return self.path / "base"
 
+    def stage_dir(self, round: int | None) -> Path:
+        """``base/`` (``round`` None: the starting policy) or ``round-NN/``."""
+        return self.base_dir if round is None else self.round_dir(round)
+
+    def config_path(self, round: int) -> Path:
+        """The generator config round ``round`` trains on."""
+        return self.round_dir(round) / "config.yaml"
+
+    def train_set(self, round: int) -> Path:
+        return self.round_dir(round) / "train.jsonl"
+
+    def train_dir(self, round: int) -> Path:
+        """What the trainer wrote for round ``round`` (its checkpoint, curves, details)."""
+        return self.round_dir(round) / "train"
+
+    def train_details(self, round: int) -> Path:
+        """The training details the T context module shows (``full`` and ``bookkeeping``)."""
+        return self.train_dir(round) / "details.json"
+
+    def curves(self, round: int) -> Path:
+        return self.train_dir(round) / "curves.jsonl"
+
     def checkpoint(self, round: int) -> Path:
         """The policy that round ``round`` trained (a Hugging Face model directory)."""
-        return self.round_dir(round) / "train" / "checkpoint"
+        return self.train_dir(round) / "checkpoint"
+
+    def dry_run_dir(self) -> Path:
+        """What ``envengineer run --dry-run`` prepared for round 0's training."""
+        return self.round_dir(0) / "dry-run"
+
+    def eval_dir(self, round: int | None) -> Path:
+        """The validation set's evaluation of round ``round``'s policy (None: the starting policy)."""
+        return self.stage_dir(round) / "eval"
+
+    def eval_summary(self, round: int | None) -> Path:
+        return self.eval_dir(round) / "summary.json"
+
+    def eval_examples(self, round: int | None) -> Path:
+        """The failing examples the F context module shows."""
+        return self.eval_dir(round) / "examples.jsonl"
+
+    def eval_verdicts(self, round: int | None) -> Path:
+        return self.eval_dir(round) / "verdicts.jsonl"
+
+    def bench_dir(self, round: int | None, name: str) -> Path:
+        """Benchmark ``name``'s evaluation of round ``round``'s policy (None: the starting policy)."""
+        return self.stage_dir(round) / "bench" / name
+
+    def engineer_dir(self, round: int) -> Path:
+        """The design step after round ``round`` (prompt, response, proposal, projection, note)."""
+        return self.round_dir(round) / "engineer"
+
+    def projection(self, round: int) -> Path:
+        return self.engineer_dir(round) / "projection.yaml"
+
+    def summary_note(self, round: int) -> Path:
+        """The engineer's S note after round ``round``."""
+        return self.engineer_dir(round) / "summary.md"
 
     def base_policy(self) -> Path | None:
         """The starting weights the run used, as its ``pretrain`` step recorded them (None before)."""

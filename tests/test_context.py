@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from envengineer.errors import ConfigError
-from envengineer.evidence import PRESETS, RoundRecord, compose_context, load_evidence, resolve_context
+from envengineer.context import PRESETS, compose_context, resolve_context
+from envengineer.evidence import RoundRecord, load_evidence
 
 SNAPSHOTS = Path(__file__).with_name("snapshots") / "context"
 UPDATE = os.environ.get("ENVENGINEER_UPDATE_SNAPSHOTS") == "1"
@@ -179,7 +180,7 @@ def test_round0_only_history_is_left_out_when_omitted(registry, recorded_run):
 
 
 def test_round0_start_has_one_source(registry, tmp_path):
-    from envengineer.evidence import choose_start
+    from envengineer.context import choose_start
     from envengineer.tasks.mapf_frozenlake.config import uniform_config
 
     generator = registry.create("generator", "mapf-frozenlake", {})
