@@ -321,7 +321,7 @@ class Loop:
     def table(self) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
         base = self.dir.done("base_eval")
-        base_verdicts = read_verdicts(self.dir.base_dir) if base else None
+        base_verdicts = read_verdicts(self.dir.eval_verdicts(None)) if base else None
         if base:
             rows.append({"round": "base", "n": base.get("n"), "valid_rate": base["valid_rate"], "optimal_rate": base["optimal_rate"], "engineer": "", "fallback": None})
         for round in range(self.cfg.rounds):
@@ -337,7 +337,7 @@ class Loop:
                 row["reason"] = design.get("reason") or ""
             if design.get("halted"):
                 row["halted"] = True
-            change = paired_with_base(read_verdicts(self.dir.round_dir(round)), base_verdicts)
+            change = paired_with_base(read_verdicts(self.dir.eval_verdicts(round)), base_verdicts)
             if change:
                 row["vs_base"] = change
             rows.append(row)

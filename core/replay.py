@@ -9,13 +9,14 @@ from typing import Any
 from envengineer.contract import DesignOutcome, DesignRequest
 from envengineer.design import design
 from envengineer.prompts import build_request
+from envengineer.rundir import RunDir
 
 
 
 def _run_config(run_dir: Path) -> dict[str, Any]:
     from envengineer.fileio import read_yaml
 
-    data = read_yaml(Path(run_dir) / "run.yaml")
+    data = read_yaml(RunDir(run_dir).run_yaml)
     return data if isinstance(data, dict) else {}
 
 
@@ -71,7 +72,6 @@ def propose_offline(registry: Any, run_dir: Path, round: int, engineer: str | No
     """
     from envengineer.evidence import load_evidence
     from envengineer.loop import round_seed
-    from envengineer.rundir import RunDir
 
     run_dir = Path(run_dir)
     name, options = engineer_section(run_dir, engineer, config_file)

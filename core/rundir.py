@@ -11,6 +11,7 @@ and, being the latest, is the one that counts.
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -92,6 +93,22 @@ class RunDir:
     def bench_dir(self, round: int | None, name: str) -> Path:
         """Benchmark ``name``'s evaluation of round ``round``'s policy (None: the starting policy)."""
         return self.stage_dir(round) / "bench" / name
+
+    def bench_names(self, round: int | None) -> list[str]:
+        """The benchmarks evaluated (finished folders) for round ``round``'s policy (None: the starting policy)."""
+        root = self.stage_dir(round) / "bench"
+        if not root.is_dir():
+            return []
+        return sorted(sub.name for sub in root.iterdir() if sub.is_dir() and not sub.name.endswith(".partial"))
+
+    def rounds_on_disk(self) -> list[int]:
+        """The round numbers with a ``round-NN`` folder, in order (a reader meets partial runs)."""
+        found = []
+        for folder in self.path.glob("round-*"):
+            match = re.fullmatch(r"round-(\d+)", folder.name)
+            if match and folder.is_dir():
+                found.append(int(match[1]))
+        return sorted(found)
 
     def engineer_dir(self, round: int) -> Path:
         """The design step after round ``round`` (prompt, response, proposal, projection, note)."""

@@ -14,13 +14,13 @@ with what its files hold, and a note in ``problems``.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from envengineer.declared import BenchView, Dimension, KnobLayout, dimensions, knob_layout, sort_keys
 from envengineer.errors import EnvEngineerError, InputError
+from envengineer.rundir import RunDir
 
 BASE = "base"
 
@@ -169,9 +169,8 @@ def paired_with_base(stage: list[tuple[str, bool]] | None, base: list[tuple[str,
     return paired_change([v for _, v in base], [v for _, v in stage])
 
 
-def read_verdicts(folder: Path, problems: list[str] | None = None) -> list[tuple[str, bool]] | None:
-    """(id, valid) per line of ``folder/eval/verdicts.jsonl`` (``folder``: base/ or round-NN/), or None."""
-    path = folder / "eval" / "verdicts.jsonl"
+def read_verdicts(path: Path, problems: list[str] | None = None) -> list[tuple[str, bool]] | None:
+    """(id, valid) per line of a ``verdicts.jsonl`` (``RunDir.eval_verdicts(round)``), or None without one."""
     if not path.is_file():
         return None
     lines = _read_jsonl(path, problems if problems is not None else [])
@@ -292,22 +291,22 @@ def _summary(path: Path, problems: list[str]) -> dict[str, Any] | None:
     return data
 
 
-def _stage(folder: Path, label: str, index: int | None, problems: list[str]) -> Stage:
-    stage = Stage(label=label, index=index)
-    config = _read_yaml(folder / "config.yaml", problems)
-    stage.config = config if isinstance(config, dict) else None
-    stage.curves = _read_jsonl(folder / "train" / "curves.jsonl", problems)
-    stage.eval = _summary(folder / "eval" / "summary.json", problems)
+def _stage(run: RunDir, round: int | None, problems: list[str]) -> Stage:
+    stage = Stage(label=BASE if round is None else f"{round:02d}", index=round)
+    if round is not None:
+        config = _read_yaml(run.config_path(round), problems)
+        stage.config = config if isinstance(config, dict) else None
+        stage.curves = _read_jsonl(run.curves(round), problems)
+    stage.eval = _summary(run.eval_summary(round), problems)
     if stage.eval is not None:
-        stage.verdicts = read_verdicts(folder, problems)
-    bench_root = folder / "bench"
-    if bench_root.is_dir():
-        for sub in sorted(bench_root.iterdir()):
-            if sub.is_dir() and not sub.name.endswith(".partial") and (summary := _summary(sub / "summary.json", problems)) is not None:
-                stage.bench[sub.name] = summary
-    stage.summary_md = _read_text(folder / "engineer" / "summary.md", problems) or None
-    projection = _read_yaml(folder / "engineer" / "projection.yaml", problems)
-    stage.projection = projection if isinstance(projection, dict) else None
+        stage.verdicts = read_verdicts(run.eval_verdicts(round), problems)
+    for name in run.bench_names(round):
+        if (summary := _summary(run.bench_dir(round, name) / "summary.json", problems)) is not None:
+            stage.bench[name] = summary
+    if round is not None:
+        stage.summary_md = _read_text(run.summary_note(round), problems) or None
+        projection = _read_yaml(run.projection(round), problems)
+        stage.projection = projection if isinstance(projection, dict) else None
     return stage
 
 
@@ -351,20 +350,16 @@ def load_run(run_dir: str | Path, registry: Any = None) -> RunView:
     if not path.is_dir():
         raise InputError(f"{path}: no such run directory")
     problems: list[str] = []
-    config = _read_yaml(path / "run.yaml", problems)
-    rounds: list[Stage] = []
-    for folder in sorted(path.glob("round-*")):
-        match = re.fullmatch(r"round-(\d+)", folder.name)
-        if match and folder.is_dir():
-            rounds.append(_stage(folder, match[1], int(match[1]), problems))
-    rounds.sort(key=lambda s: s.index or 0)
-    base = _stage(path / BASE, BASE, None, problems)
+    run = RunDir(path)
+    config = _read_yaml(run.run_yaml, problems)
+    rounds = [_stage(run, n, problems) for n in run.rounds_on_disk()]
+    base = _stage(run, None, problems)
     if not isinstance(config, dict) and not rounds and base.eval is None:
         raise EnvEngineerError(f"{path}: not a run directory (no run.yaml, base/ or round-NN/)")
     view = RunView(
         path=path,
         config=config if isinstance(config, dict) else {},
-        history=_read_jsonl(path / "history.jsonl", problems),
+        history=_read_jsonl(run.history_path, problems),
         base=base,
         rounds=rounds,
         problems=problems,

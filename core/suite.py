@@ -27,6 +27,7 @@ from envengineer.compare import MISSING, Column, Comparison, Stat, comparison_no
 from envengineer.declared import BenchView
 from envengineer.errors import EnvEngineerError, InputError
 from envengineer.runconfig import RunConfig
+from envengineer.rundir import RunDir
 
 #: Suite bookkeeping in the output folder: the last error of every run that raised.
 STATUS_FILE = "suite.json"
@@ -242,7 +243,7 @@ def execute(suite: Suite, *, registry: Any = None, console: Console | None = Non
     progress, advance = progress_bar(f"suite: {len(todo)} run(s)", len(todo), console=console)
     with progress:
         for entry, run in todo:
-            verb = "resuming" if run.status in (PARTIAL, FAILED) and (run.run_dir / "run.yaml").exists() else "starting"
+            verb = "resuming" if run.status in (PARTIAL, FAILED) and RunDir(run.run_dir).run_yaml.exists() else "starting"
             console.rule(f"{escape(entry.stem)} seed {run.seed} ({verb})")
             try:
                 loop = Loop(resolve(run.config, registry), registry, console)
