@@ -205,7 +205,7 @@ def test_a_round_through_the_launch_boundary(registry, round_request):
 
 
 def test_a_failed_job_fails_the_round_with_the_log_tail(registry, round_request):
-    from envengineer.plugins.trainers.verl_grpo import TrainingFailed
+    from envengineer.plugins.trainers.verl_launch import TrainingFailed
 
     with pytest.raises(TrainingFailed, match="(?s)exited with code 1.*CUDA out of memory"):
         replay_trainer(registry, REPLAY_FAIL="1").train(round_request)
@@ -219,7 +219,7 @@ def test_too_few_instances_for_one_batch(registry, round_request):
 
 
 def test_metrics_follower_waits_for_whole_lines(tmp_path):
-    from envengineer.plugins.trainers.verl_grpo import MetricsFollower
+    from envengineer.plugins.trainers.verl_launch import MetricsFollower
 
     source, curves = tmp_path / "m.jsonl", tmp_path / "c.jsonl"
     follower = MetricsFollower(source, curves)
