@@ -286,6 +286,9 @@ class Generator(Component, abc.ABC):
     knob_table: ClassVar[str | None] = None
     #: The numeric knobs the engineers move, in display order (see :class:`Knob`).
     knobs: ClassVar[tuple[Knob, ...]] = ()
+    #: The registered benchmark a run evaluates on each round (the loop's evidence) when the run
+    #: config leaves ``eval.validation`` unset. None: a run must name one.
+    validation_benchmark: ClassVar[str | None] = None
 
     def knob(self, name: str) -> Knob:
         """The declared knob called ``name`` (``KeyError`` naming the declared ones otherwise)."""

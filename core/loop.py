@@ -399,7 +399,7 @@ def run(
     try:
         rows = loop.run_all()
     except FallbackLimitError:
-        print_table(loop.table(), loop.console, config.eval.validation)  # what was done, under the banner
+        print_table(loop.table(), loop.console, loop.cfg.eval.validation)  # what was done, under the banner
         raise
-    print_table(rows, loop.console, config.eval.validation)
+    print_table(rows, loop.console, loop.cfg.eval.validation)
     return rows

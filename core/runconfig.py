@@ -29,7 +29,9 @@ def _named(section: Any, where: str) -> dict[str, Any]:
 class EvalSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    validation: str = Field("mapf-2agents-val", description="benchmark used as the loop's evidence")
+    validation: str | None = Field(
+        None, description="benchmark used as the loop's evidence (default: the one the task declares, Generator.validation_benchmark)",
+    )
     benchmarks: list[str] = Field(default_factory=list, description="held-out benchmarks")
     bench_rounds: Literal["last", "all", "none"] = Field("last", description="when to run the benchmarks (always on the base policy too, unless none)")
     limit: int | None = Field(None, ge=1, description="evaluate N instances of each set, evenly spread over it")
@@ -113,6 +115,34 @@ def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
         raise ConfigError(f"{source}:\n{format_validation_error(exc)}") from None
 
 
+def validation_set(config: RunConfig, registry: Registry | None = None) -> str | None:
+    """The run's validation set: ``eval.validation`` when set, else the one its task declares
+    (``Generator.validation_benchmark``); None when neither names one or the task is not installed."""
+    if config.eval.validation:
+        return config.eval.validation
+    task = config.task.get("name")
+    if registry is None or task not in registry.names("generator"):
+        return None
+    return registry.get("generator", task).validation_benchmark
+
+
+def with_validation_set(config: RunConfig, registry: Registry) -> RunConfig:
+    """``config`` with ``eval.validation`` filled in from the task's declaration (an explicit
+    setting wins); a clear error naming the field when neither gives one."""
+    if config.eval.validation:
+        return config
+    name = validation_set(config, registry)
+    if not name:
+        task = config.task.get("name")
+        own = [e.name for e in registry.entries("benchmark") if e.obj.task == task]
+        hint = f" (its benchmarks: {', '.join(own)})" if own else f" (task {task} registers no benchmark)"
+        raise ConfigError(
+            f"eval.validation: not set, and task {task} declares no validation benchmark "
+            f"(Generator.validation_benchmark); name the set the loop evaluates on{hint}"
+        )
+    return config.model_copy(update={"eval": config.eval.model_copy(update={"validation": name})})
+
+
 def check_eval_sets(config: RunConfig, registry: Registry, task: str) -> None:
     """Every evaluation set exists and belongs to the run's task (its records are that task's)."""
     sets = [("eval.validation", config.eval.validation)] + [("eval.benchmarks", name) for name in config.eval.benchmarks]
@@ -143,6 +173,7 @@ def resolve(config: RunConfig, registry: Registry, *, base_dir: Path | None = No
         raise ConfigError(format_validation_error(exc, "context")) from None
     except ValueError as exc:
         raise ConfigError(f"context: {exc}") from None
+    config = with_validation_set(config, registry)
     check_eval_sets(config, registry, generator.name)
     base = base_dir or Path.cwd()
     run_dir = Path(config.output) if config.output else Path("runs") / config.name

@@ -26,7 +26,7 @@ from rich.markup import escape
 from envengineer.compare import MISSING, Column, Comparison, Stat, comparison_note, engineer_label, metric_columns, run_figures
 from envengineer.declared import BenchView
 from envengineer.errors import EnvEngineerError, InputError
-from envengineer.runconfig import RunConfig
+from envengineer.runconfig import RunConfig, validation_set
 from envengineer.rundir import RunDir
 
 #: Suite bookkeeping in the output folder: the last error of every run that raised.
@@ -339,7 +339,7 @@ def tables(suite: Suite, registry: Any = None) -> dict[str, Comparison]:
     for title, entries in grouped.items():
         entries = sorted(entries, key=lambda e: (e.order, e.stem))
         benchmarks = bench_views(list(dict.fromkeys(b for e in entries for b in e.config.eval.benchmarks)), registry)
-        validations = sorted({e.config.eval.validation for e in entries})
+        validations = sorted({validation_set(e.config, registry) or "the task's" for e in entries})
         columns = [
             Column("row", "row", "", "row", False),
             Column("engineer", "engineer", "", "engineer", False),

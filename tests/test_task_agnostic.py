@@ -246,13 +246,55 @@ def test_resolve_refuses_another_tasks_benchmarks(arith_registry):
     from envengineer.runconfig import parse_run_config, resolve
 
     base = {"name": "a", "task": {"name": "arith"}}
-    with pytest.raises(ConfigError, match="eval.validation: mapf-2agents-val is a mapf-frozenlake benchmark; this run's task is arith"):
-        resolve(parse_run_config(base), arith_registry)
+    with pytest.raises(ConfigError, match=r"eval.validation: mapf-2agents-val is a mapf-frozenlake benchmark; this run's task is arith \(its benchmarks: arith-val\)"):
+        resolve(parse_run_config({**base, "eval": {"validation": "mapf-2agents-val"}}), arith_registry)
     cfg = parse_run_config({"name": "m", "eval": {"benchmarks": ["mapf-3agents"]}})
     assert resolve(cfg, arith_registry).config.eval.benchmarks == ["mapf-3agents"]  # MAPF's own sets pass
-    arith_cfg = parse_run_config({**base, "eval": {"validation": "mapf-2agents-val", "benchmarks": []}})
-    with pytest.raises(ConfigError, match="registers no benchmark"):
-        resolve(arith_cfg, arith_registry)
+    with pytest.raises(ConfigError, match="eval.benchmarks: mapf-3agents is a mapf-frozenlake benchmark"):
+        resolve(parse_run_config({**base, "eval": {"benchmarks": ["mapf-3agents"]}}), arith_registry)
+
+
+def test_the_validation_set_defaults_to_the_tasks_declared_one(arith_registry, pm):
+    """eval.validation: an explicit setting wins; unset, the task's Generator.validation_benchmark;
+    neither: an error naming the field. No task name in the core's default."""
+    import envengineer_arith
+
+    from envengineer import hookimpl
+    from envengineer.runconfig import EvalSection, parse_run_config, resolve, validation_set
+
+    assert EvalSection().validation is None
+    arith = parse_run_config({"name": "a", "task": "arith"})
+    assert validation_set(arith, arith_registry) == "arith-val" and validation_set(arith) is None
+    assert resolve(arith, arith_registry).config.eval.validation == "arith-val"
+    mapf = resolve(parse_run_config({"name": "m"}), arith_registry).config
+    assert mapf.eval.validation == "mapf-2agents-val"  # MAPF's default, unchanged
+    explicit = parse_run_config({"name": "m", "eval": {"validation": "mapf-3agents"}})
+    assert resolve(explicit, arith_registry).config.eval.validation == "mapf-3agents"
+
+    class Undeclared(envengineer_arith.ArithGenerator):
+        name = "arith-undeclared"
+        validation_benchmark = None
+
+    class UndeclaredValidator(envengineer_arith.ArithValidator):
+        name = "arith-undeclared"
+
+    class Plugin:
+        @hookimpl
+        def register_generators(self, register):
+            register(Undeclared)
+
+        @hookimpl
+        def register_validators(self, register):
+            register(UndeclaredValidator)
+
+    pm.register(Plugin(), name="undeclared")
+    registry = Registry(pm)
+    with pytest.raises(ConfigError, match=r"eval.validation: not set, and task arith-undeclared declares no validation benchmark "
+                                          r"\(Generator.validation_benchmark\).*registers no benchmark"):
+        resolve(parse_run_config({"name": "u", "task": "arith-undeclared"}), registry)
+    given = parse_run_config({"name": "u", "task": "arith-undeclared", "eval": {"validation": "arith-val"}})
+    with pytest.raises(ConfigError, match="arith-val is a arith benchmark"):
+        resolve(given, registry)
 
 
 def test_resolve_names_the_field_of_an_unknown_benchmark(registry):

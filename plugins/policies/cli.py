@@ -28,8 +28,9 @@ def default_task() -> str:
 def held_out_records(registry: Any, generator: Any, bench: str | None = None) -> tuple[str, list[dict[str, Any]]]:
     """Held-out records to measure the base model on, and their name.
 
-    ``bench``: that benchmark. Otherwise the first registered benchmark of the generator's task
-    whose options all equal the generator's (mapf-frozenlake with 2 agents: ``mapf-2agents-val``)
+    ``bench``: that benchmark. Otherwise the task's declared validation benchmark, else the first
+    registered benchmark of the generator's task, whose options all equal the generator's
+    (mapf-frozenlake with 2 agents: ``mapf-2agents-val``; arith: ``arith-val``)
     if its file exists, else :data:`HELD_OUT_N` fresh instances of the task's default config.
     """
     from envengineer.errors import ConfigError
@@ -41,8 +42,8 @@ def held_out_records(registry: Any, generator: Any, bench: str | None = None) ->
             raise ConfigError(f"--bench {bench}: a benchmark of task {spec.task!r}, not of {generator.name!r}")
         return bench, read_jsonl(spec.path)
     options = generator.options
-    for entry in registry.entries("benchmark"):
-        spec = entry.obj
+    declared = generator.validation_benchmark
+    for spec in sorted((e.obj for e in registry.entries("benchmark")), key=lambda b: b.name != declared):  # the task's validation set first
         if spec.task == generator.name and all(getattr(options, k, None) == v for k, v in spec.options.items()) and spec.path.exists():
             return spec.name, read_jsonl(spec.path)
     records = generator.generate(generator.default_config(), n=HELD_OUT_N, seed=HELD_OUT_SEED).records

@@ -62,6 +62,8 @@ class MapfGenerator(Generator):
              description="fraction of instances whose optimum needs a WAIT (agents must coordinate)"),
     )
     groupings: ClassVar[tuple[Grouping, ...]] = GROUPINGS
+    #: A run's evidence unless its config names another set (eval.validation).
+    validation_benchmark: ClassVar[str | None] = "mapf-2agents-val"
 
     options: MapfOptions
 
