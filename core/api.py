@@ -9,6 +9,7 @@ extension points themselves (the hooks a plugin implements) are documented in
 :mod:`envengineer.hookspecs`.
 """
 
+from envengineer.benchmarks import read_checksums
 from envengineer.components import (
     Aggregate,
     Benchmark,
@@ -43,6 +44,6 @@ __all__ = [
     "DesignRequest", "EnvEngineerError", "Engineer", "EngineerCallError", "EngineerReply", "Evidence", "GenerationResult",
     "Generator", "Grouping", "InputError", "Knob", "NoOptions", "Policy", "Projection", "RoundRecord", "RunDir",
     "TrainRequest", "TrainResult", "Trainer", "UnusableProposal", "Validator", "Verdict", "atomic_open", "build_request",
-    "extract_yaml_block", "factual_note", "hookimpl", "load_prompt", "parse_proposal", "read_jsonl", "retired_options",
+    "extract_yaml_block", "factual_note", "hookimpl", "load_prompt", "parse_proposal", "read_checksums", "read_jsonl", "retired_options",
     "summary_prompt", "write_json", "write_jsonl", "write_text", "write_yaml",
 ]

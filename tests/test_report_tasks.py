@@ -34,10 +34,10 @@ def _arith_module():
     return envengineer_arith
 
 
-#: Two evaluation sets of the arith task, declared as a third party would: subsets on a record
+#: Two evaluation sets of the arith task (beside the package's own arith-val), declared as a third party would: subsets on a record
 #: field ``part``; the validation set averages its subsets, the benchmark adds them up.
 PARTS = Grouping("part", title="part", order=("even", "odd"))
-VAL = Benchmark("arith-val", "arith", "arith validation", Path("arith-val.jsonl"), "", subsets=PARTS,
+VAL = Benchmark("arith-parts", "arith", "arith validation", Path("arith-parts.jsonl"), "", subsets=PARTS,
                 aggregate=Aggregate("mean_over_parts", "Mean over parts", how="mean"))
 HARD = Benchmark("arith-hard", "arith", "long sums", Path("arith-hard.jsonl"), "", subsets=PARTS,
                  aggregate=Aggregate("sum_over_parts", "Sum over parts", how="sum"), label="hard sums", order=1)
@@ -90,7 +90,7 @@ def _eval(folder, generator, validator, bench, miss, seed):
 
 
 def make_arith_run(root, registry, name="arith-run"):
-    """A recorded arith run in the loop's layout: base and two rounds evaluated on arith-val,
+    """A recorded arith run in the loop's layout: base and two rounds evaluated on arith-parts,
     the last round benched on arith-hard, the second config with more addends."""
     generator, validator = registry.task("arith")
     run = root / name
@@ -98,7 +98,7 @@ def make_arith_run(root, registry, name="arith-run"):
     (run / "run.yaml").write_text(yaml.safe_dump({
         "name": name, "task": {"name": "arith"}, "rounds": 2, "seed": 0, "budget": 24,
         "context": {"preset": "V6"}, "engineer": {"name": "heuristic"}, "trainer": {"name": "trl"},
-        "policy": {"name": "tiny"}, "eval": {"validation": "arith-val", "benchmarks": ["arith-hard"]},
+        "policy": {"name": "tiny"}, "eval": {"validation": "arith-parts", "benchmarks": ["arith-hard"]},
     }, sort_keys=False))
     _eval(run / "base" / "eval", generator, validator, VAL, 2, 1)
     configs = [generator.default_config().model_dump(), generator.default_config().model_dump()]
@@ -181,7 +181,7 @@ def test_compare_and_the_suite_use_the_benchmarks_label_and_aggregate(tmp_path, 
 def test_a_mean_aggregate_is_out_of_100_and_computed_from_the_subsets_when_not_recorded():
     from envengineer.declared import BenchView
 
-    view = BenchView.of("arith-val", VAL)
+    view = BenchView.of("arith-parts", VAL)
     summary = {"overall": {}, "by": {"part": {"even": {"valid_rate": 0.5}, "odd": {"valid_rate": 0.25}}}}
     assert (view.symbol, view.out_of(), view.figure(summary, "valid")) == ("mean", 100, 37.5)
     del summary["by"]["part"]["odd"]
