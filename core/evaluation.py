@@ -136,8 +136,8 @@ def evaluate(
     ``batch_size`` prompts go to one ``sample`` call, unless the policy sets
     ``sample_batch_size`` (the ``vllm`` policy: every prompt in one call, one engine start).
     """
-    style = style or getattr(policy.options, "prompt_style", None) or "full"
-    batch_size = getattr(policy, "sample_batch_size", None) or batch_size
+    style = style or policy.prompt_style
+    batch_size = policy.sample_batch_size or batch_size
     failed_before = len(policy.failed_calls())
     responses: list[str] = []
     for start in range(0, len(records), batch_size):
@@ -162,11 +162,8 @@ def evaluate(
 
 
 def _sampling(policy: Any) -> dict[str, Any]:
-    options = getattr(policy, "options", None)
-    if options is None:
-        return {}
     keep = ("path", "model", "temperature", "top_p", "max_new_tokens", "max_tokens", "seed")
-    dumped = options.model_dump() if hasattr(options, "model_dump") else {}
+    dumped = policy.options.model_dump()
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in dumped.items() if k in keep}
 
 

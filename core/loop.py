@@ -67,9 +67,9 @@ class Loop:
     def __post_init__(self) -> None:
         self.dir = RunDir(self.run.run_dir)
         self.cfg = self.run.config
-        self.style = getattr(self.run.policy.options, "prompt_style", None) or "full"
+        self.style = self.run.policy.prompt_style
         # one rendering of chat prompts for training, evaluation and the checkpoint/base engineers
-        self.chat_template_kwargs = getattr(self.run.policy.options, "chat_template_kwargs", None)
+        self.chat_template_kwargs = self.run.policy.chat_template_kwargs
         self.hook = self.registry.pm.hook
 
     # ------------------------------------------------------------- helpers
@@ -284,7 +284,7 @@ class Loop:
 
     def _halt_message(self, streak: list[int], reason: str) -> str:
         engineer = self.run.engineer.name
-        model = getattr(getattr(self.run.engineer, "options", None), "model", None)
+        model = self.run.engineer.model
         who = f"{engineer} (model {model})" if model else engineer
         rounds = f"round {streak[0]}" if len(streak) == 1 else f"rounds {streak[0]}–{streak[-1]}"
         return (
@@ -345,8 +345,7 @@ class Loop:
 
 
 def _bookkeeping(trainer: Any, result: Any) -> dict[str, Any]:
-    options = getattr(trainer, "options", None)
-    epochs = getattr(options, "epochs", None)
+    epochs = trainer.epochs
     steps = (result.metrics or {}).get("steps") if result is not None else None
     return {"epochs": epochs, "steps": steps}
 

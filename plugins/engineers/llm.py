@@ -115,6 +115,10 @@ class APIEngineer(Engineer):
         self._client: Any = None
         self.last_summary_calls: list[dict[str, Any]] = []
 
+    @property
+    def model(self) -> str | None:
+        return self.options.model
+
     # -- keys -----------------------------------------------------------------
     @property
     def key_env(self) -> str | None:

@@ -207,6 +207,10 @@ class TrlGrpoTrainer(Trainer):
     Options: ClassVar[type[BaseModel]] = TrlGrpoOptions
     options: TrlGrpoOptions
 
+    @property
+    def epochs(self) -> float:
+        return self.options.epochs
+
     def describe(self) -> dict[str, Any]:
         o = self.options
         batches = o.batches()

@@ -63,6 +63,10 @@ class VerlGrpoTrainer(Trainer):
     Options: ClassVar[type[BaseModel]] = VerlOptions
     options: VerlOptions
 
+    @property
+    def epochs(self) -> float:
+        return self.options.epochs
+
     def describe(self) -> dict[str, Any]:
         o = self.options
         return {
