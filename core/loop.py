@@ -201,7 +201,15 @@ class Loop:
                 "bookkeeping": {"round": round, "rounds_total": self.cfg.rounds, "budget": self.cfg.budget, **_bookkeeping(self.run.trainer, result)},
             }
             write_json(partial / self.dir.train_details(round).name, details)
-        self._finish("train", round, started, **{k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float, str))})
+            checkpoint = Path(result.checkpoint).resolve()
+            if not checkpoint.is_dir():
+                raise EnvEngineerError(f"trainer {self.run.trainer.name}: the checkpoint it returned, {checkpoint}, is not a folder")
+            try:  # inside the round's folder: recorded relative to it (the folder is renamed when complete)
+                checkpoint = checkpoint.relative_to(partial.resolve())
+            except ValueError:
+                pass  # elsewhere (e.g. shared storage): recorded as it is
+        metrics = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float, str)) and k != "checkpoint"}
+        self._finish("train", round, started, checkpoint=str(checkpoint), **metrics)
 
     def train_request(self, round: int, out_dir: Path) -> Any:
         """What the trainer gets for ``round``: the round's set, the model it starts from, the validation set."""

@@ -69,7 +69,13 @@ class RunDir:
         return self.train_dir(round) / "curves.jsonl"
 
     def checkpoint(self, round: int) -> Path:
-        """The policy that round ``round`` trained (a Hugging Face model directory)."""
+        """The policy that round ``round`` trained (a Hugging Face model directory): the folder its trainer
+        returned, as the train step recorded it (relative to ``train/``, or absolute), else ``train/checkpoint``."""
+        line = self.done("train", round)
+        recorded = line.get("checkpoint") if line else None
+        if isinstance(recorded, str) and recorded:
+            path = Path(recorded)
+            return path if path.is_absolute() else self.train_dir(round) / path
         return self.train_dir(round) / "checkpoint"
 
     def dry_run_dir(self) -> Path:

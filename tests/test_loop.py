@@ -398,3 +398,19 @@ def test_cli_run_takes_dotted_overrides_and_records_the_result(tmp_path, cache, 
     recorded = yaml.safe_load((out / "run.yaml").read_text())
     assert recorded["seed"] == 5 and recorded["engineer"] == {"name": "fixed"} and recorded["eval"]["benchmarks"] == []
     assert yaml.safe_load(path.read_text())["seed"] == 3  # the file itself is untouched
+
+
+def test_a_rounds_model_is_the_one_its_trainer_returned(tmp_path):
+    """The train step records the checkpoint the trainer returned (relative to train/, or absolute);
+    the next round, evaluation and the checkpoint engineer use that folder."""
+    import time as _time
+
+    from envengineer.rundir import RunDir
+
+    run = RunDir(tmp_path / "run")
+    assert run.checkpoint(0) == tmp_path / "run" / "round-00" / "train" / "checkpoint"  # before the step: the convention
+    run.record("train", 0, _time.monotonic(), checkpoint="hf/final")
+    assert run.checkpoint(0) == tmp_path / "run" / "round-00" / "train" / "hf" / "final"
+    run.record("train", 1, _time.monotonic(), checkpoint=str(tmp_path / "shared" / "round-1"))
+    assert run.checkpoint(1) == tmp_path / "shared" / "round-1"
+    assert RunDir(tmp_path / "run").checkpoint(0) == tmp_path / "run" / "round-00" / "train" / "hf" / "final"  # read back
