@@ -124,9 +124,12 @@ def on_run_start(run_dir: Any, config: Any) -> None:
 
 
 @hookspec
-def on_step_end(run_dir: Any, round: int, step: str, record: dict) -> None:
-    """A loop step (generate, train, eval, design) finished and its history line was written.
+def on_step_end(run_dir: Any, round: int | None, step: str, record: dict) -> None:
+    """A loop step finished and its history line was written.
 
+    :param run_dir: the :class:`envengineer.rundir.RunDir`.
+    :param round: the round, or None for the steps before round 0 (``pretrain``, ``base_eval``, ``bench``).
+    :param step: ``pretrain``, ``base_eval``, ``generate``, ``train``, ``eval``, ``bench`` or ``design``.
     :param record: the line appended to ``history.jsonl``.
     """
 
@@ -135,10 +138,16 @@ def on_step_end(run_dir: Any, round: int, step: str, record: dict) -> None:
 def on_round_end(run_dir: Any, round: int, metrics: dict) -> None:
     """A round finished: log it elsewhere (wandb, a dashboard, a chat message).
 
-    :param metrics: the round's evaluation summary and training curves' last values.
+    :param run_dir: the :class:`envengineer.rundir.RunDir` (its files hold everything else).
+    :param metrics: ``{"valid_rate", "optimal_rate", "fallback"}``: the round's validation rates and
+        whether its design step fell back.
     """
 
 
 @hookspec
 def on_run_end(run_dir: Any, metrics: dict) -> None:
-    """The last round finished; ``metrics`` holds the per-round table."""
+    """The last round finished.
+
+    :param metrics: ``{"rounds": [...]}``, the per-round table the command prints (one dict per row,
+        the base policy first).
+    """
