@@ -26,6 +26,7 @@ BLOCK_ENV = "ENVENGINEER_BLOCK_PLUGINS"
 #: Built-in plugins, registered exactly like third-party ones.
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "envengineer.tasks.mapf_frozenlake.plugin",
+    "envengineer.tasks.reasoning_gym.plugin",
     "envengineer.plugins.context_modules",
     "envengineer.plugins.engineers",
     "envengineer.plugins.policies", "envengineer.plugins.trainers",

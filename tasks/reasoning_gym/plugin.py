@@ -1,0 +1,395 @@
+"""Registers the reasoning-gym generator and validator (docs/reasoning-gym.md).
+
+reasoning_gym is imported only inside the methods that generate, score or describe levels
+(:func:`rg`), so this module loads, and ``envengineer plugins`` lists the family, without it;
+those methods then stop with what to install.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import json
+import math
+import threading
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from envengineer.api import Change, ConfigError, GenerationResult, Generator, Grouping, Knob, Projection, Validator, Verdict, hookimpl
+from envengineer.tasks.reasoning_gym import INSTALL_HINT, PINNED_VERSION, TASK_NAME
+from envengineer.tasks.reasoning_gym.catalogue import CATALOGUE, DEFAULT_DATASETS, attributes, refusal
+
+#: reasoning-gym's own default system prompt (reasoning_gym.utils.SYSTEM_PROMPTS["default"], 0.1.25).
+DEFAULT_SYSTEM_PROMPT = (
+    "Given a problem, your task is to answer the question by thinking step-by-step in a clear and specific manner.\n"
+    "Once you have thought about the reasoning process, provide the answer in the following format:\n"
+    "<answer>answer here</answer>\n"
+    "Do not explain your reasoning inside the answer tags, provide only the final answer. When an example is provided, "
+    "you should strictly follow the format of the output/answer in that example.\n"
+)
+OPEN, CLOSE = "<answer>", "</answer>"
+#: The answer inside the tags is refused as too_long above max(MIN_ANSWER_CHARS, ANSWER_FACTOR x the oracle's length):
+#: the size cap that bounds every scorer's work.
+MIN_ANSWER_CHARS = 256
+ANSWER_FACTOR = 4
+#: Seconds one scorer call may take before it is a scorer_error (a safety net: with the size cap, the vetted
+#: scorers take milliseconds on any answer, so the limit never decides a verdict; docs/reasoning-gym.md).
+SCORE_TIME_LIMIT = 0.5
+
+
+def rg() -> Any:
+    """The reasoning_gym package (its factory module), or a ConfigError saying what to install."""
+    try:
+        import reasoning_gym  # noqa: F401 - registers the datasets
+        from reasoning_gym import factory
+    except ImportError:
+        raise ConfigError(f"task {TASK_NAME}: the reasoning-gym package is not installed: {INSTALL_HINT}") from None
+    return factory
+
+
+def _dataset_list(value: Any) -> Any:
+    """``"chain_sum,maze"`` (a command-line option) as a list."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+def _check_datasets(names: list[str]) -> list[str]:
+    unknown = [name for name in names if name not in CATALOGUE]
+    if unknown:
+        raise ValueError(refusal(unknown))
+    if not names:
+        raise ValueError("at least one dataset")
+    if len(set(names)) != len(names):
+        raise ValueError("a dataset is named twice")
+    return names
+
+
+class RGOptions(BaseModel):
+    """The ``task:`` section of a run config for reasoning-gym."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["reasoning-gym"] = TASK_NAME
+    datasets: list[str] = Field(default_factory=lambda: list(DEFAULT_DATASETS), description="the run's datasets, from the vetted catalogue")
+    system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, description="the system message of the full prompt (asks for <answer>...</answer>)")
+
+    _split = field_validator("datasets", mode="before")(classmethod(lambda cls, v: _dataset_list(v)))
+
+    @field_validator("datasets")
+    @classmethod
+    def _vetted(cls, value: list[str]) -> list[str]:
+        return _check_datasets(value)
+
+
+class DatasetLevels(BaseModel):
+    """One dataset's budget share and curriculum levels (the attributes are extra fields: ``dist: 1``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    ratio: float = Field(ge=0, le=1, description="share of the round's budget")
+
+    @model_validator(mode="after")
+    def _levels_are_whole(self) -> DatasetLevels:
+        for key, value in (self.model_extra or {}).items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"level {key} must be a whole number >= 0, not {value!r}")
+        return self
+
+
+class RGConfig(BaseModel):
+    """The config the engineer edits: per dataset a ``ratio`` and its curriculum levels."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    datasets: dict[str, DatasetLevels] = Field(default_factory=lambda: default_table(DEFAULT_DATASETS))
+
+    @model_validator(mode="after")
+    def _in_catalogue(self) -> RGConfig:
+        _check_datasets(list(self.datasets))
+        for name, entry in self.datasets.items():
+            levels = dict(entry.model_extra or {})
+            expected = attributes(name)
+            if set(levels) != set(expected):
+                raise ValueError(f"{name}: levels must be exactly {', '.join(expected)} (got {', '.join(levels) or 'none'})")
+            for attr, level in levels.items():
+                cap = CATALOGUE[name].caps[attr]
+                if level > cap:
+                    raise ValueError(f"{name}.{attr} = {level} is above its cap {cap}")
+        return self
+
+
+def default_table(names: tuple[str, ...] | list[str]) -> dict[str, DatasetLevels]:
+    """Equal shares, every level 0."""
+    return {name: DatasetLevels(ratio=1 / len(names), **{attr: 0 for attr in attributes(name)}) for name in names}
+
+
+def levels_of(entry: Mapping[str, Any]) -> dict[str, int]:
+    """The curriculum levels of one dataset's config row (every field but ``ratio``)."""
+    return {key: int(value) for key, value in entry.items() if key != "ratio"}
+
+
+def _knobs_for(names: tuple[str, ...] | list[str]) -> tuple[Knob, ...]:
+    """The ratio, then one integer knob per attribute name over ``names`` (high: the loosest cap; each dataset's own cap is
+    enforced by project())."""
+    knobs = [Knob("ratio", 0.01, 1.0, 0.0001, share=True, description="share of the round's budget")]
+    seen: dict[str, list[str]] = {}
+    for name in names:
+        for attr in attributes(name):
+            seen.setdefault(attr, []).append(name)
+    for attr, owners in seen.items():
+        cap = max(CATALOGUE[o].caps[attr] for o in owners)
+        caps = ", ".join(f"{o} 0-{CATALOGUE[o].caps[attr]}" for o in owners)
+        knobs.append(Knob(attr, 0, max(cap, 0), 1, integer=True, harder="up", description=f"curriculum level ({caps})"))
+    return tuple(knobs)
+
+
+def item_seed(seed: int, dataset: str, index: int) -> int:
+    """The reasoning-gym seed of item ``index`` of ``dataset`` in the set seeded ``seed`` (reasoning-gym draws item i from
+    Random(seed + i): consecutive seeds would share all but one item; a hash shares none)."""
+    digest = hashlib.sha256(f"{TASK_NAME}|{seed}|{dataset}|{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def counts(shares: Mapping[str, float], n: int) -> dict[str, int]:
+    """``n`` items split by ``shares`` (largest remainder, ties in table order)."""
+    total = sum(max(0.0, s) for s in shares.values()) or 1.0
+    exact = {name: n * max(0.0, s) / total for name, s in shares.items()}
+    result = {name: int(math.floor(v)) for name, v in exact.items()}
+    order = sorted(exact, key=lambda name: -(exact[name] - result[name]))
+    for name in order[: n - sum(result.values())]:
+        result[name] += 1
+    return result
+
+
+def _rg_config(dataset: str, levels: Mapping[str, int], seed: int) -> Any:
+    factory = rg()
+    curriculum = factory.create_curriculum(dataset)
+    for attr, level in levels.items():
+        curriculum.set_attr_level(attr, int(level))
+    return curriculum.generate_configuration({"seed": seed, "size": 1})
+
+
+def make_item(dataset: str, levels: Mapping[str, int], seed: int) -> dict[str, Any]:
+    """One reasoning-gym item at ``levels``, drawn from Random(seed), as plain JSON."""
+    dataset_cls = rg().DATASETS[dataset][0]
+    item = dataset_cls(_rg_config(dataset, levels, seed))[0]
+    return json.loads(json.dumps({"question": item["question"], "answer": item["answer"], "metadata": item["metadata"]}, ensure_ascii=False))
+
+
+@functools.lru_cache(maxsize=256)
+def _scorer(dataset: str, levels: tuple[tuple[str, int], ...]) -> Any:
+    """The dataset's ``score_answer``, on an instance configured at the record's levels (some scorers read their config)."""
+    dataset_cls = rg().DATASETS[dataset][0]
+    return dataset_cls(_rg_config(dataset, dict(levels), 0)).score_answer
+
+
+class RGGenerator(Generator):
+    name: ClassVar[str] = TASK_NAME
+    description: ClassVar[str] = f"Procedural reasoning tasks from reasoning-gym {PINNED_VERSION} (extra: reasoning-gym)"
+    Options: ClassVar[type[BaseModel]] = RGOptions
+    config_model: ClassVar[type[BaseModel]] = RGConfig
+    prompt_styles: ClassVar[tuple[str, ...]] = ("full",)
+    knob_table: ClassVar[str | None] = "datasets"
+    #: Over the whole catalogue; an instance declares the knobs of its run's datasets.
+    knobs: ClassVar[tuple[Knob, ...]] = _knobs_for(tuple(CATALOGUE))
+    groupings: ClassVar[tuple[Grouping, ...]] = (Grouping("dataset", order=tuple(CATALOGUE)),)
+
+    options: RGOptions
+
+    def __init__(self, options: BaseModel | None = None) -> None:
+        super().__init__(options)
+        self.knobs = _knobs_for(self.options.datasets)  # type: ignore[misc]
+        self.groupings = (Grouping("dataset", order=tuple(self.options.datasets)),)  # type: ignore[misc]
+
+    def default_config(self) -> RGConfig:
+        return RGConfig(datasets=default_table(self.options.datasets))
+
+    def generate(self, config: BaseModel, *, n: int, seed: int, workers: int | None = None, progress: Any = None) -> GenerationResult:
+        cfg = RGConfig.model_validate(config.model_dump())
+        table = {name: entry.model_dump() for name, entry in cfg.datasets.items()}
+        records = []
+        for dataset, count in counts({name: row["ratio"] for name, row in table.items()}, n).items():
+            levels = levels_of(table[dataset])
+            for index in range(count):
+                item = make_item(dataset, levels, item_seed(seed, dataset, index))
+                records.append({
+                    "id": f"{dataset}-{seed}-{index}", "dataset": dataset, "levels": levels,
+                    "question": item["question"], "answer": item["answer"], "metadata": item["metadata"],
+                })
+                if progress:
+                    progress(1)
+        return GenerationResult(records)
+
+    def project(self, proposal: Mapping[str, Any], current: BaseModel) -> Projection:
+        """The default projection, after each dataset's levels are kept to its own attributes and caps."""
+        changes: list[Change] = []
+        if isinstance(proposal, Mapping) and isinstance(proposal.get("datasets"), Mapping):
+            table: dict[Any, Any] = {}
+            for name, row in proposal["datasets"].items():
+                if not isinstance(row, Mapping) or name not in CATALOGUE:
+                    table[name] = row  # the default projection reports it
+                    continue
+                kept: dict[Any, Any] = {}
+                for key, raw in row.items():
+                    where = f"datasets.{name}.{key}"
+                    if key == "ratio":
+                        kept[key] = raw
+                    elif key not in CATALOGUE[name].caps:
+                        changes.append(Change(where, _short(raw), None, f"not a level of {name} (levels: {', '.join(attributes(name))}); ignored"))
+                    else:
+                        cap = CATALOGUE[name].caps[key]
+                        value = _number(raw)
+                        if value is not None and value > cap:
+                            changes.append(Change(where, _short(raw), cap, f"above {name}'s cap {cap} (prompts up to ~1.5k characters); clipped"))
+                            kept[key] = cap
+                        else:
+                            kept[key] = raw
+                table[name] = kept
+            proposal = {**proposal, "datasets": table}
+        projection = super().project(proposal, current)
+        if not changes:
+            return projection
+        return Projection(config=projection.config, changes=(*changes, *projection.changes), accepted=projection.accepted)
+
+    def render(self, record: Mapping[str, Any], style: str | None = None) -> list[dict[str, str]] | str:
+        if (style or "full") != "full":
+            raise ValueError(f"unknown prompt style {style!r} (styles: full)")
+        return [{"role": "system", "content": self.options.system_prompt}, {"role": "user", "content": str(record["question"])}]
+
+    def answer_end(self, record: Mapping[str, Any], response: str, style: str | None = None) -> int | None:
+        """The validator reads the last <answer>...</answer>: what follows its end changes nothing."""
+        end = response.rfind(CLOSE)
+        return None if end < 0 else end + len(CLOSE)
+
+    def check_record(self, record: Mapping[str, Any]) -> None:
+        for key in ("id", "dataset", "levels", "question", "answer", "metadata"):
+            if key not in record:
+                raise ValueError(f"record has no {key!r}")
+        if record["dataset"] not in CATALOGUE:
+            raise ValueError(f"dataset: {record['dataset']!r} is not in the catalogue")
+
+    def reference_answer(self, record: Mapping[str, Any]) -> str:
+        return f"{OPEN}{record['answer']}{CLOSE}"
+
+    def guidelines(self) -> str:
+        factory = rg()
+        lines = [
+            f"Task: procedural reasoning problems from reasoning-gym {PINNED_VERSION}, one group per dataset. "
+            "The policy answers inside <answer>...</answer>; reasoning-gym's scorer grades the last such answer in [0, 1].",
+            "",
+            "Knobs per dataset: `ratio` (its share of the round's budget; the shares sum to 1) and its curriculum levels "
+            "(integers from 0, higher is harder, each up to the dataset's cap). A range attribute at level L draws values "
+            "from the level-0 value up to the level-L value (maze and mini_sudoku: up to the level-(L+1) value).",
+        ]
+        for name in self.options.datasets:
+            entry = CATALOGUE[name]
+            curriculum = factory.create_curriculum(name)
+            valid = "valid at score 1" if entry.valid_at >= 1 else f"valid from score {entry.valid_at:g}, optimal at 1"
+            lines += ["", f"- **{name}**: {entry.note} ({valid})."]
+            for attr, cap in entry.caps.items():
+                spec = curriculum.attributes[attr]
+                shown = ", ".join(f"{i}: {v}" for i, v in enumerate(spec.levels[: cap + 2 if getattr(spec, 'ensure_interval', False) else cap + 1]))
+                lines.append(f"  - `{attr}` (0-{cap}): {spec.description or attr}; level values {shown}")
+        return "\n".join(lines)
+
+    def design_brief(self, budget: int | None = None) -> str:
+        per_round = f" at {budget} instances per round" if budget else ""
+        return (
+            "The policy trains on reasoning-gym problems drawn from your configuration (per dataset: a budget share and "
+            "curriculum levels) and is judged on held-out evaluation sets it never trains on, which mix levels.\n\n"
+            "Constraints on the configuration:\n"
+            f"- Datasets are fixed for the run ({', '.join(self.options.datasets)}); change only their `ratio` and levels.\n"
+            "- Levels are whole numbers from 0 to each dataset's cap; values above a cap are clipped, unknown levels ignored.\n"
+            f"- The ratios sum to 1: the training budget is fixed{per_round}."
+        )
+
+
+class RGValidator(Validator):
+    name: ClassVar[str] = TASK_NAME
+    failure_types: ClassVar[tuple[str, ...]] = ("no_answer", "too_long", "scorer_error", "rejected", "wrong", "partial")
+
+    def score(self, record: Mapping[str, Any], response: str) -> Verdict:
+        response = response if isinstance(response, str) else str(response)
+        end = response.rfind(CLOSE)
+        start = response.rfind(OPEN, 0, end) if end >= 0 else -1
+        if start < 0:
+            return Verdict(False, False, "no_answer", ("no_answer",))
+        answer = response[start + len(OPEN):end].strip()
+        oracle = str(record.get("answer", ""))
+        if len(answer) > max(MIN_ANSWER_CHARS, ANSWER_FACTOR * len(oracle)):
+            return Verdict(False, False, "too_long", ("too_long",))
+        dataset = record.get("dataset")
+        entry = CATALOGUE.get(dataset)  # type: ignore[arg-type]
+        if entry is None:
+            return Verdict(False, False, "scorer_error", ("scorer_error",))
+        try:
+            scorer = _scorer(dataset, tuple(sorted(dict(record.get("levels") or {}).items())))
+        except ConfigError:
+            raise
+        except Exception:  # noqa: BLE001 - a malformed record
+            return Verdict(False, False, "scorer_error", ("scorer_error",))
+        item = {"question": record.get("question", ""), "answer": oracle, "metadata": copy.deepcopy(record.get("metadata") or {})}
+        score = bounded_call(scorer, answer, item, SCORE_TIME_LIMIT)
+        if score is None:
+            return Verdict(False, False, "scorer_error", ("scorer_error",))
+        if score >= 1.0:
+            return Verdict(True, True, None, (), score=1.0)
+        if score >= entry.valid_at:
+            return Verdict(True, False, None, (), score=score)
+        if score <= 0.0:
+            return Verdict(False, False, "rejected", ("rejected",), score=0.0)
+        kind = "partial" if entry.partial_at is not None and score >= entry.partial_at else "wrong"
+        return Verdict(False, False, kind, (kind,), score=score)
+
+
+def bounded_call(scorer: Any, answer: str, item: dict[str, Any], limit: float) -> float | None:
+    """``scorer(answer, item)`` as a float in [0, 1], or None on an exception, a non-number or ``limit`` seconds passing.
+
+    A daemon thread per call: the answer is size-capped before it gets here, and no vetted scorer executes or parses it
+    as code, so a call takes milliseconds; the limit is a safety net that keeps the loop going should one ever hang
+    (the thread is then left behind). A subprocess would cost a 3 s reasoning_gym import per worker and a pickling
+    round trip per answer, for a guarantee the catalogue already gives."""
+    result: list[Any] = []
+
+    def work() -> None:
+        try:
+            result.append(scorer(answer, item))
+        except BaseException:  # noqa: BLE001 - any failure of the scorer is a scorer_error
+            result.append(None)
+
+    thread = threading.Thread(target=work, name="reasoning-gym-scorer", daemon=True)
+    thread.start()
+    thread.join(limit)
+    if thread.is_alive() or not result:
+        return None
+    value = result[0]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return min(1.0, max(0.0, float(value)))
+
+
+def _number(value: Any) -> float | None:
+    from envengineer.knobs import number
+
+    return number(value)
+
+
+def _short(value: Any, limit: int = 80) -> Any:
+    if isinstance(value, (int, float, bool)) or value is None:
+        return value
+    text = value if isinstance(value, str) else f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@hookimpl
+def register_generators(register):
+    register(RGGenerator)
+
+
+@hookimpl
+def register_validators(register):
+    register(RGValidator)

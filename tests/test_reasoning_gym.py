@@ -1,0 +1,244 @@
+"""The reasoning-gym family (tasks/reasoning_gym): conformance, generation bytes and seeds, the
+validator (reference answers, graded scores, hostile answers), the catalogue, the baselines on
+its knob table, and a run config mixing it with a MAPF benchmark. Skips without the extra."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("reasoning_gym")
+
+from envengineer.design import design  # noqa: E402
+from envengineer.errors import ConfigError  # noqa: E402
+from envengineer.evidence import Evidence  # noqa: E402
+from envengineer.prompts import build_request  # noqa: E402
+from envengineer.tasks.reasoning_gym import catalogue  # noqa: E402
+from envengineer.tasks.reasoning_gym.plugin import DEFAULT_SYSTEM_PROMPT, RGConfig  # noqa: E402
+from envengineer.testing import assert_task_conforms  # noqa: E402
+
+TASK = "reasoning-gym"
+
+
+@pytest.fixture(scope="module")
+def task():
+    from envengineer.testing import load_task
+
+    return load_task(TASK)
+
+
+@pytest.fixture(scope="module")
+def records(task):
+    generator, _ = task
+    return generator.generate(generator.default_config(), n=60, seed=0).records
+
+
+def _generate(tmp_path: Path, seed: int, name: str, hash_seed: str | None = None) -> bytes:
+    out = tmp_path / name
+    env = {**os.environ}
+    if hash_seed is not None:
+        env["PYTHONHASHSEED"] = hash_seed
+    cli = Path(sys.executable).with_name("envengineer")
+    command = [str(cli)] if cli.exists() else [sys.executable, "-c", "from envengineer.cli import main; main()"]
+    subprocess.run([*command, "generate", TASK, "--n", "60", "--seed", str(seed), "--output", str(out)],
+                   check=True, capture_output=True, env=env)
+    return out.read_bytes()
+
+
+# ------------------------------------------------------------------ conformance and generation
+
+
+def test_the_family_conforms():
+    assert_task_conforms(TASK, n=18, fuzz=120, hash_seeds=(4242,))
+
+
+def test_generate_is_byte_identical_and_seeds_share_no_item(tmp_path):
+    first = _generate(tmp_path, 0, "a.jsonl")
+    assert _generate(tmp_path, 0, "b.jsonl", hash_seed="12345") == first  # a second time, under another PYTHONHASHSEED
+    seed0 = [json.loads(line) for line in first.splitlines()]
+    seed1 = [json.loads(line) for line in _generate(tmp_path, 1, "c.jsonl").splitlines()]
+    assert len(seed0) == 60 and {r["dataset"] for r in seed0} == set(catalogue.DEFAULT_DATASETS)
+    for dataset in ("maze", "shortest_path"):
+        questions0 = {r["question"] for r in seed0 if r["dataset"] == dataset}
+        questions1 = {r["question"] for r in seed1 if r["dataset"] == dataset}
+        assert questions0 and questions1 and not questions0 & questions1, dataset
+
+
+def test_records_are_plain_json_with_what_the_scorer_needs(records):
+    record = records[0]
+    assert set(record) == {"id", "dataset", "levels", "question", "answer", "metadata"}
+    assert json.loads(json.dumps(record)) == record
+    assert record["levels"] == {"num_terms": 0, "num_digits": 0} and record["dataset"] == "chain_sum"
+
+
+def test_the_catalogue_matches_the_curricula_and_prompts_stay_short(task):
+    from reasoning_gym.factory import create_curriculum
+
+    generator, _ = task
+    for name, entry in catalogue.CATALOGUE.items():
+        curriculum = create_curriculum(name)
+        assert list(entry.caps) == list(curriculum.attributes), name
+        for attr, cap in entry.caps.items():
+            assert 0 <= cap < len(curriculum.attributes[attr].levels), (name, attr)
+    top = {name: {"ratio": 1 / 6, **catalogue.CATALOGUE[name].caps} for name in catalogue.DEFAULT_DATASETS}
+    hard = generator.generate(RGConfig.model_validate({"datasets": top}), n=36, seed=3).records
+    assert max(len(r["question"]) for r in hard) <= 1600
+
+
+# ------------------------------------------------------------------ the validator
+
+
+def test_reference_answers_score_valid_and_optimal_through_solve_and_score(tmp_path):
+    instances, answers, verdicts = tmp_path / "i.jsonl", tmp_path / "a.jsonl", tmp_path / "v.jsonl"
+    instances.write_bytes(_generate(tmp_path, 5, "i.jsonl"))
+    cli = Path(sys.executable).with_name("envengineer")
+    command = [str(cli)] if cli.exists() else [sys.executable, "-c", "from envengineer.cli import main; main()"]
+    subprocess.run([*command, "solve", TASK, "--instances", str(instances), "--output", str(answers)], check=True, capture_output=True)
+    subprocess.run([*command, "score", TASK, "--instances", str(instances), "--responses", str(answers), "--output", str(verdicts)],
+                   check=True, capture_output=True)
+    lines = [json.loads(line) for line in verdicts.read_text().splitlines()]
+    assert len(lines) == 60 and all(v["valid"] and v["optimal"] for v in lines), [v for v in lines if not v["valid"]][:3]
+
+
+def test_a_shortest_path_detour_is_valid_but_not_optimal(task, records):
+    generator, validator = task
+    record = next(r for r in records if r["dataset"] == "shortest_path" and r["answer"] != "infeasible")
+    moves = record["answer"].split()
+    back = {"up": "down", "down": "up", "left": "right", "right": "left"}
+    detour = [moves[0], back[moves[0]], *moves]  # a step out and back: legal, two moves longer
+    verdict = validator.score(record, f"thinking...<answer>{' '.join(detour)}</answer>")
+    assert verdict.valid and not verdict.optimal and verdict.failure is None and verdict.score == 0.5
+    assert validator.score(record, generator.reference_answer(record)).optimal
+
+
+def test_failures_and_graded_scores(task, records):
+    _, validator = task
+    chain = next(r for r in records if r["dataset"] == "chain_sum")
+    assert validator.score(chain, "no tags here").failure == "no_answer"
+    assert validator.score(chain, "<answer>" + "1" * 300 + "</answer>").failure == "too_long"
+    wrong = validator.score(chain, f"<answer>9{chain['answer']}</answer>")  # substring credit: wrong, score kept
+    assert wrong.failure == "wrong" and 0 < wrong.score < 1
+    assert validator.score(chain, "<answer>abc</answer>").failure == "rejected"
+    # the last answer counts
+    assert validator.score(chain, f"<answer>x</answer> then <answer>{chain['answer']}</answer>").optimal
+    knights = next(r for r in records if r["dataset"] == "knights_knaves")
+    terms = knights["metadata"]["knight_knave_terms"]
+    good, bad = terms["knight"], terms["knave"]
+    first, rest = knights["answer"].split(", and ", 1)  # the first person right, the others swapped
+    swapped = rest.replace(f"a {good}", "a \0").replace(f"a {bad}", f"a {good}").replace("a \0", f"a {bad}")
+    verdict = validator.score(knights, f"<answer>{first}, and {swapped}</answer>")
+    assert not verdict.valid and verdict.failure == "partial" and 0.3 < verdict.score < 1
+    hanoi = next(r for r in records if r["dataset"] == "tower_of_hanoi")
+    first_move = hanoi["answer"].splitlines()[0]
+    partial = validator.score(hanoi, f"<answer>{first_move}</answer>")  # a legal move that does not solve it
+    assert partial.failure == "partial" and partial.score == 0.05
+
+
+def test_hostile_answers_get_a_verdict_within_a_second_and_execute_nothing(task, records, tmp_path):
+    _, validator = task
+    marker = tmp_path / "executed"
+    code = f"__import__('pathlib').Path({str(marker)!r}).write_text('x')"
+    hostile = ["9" * 20_000, "(" * 20_000, "[" * 10_000 + "]" * 10_000, code, f"eval({code!r})", "9**9**9**9", "1e999999"]
+    for record in records[::10]:
+        for text in hostile:
+            for response in (text, f"<answer>{text}</answer>", f"<answer>{text[:200]}</answer>"):
+                started = time.perf_counter()
+                verdict = validator.score(record, response)
+                assert time.perf_counter() - started < 1.0
+                assert 0.0 <= verdict.score <= 1.0 and verdict.failure in (None, *validator.failure_types)
+    assert not marker.exists()
+
+
+# ------------------------------------------------------------------ the catalogue and the config
+
+
+def test_a_dataset_outside_the_catalogue_is_refused_with_the_list():
+    from envengineer.testing import load_task
+
+    with pytest.raises(ConfigError) as caught:
+        load_task(TASK, {"datasets": ["chain_sum", "n_queens"]})
+    message = str(caught.value)
+    assert "n_queens" in message and "evals the answer" in message
+    assert all(name in message for name in catalogue.CATALOGUE)
+    with pytest.raises(ValueError, match="not in the vetted catalogue"):
+        RGConfig.model_validate({"datasets": {"countdown": {"ratio": 1.0}}})
+
+
+def test_options_choose_the_datasets_and_the_system_prompt(task):
+    from envengineer.testing import load_task
+
+    generator, _ = load_task(TASK, {"datasets": "chain_sum,gcd", "system_prompt": "Answer in <answer></answer>."})
+    assert list(generator.default_config().datasets) == ["chain_sum", "gcd"]
+    assert [k.name for k in generator.knobs] == ["ratio", "num_terms", "num_digits", "value"]
+    record = generator.generate(generator.default_config(), n=4, seed=0).records[0]
+    assert generator.render(record)[0] == {"role": "system", "content": "Answer in <answer></answer>."}
+    default, _ = task
+    assert default.render(record)[0]["content"] == DEFAULT_SYSTEM_PROMPT
+    assert default.answer_end(record, "a <answer>5</answer> trailing") == len("a <answer>5</answer>")
+    assert "num_terms" in default.guidelines() and "maze" in default.design_brief(64)
+
+
+def test_projection_keeps_each_dataset_to_its_levels_and_caps(task):
+    generator, _ = task
+    projection = generator.project({"datasets": {"maze": {"grid_size": 3, "dist": 2, "rows": 1}, "n_queens": {"ratio": 1}}},
+                                   generator.default_config())
+    maze = projection.config.datasets["maze"].model_dump()
+    assert maze["grid_size"] == 0 and maze["dist"] == 2 and "rows" not in maze
+    reasons = " ".join(c.reason for c in projection.changes)
+    assert "cap 0" in reasons and "not a level of maze" in reasons and "unknown group" in reasons
+
+
+# ------------------------------------------------------------------ baselines
+
+
+def _request(registry, generator, config, valid_rates, n=20):
+    def rates(valid):
+        return {"n": n, "valid": valid, "optimal": valid, "valid_rate": valid / n, "optimal_rate": valid / n,
+                "failures": {"wrong": n - valid} if n > valid else {}}
+
+    by = {g: rates(round(r * n)) for g, r in valid_rates.items()}
+    report = {"overall": rates(sum(v["valid"] for v in by.values()) // len(by)), "by": {"dataset": by}}
+    evidence = Evidence(task=generator, round=0, rounds_total=3, config=config.model_dump(), report=report,
+                        failure_types=("no_answer", "wrong"), history=[])
+    return build_request(evidence, registry, {"modules": ["F"]})
+
+
+def test_heuristic_eases_a_collapsed_dataset_and_hardens_a_saturated_one(registry):
+    generator = registry.create("generator", TASK, {"name": TASK, "datasets": ["chain_sum", "maze", "knights_knaves"]})
+    config = generator.project({"datasets": {"chain_sum": {"num_terms": 2, "num_digits": 2}, "maze": {"dist": 2},
+                                             "knights_knaves": {"n_people": 1}}}, generator.default_config()).config
+    request = _request(registry, generator, config, {"chain_sum": 1.0, "maze": 0.0, "knights_knaves": 0.5})
+    outcome = design(registry.create("engineer", "heuristic"), request)
+    assert not outcome.fallback, outcome.reason
+    after = {name: row.model_dump() for name, row in outcome.config.datasets.items()}
+    assert after["chain_sum"]["num_terms"] == 3 and after["chain_sum"]["num_digits"] == 3  # saturated: one level harder
+    assert after["maze"]["dist"] == 1 and after["maze"]["grid_size"] == 0  # collapsed: one level easier (grid_size at 0)
+    assert after["knights_knaves"]["n_people"] == 1
+    assert abs(sum(row["ratio"] for row in after.values()) - 1) < 1e-6
+
+
+def test_heuristic_never_passes_a_dataset_cap(registry):
+    generator = registry.create("generator", TASK, {"name": TASK, "datasets": ["maze", "chain_sum"]})
+    config = generator.project({"datasets": {"maze": {"dist": 3}}}, generator.default_config()).config
+    outcome = design(registry.create("engineer", "heuristic"), _request(registry, generator, config, {"maze": 1.0, "chain_sum": 0.5}))
+    assert outcome.config.datasets["maze"].model_dump()["dist"] == 3 and outcome.config.datasets["maze"].model_dump()["grid_size"] == 0
+
+
+# ------------------------------------------------------------------ run configs
+
+
+def test_a_run_mixing_reasoning_gym_with_a_mapf_benchmark_is_refused(registry):
+    from envengineer.runconfig import check_eval_sets, parse_run_config
+
+    config = parse_run_config({"name": "mix", "task": {"name": TASK}, "engineer": {"name": "heuristic"},
+                               "policy": {"name": "tiny"}, "trainer": {"name": "trl"},
+                               "eval": {"validation": "mapf-2agents-val", "benchmarks": []}})
+    with pytest.raises(ConfigError) as caught:
+        check_eval_sets(config, registry, TASK)
+    assert "mapf-2agents-val" in str(caught.value) and "mapf-frozenlake" in str(caught.value) and TASK in str(caught.value)
