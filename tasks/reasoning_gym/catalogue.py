@@ -93,7 +93,6 @@ EXCLUDED: dict[str, str] = {
     "intermediate_integration": "its scorer parses the answer with sympy",
     "polynomial_equations": "its scorer parses the answer with sympy",
     "polynomial_multiplication": "its scorer parses the answer with sympy; its output depends on PYTHONHASHSEED",
-    "simple_equations": "its scorer parses the answer with sympy",
     "boxnet": "no oracle answer; its scorer raises on some answers",
     "propositional_logic": "no oracle answer; its scorer raises on some answers",
     "codeio": "its output depends on PYTHONHASHSEED",
