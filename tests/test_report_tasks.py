@@ -13,7 +13,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from envengineer.components import Aggregate, Benchmark, Grouping
+from envengineer.components import Aggregate, Benchmark, Grouping, Policy
 from envengineer.hookspecs import hookimpl
 from envengineer.plugin_manager import create_plugin_manager
 from envengineer.registry import Registry
@@ -62,14 +62,13 @@ def registry_arith():
     return arith_registry()
 
 
-class Echo:
+class Echo(Policy):
     """A policy that answers every prompt with the reference answer, except every ``miss``-th."""
 
     name = "echo"
-    has_weights = True
-    options = SimpleNamespace(prompt_style="full")
 
     def __init__(self, generator, records, miss):
+        super().__init__()
         self.answers = [generator.reference_answer(r) if i % miss else "<answer>1</answer>" for i, r in enumerate(records)]
 
     def failed_calls(self):

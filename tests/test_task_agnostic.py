@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from envengineer.components import Aggregate, Benchmark, Grouping, Verdict
+from envengineer.components import Aggregate, Benchmark, Grouping, Policy, Verdict
 from envengineer.errors import ConfigError
 from envengineer.registry import Registry
 
@@ -32,14 +32,13 @@ def arith_records(generator, n=30, seed=1):
     return generator.generate(generator.default_config(), n=n, seed=seed).records
 
 
-class Echo:
+class Echo(Policy):
     """A policy answering from a list (an API-less stand-in)."""
 
     name = "echo"
-    has_weights = True
-    options = SimpleNamespace(prompt_style="full")
 
     def __init__(self, answers):
+        super().__init__()
         self.answers = list(answers)
 
     def failed_calls(self):
