@@ -242,3 +242,48 @@ def test_a_run_mixing_reasoning_gym_with_a_mapf_benchmark_is_refused(registry):
     with pytest.raises(ConfigError) as caught:
         check_eval_sets(config, registry, TASK)
     assert "mapf-2agents-val" in str(caught.value) and "mapf-frozenlake" in str(caught.value) and TASK in str(caught.value)
+
+
+# ------------------------------------------------------------------ frozen benchmarks
+
+RG_SETS = ("rg-val", "rg-hard", "rg-transfer")
+
+
+def test_the_frozen_sets_verify_and_rebuild_identically(registry):
+    from envengineer.benchmarks import build, verify
+    from envengineer.fileio import read_jsonl
+
+    assert verify(registry, list(RG_SETS)) == []
+    assert build(registry, list(RG_SETS), check=True) == []
+    sizes = {name: len(list(read_jsonl(registry.benchmark(name).path))) for name in RG_SETS}
+    assert sizes == {"rg-val": 240, "rg-hard": 120, "rg-transfer": 120}
+    val = list(read_jsonl(registry.benchmark("rg-val").path))
+    assert {r["dataset"] for r in val} == set(catalogue.DEFAULT_DATASETS)
+    transfer = {r["dataset"] for r in read_jsonl(registry.benchmark("rg-transfer").path)}
+    assert transfer and not transfer & set(catalogue.DEFAULT_DATASETS) and transfer <= set(catalogue.CATALOGUE)
+    for record in read_jsonl(registry.benchmark("rg-hard").path):
+        caps = catalogue.CATALOGUE[record["dataset"]].caps
+        assert all(level >= min(cap, cap // 2 + 1) for level, cap in ((record["levels"][a], c) for a, c in caps.items()))
+    assert registry.get("generator", TASK).validation_benchmark == "rg-val"
+
+
+def test_the_sets_rebuild_identically_under_another_hash_seed(tmp_path):
+    cli = Path(sys.executable).with_name("envengineer")
+    command = [str(cli)] if cli.exists() else [sys.executable, "-c", "from envengineer.cli import main; main()"]
+    done = subprocess.run([*command, "bench", "build", *RG_SETS, "--check"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONHASHSEED": "777", "COLUMNS": "200"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("identical") == 3
+
+
+@pytest.mark.parametrize("name", RG_SETS)
+def test_reference_answers_on_the_frozen_sets_score_100_percent_valid(registry, name):
+    from envengineer.fileio import read_jsonl
+
+    spec = registry.benchmark(name)
+    generator, validator = registry.task(spec.task, dict(spec.options))
+    records = list(read_jsonl(spec.path))
+    for record in records:
+        generator.check_record(record)
+    verdicts = [validator.score(r, generator.reference_answer(r)) for r in records]
+    assert all(v.valid and v.optimal for v in verdicts), [(r["id"], v.failure) for r, v in zip(records, verdicts) if not v.valid][:3]

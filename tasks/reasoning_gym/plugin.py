@@ -197,6 +197,9 @@ class RGGenerator(Generator):
     #: Over the whole catalogue; an instance declares the knobs of its run's datasets.
     knobs: ClassVar[tuple[Knob, ...]] = _knobs_for(tuple(CATALOGUE))
     groupings: ClassVar[tuple[Grouping, ...]] = (Grouping("dataset", order=tuple(CATALOGUE)),)
+    #: The frozen validation mix over the default datasets (benchmarks.py); a run on other datasets names its own
+    #: eval.validation (docs/reasoning-gym.md).
+    validation_benchmark: ClassVar[str | None] = "rg-val"
 
     options: RGOptions
 
@@ -393,3 +396,11 @@ def register_generators(register):
 @hookimpl
 def register_validators(register):
     register(RGValidator)
+
+
+@hookimpl
+def register_benchmarks(register):
+    from envengineer.tasks.reasoning_gym.benchmarks import specs
+
+    for spec in specs():
+        register(spec)
