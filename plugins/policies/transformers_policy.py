@@ -74,7 +74,9 @@ def quiet_hf() -> Iterator[None]:
             hub_utils.enable_progress_bars()
 
 
-class TransformersOptions(BaseModel):
+class ModelDirOptions(BaseModel):
+    """Options every policy over a Hugging Face model directory has (``transformers``, ``tiny``, ``vllm``)."""
+
     model_config = ConfigDict(extra="forbid")
 
     path: str | None = Field(None, description="Hugging Face model directory (the loop passes each round's checkpoint)")
@@ -82,16 +84,12 @@ class TransformersOptions(BaseModel):
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0: greedy decoding")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(2048, ge=1)
-    batch_size: int = Field(64, ge=1, description="prompts per generate call")
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="auto: bfloat16 on cuda, float32 on cpu")
+    seed: int = 0
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=lambda: dict(DEFAULT_CHAT_TEMPLATE_KWARGS),
         description="keyword arguments of the tokenizer's chat template for chat prompts; one setting for "
-        "evaluation, training (the trl trainer) and the checkpoint/base engineers",
+        "evaluation, training and the checkpoint/base engineers",
     )
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
-    seed: int = 0
 
     _retired = retired_options(
         enable_thinking="write chat_template_kwargs: {{enable_thinking: {value}}} instead (one setting for evaluation, "
@@ -99,17 +97,10 @@ class TransformersOptions(BaseModel):
     )
 
 
-class TransformersPolicy(Policy):
-    name: ClassVar[str] = "transformers"
-    description: ClassVar[str] = "a Hugging Face model directory sampled with transformers (CPU or one GPU)"
-    Options: ClassVar[type[BaseModel]] = TransformersOptions
-    options: TransformersOptions
+class ModelDirPolicy(Policy):
+    """The loop's API for a policy whose weights are a model directory (``path``)."""
 
-    def __init__(self, options: BaseModel | None = None) -> None:
-        super().__init__(options)
-        self._loaded: tuple[str, Any, Any] | None = None  # (path, model, tokenizer)
-
-    # ------------------------------------------------------------------ the loop's API
+    options: ModelDirOptions
 
     def prepare(self, *, generator: Any = None, force: bool = False, progress: Any = None) -> Path:
         """The model directory the run starts from (here: the ``path`` option)."""
@@ -117,8 +108,8 @@ class TransformersPolicy(Policy):
             raise ConfigError(f"policy.{self.name}.path: a model directory is required")
         return Path(self.options.path)
 
-    def with_path(self, path: str | Path) -> "TransformersPolicy":
-        """The same sampling options on another checkpoint."""
+    def with_path(self, path: str | Path) -> "ModelDirPolicy":
+        """The same options on another checkpoint."""
         return type(self)(self.options.model_copy(update={"path": str(path)}))
 
     def describe(self) -> dict[str, Any]:
@@ -130,6 +121,26 @@ class TransformersPolicy(Policy):
             "temperature": o.temperature, "top_p": o.top_p, "max_new_tokens": o.max_new_tokens, "seed": o.seed,
             "chat_template_kwargs": dict(o.chat_template_kwargs),
         }
+
+
+class TransformersOptions(ModelDirOptions):
+    batch_size: int = Field(64, ge=1, description="prompts per generate call")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="auto: bfloat16 on cuda, float32 on cpu")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
+
+
+class TransformersPolicy(ModelDirPolicy):
+    name: ClassVar[str] = "transformers"
+    description: ClassVar[str] = "a Hugging Face model directory sampled with transformers (CPU or one GPU)"
+    Options: ClassVar[type[BaseModel]] = TransformersOptions
+    options: TransformersOptions
+
+    def __init__(self, options: BaseModel | None = None) -> None:
+        super().__init__(options)
+        self._loaded: tuple[str, Any, Any] | None = None  # (path, model, tokenizer)
+
+    # ------------------------------------------------------------------ the loop's API
 
     def close(self) -> None:
         """Release the loaded model (memory the trainer may need)."""

@@ -19,48 +19,23 @@ evaluation is one engine start. This module imports neither vllm nor torch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from envengineer.components import Policy, retired_options
 from envengineer.errors import ConfigError
+from envengineer.plugins.policies.transformers_policy import ModelDirOptions, ModelDirPolicy
 
 
-def _default_chat_template_kwargs() -> dict[str, Any]:
-    from envengineer.plugins.policies.transformers_policy import DEFAULT_CHAT_TEMPLATE_KWARGS
-
-    return dict(DEFAULT_CHAT_TEMPLATE_KWARGS)
-
-
-class VllmOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    path: str | None = Field(None, description="Hugging Face model directory (the loop passes each round's checkpoint)")
-    prompt_style: Literal["full", "compact"] = Field("full", description="how the task renders prompts for this policy")
-    temperature: float = Field(0.0, ge=0.0, le=2.0, description="0: greedy decoding")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling (ignored when greedy)")
-    max_new_tokens: int = Field(2048, ge=1, description="most tokens in one answer (vLLM's max_tokens)")
-    seed: int = Field(0, description="sampling seed: prompt i of a call is sampled with seed + i; also the engine's seed")
-    chat_template_kwargs: dict[str, Any] = Field(
-        default_factory=_default_chat_template_kwargs,
-        description="keyword arguments of the tokenizer's chat template for chat prompts (LLM.chat); one setting for "
-        "evaluation, training and the checkpoint/base engineers",
-    )
+class VllmOptions(ModelDirOptions):
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs the model is split over")
     gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0, description="share of GPU memory vLLM may take (weights and KV cache)")
     max_model_len: int | None = Field(None, ge=1, description="context length (default: the model's)")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="weights and activations (auto: the model's)")
     enforce_eager: bool = Field(False, description="skip CUDA graph capture (starts faster, samples slower)")
 
-    _retired = retired_options(
-        enable_thinking="write chat_template_kwargs: {{enable_thinking: {value}}} instead (one setting for evaluation, "
-        "training and the checkpoint/base engineers)",
-    )
 
-
-class VllmPolicy(Policy):
+class VllmPolicy(ModelDirPolicy):
     name: ClassVar[str] = "vllm"
     description: ClassVar[str] = "a Hugging Face model directory sampled by vLLM on a CUDA GPU (in a child process per call)"
     Options: ClassVar[type[BaseModel]] = VllmOptions
@@ -70,24 +45,11 @@ class VllmPolicy(Policy):
 
     # ------------------------------------------------------------------ the loop's API
 
-    def prepare(self, *, generator: Any = None, force: bool = False, progress: Any = None) -> Path:
-        """The model directory the run starts from (here: the ``path`` option)."""
-        if not self.options.path:
-            raise ConfigError(f"policy.{self.name}.path: a model directory is required")
-        return Path(self.options.path)
-
-    def with_path(self, path: str | Path) -> "VllmPolicy":
-        """The same sampling and engine options on another checkpoint."""
-        return type(self)(self.options.model_copy(update={"path": str(path)}))
-
     def describe(self) -> dict[str, Any]:
         """Sampling and engine settings, recorded with evaluation results."""
         o = self.options
         return {
-            "policy": self.name, "path": o.path, "prompt_style": o.prompt_style,
-            "decoding": "greedy" if o.temperature == 0 else "sampling",
-            "temperature": o.temperature, "top_p": o.top_p, "max_new_tokens": o.max_new_tokens, "seed": o.seed,
-            "chat_template_kwargs": dict(o.chat_template_kwargs),
+            **super().describe(),
             "tensor_parallel_size": o.tensor_parallel_size, "gpu_memory_utilization": o.gpu_memory_utilization,
             "max_model_len": o.max_model_len, "dtype": o.dtype, "enforce_eager": o.enforce_eager,
         }
