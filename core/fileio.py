@@ -49,10 +49,11 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w", encoding: str | N
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
+    """Make a rename inside ``folder`` durable (best effort: some file systems refuse)."""
     with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
         try:

@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 
 from envengineer.errors import InputError
+from envengineer.fileio import fsync_dir
 
 #: verl's tracker, written in ``default_local_dir`` once a step's save is complete
 #: (``verl.utils.checkpoint.checkpoint_manager.get_checkpoint_tracker_filename``)
@@ -99,15 +100,6 @@ def check_model_dir(folder: Path, actor: Path | None = None) -> None:
         raise InputError(f"{folder}: not a complete model directory, missing {', '.join(missing)}; {hint}")
 
 
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def hand_off(
     ckpt_dir: str | os.PathLike[str],
     target: str | os.PathLike[str],
@@ -149,7 +141,7 @@ def hand_off(
         else:
             shutil.rmtree(staging, ignore_errors=True)
         raise
-    _fsync_dir(destination.parent)
+    fsync_dir(destination.parent)
     if not keep:
         for folder in step_folders(root).values():
             shutil.rmtree(folder)

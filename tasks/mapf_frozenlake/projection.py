@@ -9,11 +9,11 @@ ignored, so the engineer (and the user) can see what was done to the proposal.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
 from envengineer.components import Change, Projection
+from envengineer.knobs import number
 from envengineer.tasks.mapf_frozenlake import SIZE_NAMES
 from envengineer.tasks.mapf_frozenlake.config import (
     RATIO_FLOOR,
@@ -25,26 +25,6 @@ from envengineer.tasks.mapf_frozenlake.config import (
 
 KNOBS = ("ratio", "hole_ratio", "wait_ratio")
 DECIMALS = 4
-
-
-def _number(value: Any) -> float | None:
-    """A finite float from a number or a numeric string ('0.3', '30%'); None otherwise."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        result = float(value)
-    elif isinstance(value, str) and len(value) <= 32:
-        text = value.strip()
-        scale = 1.0
-        if text.endswith("%"):
-            text, scale = text[:-1].strip(), 0.01
-        try:
-            result = float(text) * scale
-        except ValueError:
-            return None
-    else:
-        return None
-    return result if math.isfinite(result) else None
 
 
 def renormalize(
@@ -122,7 +102,7 @@ def project(proposal: Any, current: MapfConfig, agents: int = 2) -> Projection:
             if knob not in KNOBS:
                 changes.append(Change(where, _short(raw), None, f"unknown knob; only {', '.join(KNOBS)} can change"))
                 continue
-            value = _number(raw)
+            value = number(raw)
             if value is None:
                 changes.append(Change(where, _short(raw), merged[name][knob], "not a finite number; kept the current value"))
                 continue
