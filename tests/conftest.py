@@ -130,3 +130,54 @@ def fake_llm():
     server.Step = module.Step
     yield server
     server.close()
+
+
+# ------------------------------------------------- tiny models the tests build (nothing is downloaded)
+
+CONCAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+
+
+def char_model(path, *, template=CONCAT_TEMPLATE, chars="abcdefghijklmnopqrstuvwxyz0123456789:{}`", hidden_size=32,
+               layers=1, heads=4, kv_heads=2, head_dim=8, max_positions=512):
+    """A random Qwen3 with a one-token-per-character tokenizer (unknown characters: <unk>) and a chat template,
+    saved as a model directory at ``path``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<unk>", *chars])}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    tokenizer.chat_template = template
+    config = Qwen3Config(vocab_size=len(vocab), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
+                         max_position_embeddings=max_positions, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1)
+    Qwen3ForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def byte_chat_tokenizer(template, *, think_tokens=False):
+    """A byte-level tokenizer (any text round-trips) with Qwen3's special tokens and ``template``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    vocab = {token: i for i, token in enumerate([*specials, *sorted(pre_tokenizers.ByteLevel.alphabet())])}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<|endoftext|>", eos_token="<|im_end|>",
+                                        additional_special_tokens=["<|im_start|>"])
+    if think_tokens:
+        tokenizer.add_tokens(["<think>", "</think>"])  # ordinary added tokens, as in Qwen3
+    tokenizer.chat_template = template
+    return tokenizer
+
+
+@pytest.fixture(scope="session")
+def tiny_models():
+    """The builders above: ``tiny_models.char_model(path, ...)``, ``tiny_models.byte_chat_tokenizer(template)``."""
+    import types
+
+    return types.SimpleNamespace(char_model=char_model, byte_chat_tokenizer=byte_chat_tokenizer)

@@ -372,27 +372,11 @@ def test_options_are_validated(registry):
 # ------------------------------------------------------------- checkpoint on CPU
 
 
-def _tiny_model(path: Path) -> Path:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
-
-    vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<unk>", *"abcdefghijklmnopqrstuvwxyz0123456789:{}`"])}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    fast_tok = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-    fast_tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
-    config = Qwen3Config(vocab_size=len(vocab), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1)
-    Qwen3ForCausalLM(config).save_pretrained(path)
-    fast_tok.save_pretrained(path)
-    return path
-
-
 @pytest.mark.parametrize("name", ["checkpoint", "base"])
-def test_checkpoint_engineer_on_cpu_falls_back_cleanly(name, registry, recorded_run, tmp_path):
+def test_checkpoint_engineer_on_cpu_falls_back_cleanly(name, registry, recorded_run, tmp_path, tiny_models):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    model = _tiny_model(tmp_path / "tiny")
+    model = tiny_models.char_model(tmp_path / "tiny", hidden_size=64, layers=2, head_dim=16, max_positions=4096)
     evidence = load_evidence(recorded_run, 1, registry)
     request = build_request(evidence, registry, {"preset": "V6"}, policy_path=str(model), base_policy_path=str(model))
     engineer = registry.create("engineer", name, {"backend": "transformers", "max_new_tokens": 16})

@@ -206,20 +206,11 @@ THINK_BLOCK = "<think>\n\n</think>"
 
 
 @pytest.fixture(scope="module")
-def chat_model(tmp_path_factory):
+def chat_model(tmp_path_factory, tiny_models):
     """A random 1-layer Qwen3 with a byte-level tokenizer (any text round-trips) and the template above."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    vocab = {token: i for i, token in enumerate([*specials, *sorted(pre_tokenizers.ByteLevel.alphabet())])}
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    core.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<|endoftext|>", eos_token="<|im_end|>",
-                                        additional_special_tokens=["<|im_start|>"])
-    tokenizer.add_tokens(["<think>", "</think>"])  # ordinary added tokens, as in Qwen3
-    tokenizer.chat_template = QWEN3_LIKE_TEMPLATE
+    tokenizer = tiny_models.byte_chat_tokenizer(QWEN3_LIKE_TEMPLATE, think_tokens=True)
     config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
                          num_key_value_heads=2, head_dim=8, max_position_embeddings=4096, tie_word_embeddings=True,
                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)

@@ -33,21 +33,10 @@ def verl_config(overrides):
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory):
+def tokenizer_dir(tmp_path_factory, tiny_models):
     """A byte-level tokenizer (any text round-trips) with a chat template; nothing downloaded."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    vocab = {token: i for i, token in enumerate([*specials, *sorted(pre_tokenizers.ByteLevel.alphabet())])}
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    core.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<|endoftext|>", eos_token="<|im_end|>",
-                                        additional_special_tokens=["<|im_start|>"])
-    tokenizer.chat_template = CHAT_TEMPLATE
     path = tmp_path_factory.mktemp("verl-tokenizer")
-    tokenizer.save_pretrained(path)
+    tiny_models.byte_chat_tokenizer(CHAT_TEMPLATE).save_pretrained(path)
     return path
 
 

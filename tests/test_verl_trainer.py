@@ -147,21 +147,8 @@ def test_main_ppo_parses_our_exact_command_line(tmp_path, registry):
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<unk>", *"abcdefghijklmnopqrstuvwxyz0123456789:{}`"])}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-    fast.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
-    config = Qwen3Config(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=8, max_position_embeddings=512, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1)
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    Qwen3ForCausalLM(config).save_pretrained(path)
-    fast.save_pretrained(path)
-    return path
+def tiny_model(tmp_path_factory, tiny_models):
+    return tiny_models.char_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 @pytest.fixture()

@@ -27,26 +27,12 @@ FAKE = Path(__file__).resolve().parent / "fake_vllm"
 TEMPLATE = "{% if enable_thinking is defined and not enable_thinking %}n:{% endif %}{% for m in messages %}{{ m['content'] }}{% endfor %}"
 
 
-def _tiny_model(path: Path) -> Path:
-    """A random Qwen3 (hidden 32) with a character tokenizer and a chat template that reads enable_thinking."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
-
-    vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<unk>", *"abcdefghijklmnopqrstuvwxyz0123456789:{}` "])}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    fast_tok = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-    fast_tok.chat_template = TEMPLATE
-    config = Qwen3Config(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=1, head_dim=16, max_position_embeddings=16384, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1)
-    Qwen3ForCausalLM(config).save_pretrained(path)
-    fast_tok.save_pretrained(path)
-    return path
-
-
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return _tiny_model(tmp_path_factory.mktemp("vllm-model"))
+def model_dir(tmp_path_factory, tiny_models):
+    """A random Qwen3 (hidden 32) with a character tokenizer and a chat template that reads enable_thinking."""
+    return tiny_models.char_model(tmp_path_factory.mktemp("vllm-model"), template=TEMPLATE,
+                                  chars="abcdefghijklmnopqrstuvwxyz0123456789:{}` ", heads=2, kv_heads=1, head_dim=16,
+                                  max_positions=16384)
 
 
 @pytest.fixture
