@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from envengineer.errors import EnvEngineerError
-from envengineer.declared import BenchView, aggregate_notes
+from envengineer.drawn import BenchView, aggregate_notes
 from envengineer.runview import BASE, RunView, Stage, load_run, rate, sort_benches
 
 MISSING = "–"

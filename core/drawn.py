@@ -1,4 +1,5 @@
-"""What a run's task and benchmarks declare, in the form the readers of a run directory draw it.
+"""What a run's task and benchmarks declare, as the readers of a run directory draw it (the declarations
+themselves are in :mod:`envengineer.declarations`).
 
 The report, ``compare`` and ``suite`` know no task: they show the groupings, knobs, benchmark
 labels, subsets and aggregates that the run's task family declares (resolved through the

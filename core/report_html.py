@@ -1,7 +1,7 @@
 """The report page's HTML: one function per section, each drawn from a :class:`~envengineer.runview.RunView`.
 
 Sections without data are left out. Tables per group, per subset and the aggregate come from
-what the run's task and benchmarks declare (see :mod:`envengineer.declared`); a task adds
+what the run's task and benchmarks declare (see :mod:`envengineer.drawn`); a task adds
 sections of its own through the ``report_sections`` hook (see :mod:`envengineer.report`).
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from envengineer.declared import aggregate_notes
+from envengineer.drawn import aggregate_notes
 from envengineer.report_plots import METRICS, benched, config_stages, evaluated, failure_types, group_plot_name, number
 from envengineer.runview import RunView, Stage, design_alarm, paired_with_base, rate
 

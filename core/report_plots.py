@@ -2,7 +2,7 @@
 
 Each ``plot_*`` function returns the file it wrote, or None when the run has nothing to
 draw for it. What is drawn per group, per knob and per benchmark subset is what the run's
-task declares (see :mod:`envengineer.declared`). matplotlib is imported only here, inside
+task declares (see :mod:`envengineer.drawn`). matplotlib is imported only here, inside
 the functions, on the Agg canvas, never through pyplot's global state.
 """
 

@@ -6,7 +6,7 @@ crash. :func:`load_run` never fails on those; it records what it could not read 
 ``RunView.problems`` and shows the rest.
 
 The view also knows what the run's task declares (groupings, knobs, benchmark labels,
-subsets and aggregates; see :mod:`envengineer.declared`), resolved through the registry
+subsets and aggregates; see :mod:`envengineer.drawn`), resolved through the registry
 from run.yaml's ``task`` section. A run whose task family is not installed is still shown,
 with what its files hold, and a note in ``problems``.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envengineer.declared import BenchView, Dimension, KnobLayout, dimensions, knob_layout, sort_keys
+from envengineer.drawn import BenchView, Dimension, KnobLayout, dimensions, knob_layout, sort_keys
 from envengineer.errors import EnvEngineerError, InputError
 from envengineer.rundir import RunDir
 
@@ -116,7 +116,7 @@ class RunView:
         name = evals.get("validation") if isinstance(evals, dict) else None
         return str(name) if name else None
 
-    # -- what the task declares (envengineer.declared), with fallbacks from the files
+    # -- what the task declares (envengineer.drawn), with fallbacks from the files
 
     def bench(self, name: str) -> BenchView:
         """Benchmark ``name`` as tables show it: its declared label, order, subsets and aggregate

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from envengineer.compare import MISSING, Column, Comparison, Stat, comparison_note, engineer_label, metric_columns, run_figures
-from envengineer.declared import BenchView
+from envengineer.drawn import BenchView
 from envengineer.errors import EnvEngineerError, InputError
 from envengineer.runconfig import RunConfig, validation_set
 from envengineer.rundir import RunDir

@@ -178,7 +178,7 @@ def test_compare_and_the_suite_use_the_benchmarks_label_and_aggregate(tmp_path, 
 
 
 def test_a_mean_aggregate_is_out_of_100_and_computed_from_the_subsets_when_not_recorded():
-    from envengineer.declared import BenchView
+    from envengineer.drawn import BenchView
 
     view = BenchView.of("arith-parts", VAL)
     summary = {"overall": {}, "by": {"part": {"even": {"valid_rate": 0.5}, "odd": {"valid_rate": 0.25}}}}
@@ -269,7 +269,7 @@ def test_a_task_adds_its_own_report_sections(tmp_path, registry_arith):
 
 def test_knob_layouts_for_top_level_knobs_and_for_undeclared_ones():
     from envengineer.components import Knob
-    from envengineer.declared import KnobLayout, knob_layout
+    from envengineer.drawn import KnobLayout, knob_layout
 
     flat = SimpleNamespace(knobs=(Knob("level", 1, 5, 1, integer=True, harder="up"),), knob_table=None, groups=lambda: ("all",))
     layout = knob_layout(flat, [{"level": 2}])
