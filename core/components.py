@@ -266,6 +266,14 @@ class Generator(Component, abc.ABC):
         vocabulary × hidden, written in place; ``token_ids``: token → row), e.g. to give related
         tokens similar starting vectors. Default: keep the random initialisation."""
 
+    def tiny_prebuilt(self, key: str) -> Path | None:
+        """A warm-started base model this task ships for the tiny policy's recipe ``key`` (the hash
+        of the task, style and warm-start options that name its cache folder), or None (default):
+        the policy builds it. The folder is a Hugging Face model directory with ``warm_start.json``
+        and a ``SHA256SUMS`` file the policy checks before use; ship one only as the exact output of
+        ``envengineer pretrain --force`` with that recipe."""
+        return None
+
 
 class Validator(Component, abc.ABC):
     """Scores responses for the generator of the same name."""

@@ -82,14 +82,27 @@ def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int
     options: dict[str, Any] = {k: v for k, v in {"instances": instances, "epochs": epochs, "threads": threads}.items() if v is not None}
     policy = registry.create("policy", "tiny", options, where="policy.tiny")
     generator, validator = registry.task(task or default_task(), task_options or {})
+    shipped = policy.prebuilt_dir(generator)
+    if force:  # build here; the shipped base (if any) is only compared with
+        policy = registry.create("policy", "tiny", {**options, "prebuilt": False}, where="policy.tiny")
     cached = policy.warm_start_info(generator) is not None and not force
     started = time.perf_counter()
     with stage_progress(console, transient=False) as progress:
         path = policy.prepare(generator=generator, force=force, progress=progress)
     info = policy.warm_start_info(generator) or {}
     train = info.get("train", {})
-    how = "cached" if cached else f"built in {time.perf_counter() - started:.0f}s"
+    how = "shipped with the task" if path == shipped else "cached" if cached else f"built in {time.perf_counter() - started:.0f}s"
     console.print(f"base model ({how}): {path}", highlight=False)
+    if force and shipped is not None:
+        from envengineer.plugins.policies.tiny import file_sha256
+
+        ours, theirs = file_sha256(path / "model.safetensors"), file_sha256(shipped / "model.safetensors")
+        console.print(
+            f"  model.safetensors sha256 {ours[:16]}: "
+            + ("the same bytes as the shipped warm start" if ours == theirs else
+               f"differs from the shipped warm start's {theirs[:16]} (float kernels differ between CPU kinds; runs with policy.prebuilt: true use the shipped one)"),
+            highlight=False,
+        )
     console.print(
         f"  {info.get('parameters', 0):,} parameters; warm start on {info.get('instances')} instances × {info.get('epochs')} epochs, "
         f"{train.get('steps')} steps, {train.get('seconds')}s, final loss {train.get('final_loss')}",

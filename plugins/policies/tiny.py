@@ -223,6 +223,47 @@ def recipe_key(recipe: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_prebuilt(folder: Path) -> None:
+    """Check a shipped base model against its ``SHA256SUMS`` (``<sha256>  <file>`` lines, every
+    file of the model directory); a clear error naming the file otherwise."""
+    sums = folder / "SHA256SUMS"
+    if not sums.is_file():
+        raise ConfigError(f"policy.tiny: the shipped base model {folder} has no SHA256SUMS")
+    listed = set()
+    for number, line in enumerate(sums.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        digest, _, name = line.strip().partition("  ")
+        if not name or len(digest) != 64 or "/" in name or name.startswith("."):
+            raise ConfigError(f"policy.tiny: {sums}, line {number}: expected '<sha256>  <file name>'")
+        listed.add(name)
+        path = folder / name
+        if not path.is_file():
+            raise ConfigError(f"policy.tiny: {path} is listed in {sums} but missing")
+        if file_sha256(path) != digest:
+            raise ConfigError(f"policy.tiny: {path} does not match its sha256 in {sums} (damaged or edited): "
+                              "reinstall the package, or set policy.prebuilt: false to build the base model here")
+    for required in ("model.safetensors", "config.json", "tokenizer.json", "warm_start.json"):
+        if required not in listed:
+            raise ConfigError(f"policy.tiny: {sums} does not list {required}")
+
+
+def write_sha256sums(folder: Path) -> Path:
+    """Write ``folder/SHA256SUMS`` for every file in it (how a shipped base model is sealed)."""
+    lines = [f"{file_sha256(p)}  {p.name}" for p in sorted(folder.iterdir()) if p.is_file() and p.name != "SHA256SUMS"]
+    target = folder / "SHA256SUMS"
+    target.write_text("\n".join(lines) + "\n")
+    return target
+
+
 def warm_start_data(generator, *, n: int, seed: int, style: str) -> list[tuple[str, str]]:
     """The task's warm-start pairs, or a clear error when the task has no reference solver."""
     try:
@@ -317,8 +358,9 @@ class TinyOptions(TransformersOptions):
     hidden_size: int = Field(128, ge=16)
     layers: int = Field(4, ge=1)
     ffn: int = Field(512, ge=16)
-    threads: int | None = Field(1, ge=1, description="torch CPU threads; 1 measured fastest for this ~1 M model (2 threads on 2 shared cores ran 3-10x slower)")
+    threads: int | None = Field(1, ge=1, description="torch CPU threads (results do not depend on it; a busy second core makes 2 threads slower than 1)")
     cache_dir: str | None = Field(None, description="default: $ENVENGINEER_CACHE/tiny or ~/.cache/envengineer/tiny")
+    prebuilt: bool = Field(True, description="use the warm start the task ships for exactly this recipe, if it ships one (checked against its SHA256SUMS); false: build it here")
 
 
 class TinyPolicy(TransformersPolicy):
@@ -330,6 +372,7 @@ class TinyPolicy(TransformersPolicy):
     def __init__(self, options: BaseModel | None = None) -> None:
         super().__init__(options)
         self._task: str | None = None  # the task of the last prepare(): load() finds its base model
+        self._shipped: Path | None = None  # the task's prebuilt base model chosen by the last prepare()
 
     def recipe(self, generator: Any = None) -> dict[str, Any]:
         """Everything that shapes the base model: the task (by name), the style and the warm-start options."""
@@ -342,18 +385,42 @@ class TinyPolicy(TransformersPolicy):
         }
 
     def base_dir(self, generator: Any = None) -> Path:
-        """Where the warm-started base model of these options is cached, for ``generator``'s task
-        (default: the task of the last :meth:`prepare`)."""
+        """The warm-started base model of these options for ``generator``'s task (default: the task
+        of the last :meth:`prepare`): the one the task ships for this recipe when ``prebuilt`` is on
+        and it ships one, else where it is cached."""
+        shipped = self.prebuilt_dir(generator)
+        return shipped if shipped is not None else self.cache_path(generator)
+
+    def cache_path(self, generator: Any = None) -> Path:
+        """Where a base model built here with these options is cached."""
         root = Path(self.options.cache_dir).expanduser() if self.options.cache_dir else default_cache_dir()
         return root / recipe_key(self.recipe(generator))
 
+    def prebuilt_dir(self, generator: Any = None) -> Path | None:
+        """The task's shipped base model for this exact recipe (``Generator.tiny_prebuilt``), if
+        ``prebuilt`` is on and it ships one; without ``generator``: the last :meth:`prepare`'s."""
+        if not self.options.prebuilt:
+            return None
+        if generator is None:
+            return self._shipped
+        return generator.tiny_prebuilt(recipe_key(self.recipe(generator)))
+
     def prepare(self, *, generator: Any = None, force: bool = False, progress: Progress | None = None) -> Path:
-        """The base model directory: built (tokenizer, random init, warm start) from the task unless cached."""
+        """The base model directory: the task's shipped one for this recipe (checked against its
+        SHA256SUMS), else built (tokenizer, random init, warm start) from the task unless cached.
+        ``force``: build it here even when cached or shipped."""
         if self.options.path and not force:
             return Path(self.options.path)
         if generator is not None:
             self._task = generator.name
-        out = self.base_dir(generator)
+            self._shipped = None
+            if not force:
+                shipped = self.prebuilt_dir(generator)
+                if shipped is not None:
+                    verify_prebuilt(shipped)
+                    self._shipped = shipped
+                    return shipped
+        out = self.cache_path(generator)
         if (out / "warm_start.json").exists() and not force:
             return out
         if generator is None:

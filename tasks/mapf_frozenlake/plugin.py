@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -165,6 +166,12 @@ class MapfGenerator(Generator):
             from envengineer.tasks.mapf_frozenlake.warm_start import geometric_embeddings
 
             geometric_embeddings(weight, token_ids)
+
+    def tiny_prebuilt(self, key: str) -> Path | None:
+        """The quickstart's warm start ships in ``data/tiny/<key>/`` (tasks/mapf_frozenlake/warm_start.py)."""
+        from envengineer.tasks.mapf_frozenlake.warm_start import prebuilt_dir
+
+        return prebuilt_dir(key)
 
 
 @hookimpl

@@ -7,6 +7,11 @@ is a sequence of whole words, so the tiny model reads it with a word-level vocab
 2-agent instances (:func:`warm_start_pairs`). :class:`~envengineer.tasks.mapf_frozenlake.plugin.MapfGenerator`
 offers them through the ``Generator`` hooks ``tiny_vocabulary``, ``tiny_init_embeddings`` and
 ``warm_start_pairs``. Measured facts behind these choices: docs/tiny-policy.md.
+
+The quickstart's base model (the default recipe's warm start) also ships, built once by
+``envengineer pretrain --force`` and sealed with a SHA256SUMS, in ``data/tiny/<recipe key>/``
+(:func:`prebuilt_dir`, the ``tiny_prebuilt`` hook), so a first run spends no ten minutes
+rebuilding it; ``policy.prebuilt: false`` builds it here instead.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from envengineer.tasks.mapf_frozenlake import SIZES
@@ -29,6 +35,18 @@ WARM_PARTS = ((0.0, 0.0), (0.1, 0.3), (0.2, 0.3), (0.3, 0.3))
 
 #: Solver time limit of a warm-start draw (a safety net: the work limit decides a give-up).
 TIME_LIMIT = 10.0
+
+
+#: Where shipped warm starts live: one folder per tiny-policy recipe key.
+PREBUILT_ROOT = Path(__file__).parent / "data" / "tiny"
+
+
+def prebuilt_dir(key: str) -> Path | None:
+    """The shipped base model of recipe ``key``, if any."""
+    if not key.isalnum():
+        return None
+    folder = PREBUILT_ROOT / key
+    return folder if (folder / "warm_start.json").is_file() else None
 
 
 def vocabulary() -> list[str]:

@@ -1,0 +1,102 @@
+"""The warm start mapf-frozenlake ships for the quickstart's recipe: found, verified, used."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from envengineer.errors import ConfigError  # noqa: E402
+from envengineer.plugins.policies import tiny  # noqa: E402
+from envengineer.registry import load_registry  # noqa: E402
+from envengineer.runconfig import load_run_config  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory):
+    """The quickstart's tiny policy (an empty cache) and its task."""
+    registry = load_registry(entry_points=False)
+    config = load_run_config(ROOT / "examples" / "quickstart.yaml")
+    options = {**{k: v for k, v in config.policy.items() if k != "name"}, "cache_dir": str(tmp_path_factory.mktemp("cache"))}
+    policy = registry.create("policy", "tiny", options, where="policy.tiny")
+    generator, validator = registry.task(config.task["name"], {k: v for k, v in config.task.items() if k != "name"})
+    return registry, policy, generator, validator
+
+
+def test_the_quickstart_recipe_has_a_shipped_warm_start_that_verifies(quickstart):
+    _, policy, generator, _ = quickstart
+    shipped = policy.prebuilt_dir(generator)
+    assert shipped is not None, "examples/quickstart.yaml's recipe changed: rebuild with `envengineer pretrain --force` and ship it"
+    assert shipped.name == tiny.recipe_key(policy.recipe(generator))
+    tiny.verify_prebuilt(shipped)
+    info = json.loads((shipped / "warm_start.json").read_text())
+    o = policy.options
+    assert (info["task"], info["style"], info["instances"], info["epochs"], info["lr"], info["batch_size"], info["seed"]) == (
+        generator.name, o.prompt_style, o.instances, o.epochs, o.lr, o.train_batch_size, o.seed)
+
+
+def test_prepare_uses_the_shipped_model_without_building_and_it_samples(quickstart):
+    _, policy, generator, validator = quickstart
+    path = policy.prepare(generator=generator)
+    assert path == policy.prebuilt_dir(generator)
+    assert not any(Path(policy.options.cache_dir).iterdir())  # nothing built
+    assert policy.warm_start_info()["parameters"] == 1001088
+    records = generator.generate(generator.default_config(), n=8, seed=5).records
+    texts = policy.with_path(path).sample([generator.render(r, "compact") for r in records], n=1)
+    assert len(texts) == 8 and all(isinstance(t, str) for (t,) in texts)
+    for record, (text,) in zip(records, texts):
+        validator.score(record, generator.decode_response(record, text, "compact"))  # scores, whatever it wrote
+
+
+def test_prebuilt_false_names_the_cache_folder_instead(quickstart):
+    registry, policy, generator, _ = quickstart
+    local = registry.create("policy", "tiny", {**policy.options.model_dump(), "prebuilt": False}, where="policy.tiny")
+    assert local.prebuilt_dir(generator) is None
+    assert local.base_dir(generator) == local.cache_path(generator) == Path(policy.options.cache_dir) / policy.prebuilt_dir(generator).name
+
+
+@pytest.mark.parametrize("damage", ["flip a byte", "drop a line", "no sums", "unlisted config"])
+def test_a_damaged_shipped_model_is_refused_naming_the_file(quickstart, tmp_path, damage):
+    _, policy, generator, _ = quickstart
+    copy = tmp_path / "copy"
+    shutil.copytree(policy.prebuilt_dir(generator), copy)
+    sums = copy / "SHA256SUMS"
+    if damage == "flip a byte":
+        data = bytearray((copy / "model.safetensors").read_bytes())
+        data[len(data) // 2] ^= 1
+        (copy / "model.safetensors").write_bytes(bytes(data))
+        match = "model.safetensors does not match its sha256"
+    elif damage == "drop a line":
+        sums.write_text(sums.read_text() + "not-a-sum\n")
+        match = "line .*: expected"
+    elif damage == "no sums":
+        sums.unlink()
+        match = "has no SHA256SUMS"
+    else:
+        sums.write_text("".join(line + "\n" for line in sums.read_text().splitlines() if not line.endswith("  config.json")))
+        match = "does not list config.json"
+    with pytest.raises(ConfigError, match=match):
+        tiny.verify_prebuilt(copy)
+
+
+def test_write_sha256sums_seals_what_verify_checks(tmp_path):
+    for name, text in {"model.safetensors": "w", "config.json": "{}", "tokenizer.json": "{}", "warm_start.json": "{}"}.items():
+        (tmp_path / name).write_text(text)
+    tiny.write_sha256sums(tmp_path)
+    tiny.verify_prebuilt(tmp_path)
+    (tmp_path / "config.json").write_text("{ }")
+    with pytest.raises(ConfigError, match="config.json does not match"):
+        tiny.verify_prebuilt(tmp_path)
+
+
+def test_a_task_that_ships_nothing_gets_its_base_built(quickstart):
+    registry, policy, _, _ = quickstart
+    for name in registry.names("generator"):
+        generator, _ = registry.task(name, {})
+        if name != "mapf-frozenlake":
+            assert policy.prebuilt_dir(generator) is None
