@@ -5,7 +5,10 @@
 - ``rg-hard``: the default datasets at the hard end, 20 items each: even items with every level at
   its cap, odd items with each level drawn from above the cap's middle (``cap // 2 + 1 .. cap``);
 - ``rg-transfer``: the vetted catalogue datasets outside the default list (never trained on by a
-  default run), 120 items split evenly, levels drawn from 0 to the caps like ``rg-val``.
+  default run), 120 items split evenly, levels drawn from 0 to the caps like ``rg-val``;
+- ``rg-chain-sum-val``: the validation set of a run on chain_sum alone (the CPU quickstart's), 400 items
+  with each level drawn from 0 to 2 (2-4 terms of 1-3 digits): the levels a run starting at 0 reaches in a
+  few rounds of one-level moves.
 
 Everything is seeded by the set's name (never by a round seed): item ``i`` of dataset ``d`` in set
 ``S`` draws its levels from ``Random("S|d|i|levels")`` and is reasoning-gym's item at those levels
@@ -29,11 +32,15 @@ FOLDER = Path(__file__).parent / "data"
 VALIDATION = "rg-val"
 HARD = "rg-hard"
 TRANSFER = "rg-transfer"
+CHAIN_SUM = "rg-chain-sum-val"
 #: The vetted datasets a default run never trains on.
 TRANSFER_DATASETS: tuple[str, ...] = tuple(name for name in CATALOGUE if name not in DEFAULT_DATASETS)
 VAL_PER_DATASET = 40
 HARD_PER_DATASET = 20
 TRANSFER_ITEMS = 120
+CHAIN_SUM_ITEMS = 400
+#: rg-chain-sum-val's levels: each drawn uniformly from 0 to this.
+CHAIN_SUM_TOP = {"num_terms": 2, "num_digits": 2}
 #: A question the set already holds is redrawn at most this many times (tower_of_hanoi at its lowest
 #: levels has only a few distinct puzzles: repeats are then kept).
 MAX_REDRAWS = 5
@@ -47,6 +54,12 @@ def mixed_levels(name: str, dataset: str, index: int) -> dict[str, int]:
     """Every level uniform in 0..cap."""
     rng = random.Random(f"{name}|{dataset}|{index}|levels")
     return {attr: rng.randint(0, cap) for attr, cap in CATALOGUE[dataset].caps.items()}
+
+
+def low_levels(name: str, dataset: str, index: int) -> dict[str, int]:
+    """Every level uniform in 0..CHAIN_SUM_TOP (chain_sum's attributes)."""
+    rng = random.Random(f"{name}|{dataset}|{index}|levels")
+    return {attr: rng.randint(0, min(CHAIN_SUM_TOP[attr], cap)) for attr, cap in CATALOGUE[dataset].caps.items()}
 
 
 def hard_levels(name: str, dataset: str, index: int) -> dict[str, int]:
@@ -94,6 +107,10 @@ def build_transfer() -> list[dict[str, Any]]:
     return build_set(TRANSFER, counts({d: 1.0 for d in TRANSFER_DATASETS}, TRANSFER_ITEMS), mixed_levels)
 
 
+def build_chain_sum() -> list[dict[str, Any]]:
+    return build_set(CHAIN_SUM, {"chain_sum": CHAIN_SUM_ITEMS}, low_levels)
+
+
 def _spec(name: str, datasets: tuple[str, ...], build: Any, description: str, label: str, order: int) -> Benchmark:
     path = FOLDER / f"{name}.jsonl"
     return Benchmark(
@@ -121,4 +138,7 @@ def specs() -> list[Benchmark]:
         _spec(TRANSFER, TRANSFER_DATASETS, build_transfer,
               f"reasoning-gym transfer set: {TRANSFER_ITEMS} items of the vetted datasets outside the defaults "
               f"({', '.join(TRANSFER_DATASETS)})", "transfer", 2),
+        _spec(CHAIN_SUM, ("chain_sum",), build_chain_sum,
+              f"reasoning-gym chain_sum validation: {CHAIN_SUM_ITEMS} sums with 2-4 terms of 1-3 digits (levels 0-2), "
+              "for runs on chain_sum alone", "validation", 3),
     ]

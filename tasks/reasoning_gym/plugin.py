@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from envengineer.api import Change, ConfigError, GenerationResult, Generator, Grouping, Knob, Projection, Validator, Verdict, hookimpl
-from envengineer.tasks.reasoning_gym import INSTALL_HINT, PINNED_VERSION, TASK_NAME
+from envengineer.tasks.reasoning_gym import INSTALL_HINT, PINNED_VERSION, TASK_NAME, compact
 from envengineer.tasks.reasoning_gym.catalogue import CATALOGUE, DEFAULT_DATASETS, attributes, refusal
 
 #: reasoning-gym's own default system prompt (reasoning_gym.utils.SYSTEM_PROMPTS["default"], 0.1.25).
@@ -192,7 +192,8 @@ class RGGenerator(Generator):
     description: ClassVar[str] = f"Procedural reasoning tasks from reasoning-gym {PINNED_VERSION} (extra: reasoning-gym)"
     Options: ClassVar[type[BaseModel]] = RGOptions
     config_model: ClassVar[type[BaseModel]] = RGConfig
-    prompt_styles: ClassVar[tuple[str, ...]] = ("full",)
+    #: ``full``: the system prompt and the question; ``compact``: the embedded tiny policy's (compact.py; chain_sum only).
+    prompt_styles: ClassVar[tuple[str, ...]] = ("full", "compact")
     knob_table: ClassVar[str | None] = "datasets"
     #: Over the whole catalogue; an instance declares the knobs of its run's datasets.
     knobs: ClassVar[tuple[Knob, ...]] = _knobs_for(tuple(CATALOGUE))
@@ -259,12 +260,29 @@ class RGGenerator(Generator):
         return Projection(config=projection.config, changes=(*changes, *projection.changes), accepted=projection.accepted)
 
     def render(self, record: Mapping[str, Any], style: str | None = None) -> list[dict[str, str]] | str:
-        if (style or "full") != "full":
-            raise ValueError(f"unknown prompt style {style!r} (styles: full)")
+        style = style or "full"
+        if style == "compact":
+            return compact.render(record)
+        if style != "full":
+            raise ValueError(f"unknown prompt style {style!r} (styles: {', '.join(self.prompt_styles)})")
         return [{"role": "system", "content": self.options.system_prompt}, {"role": "user", "content": str(record["question"])}]
 
+    def example_prompt(self, record: Mapping[str, Any]) -> str:
+        """The shortest style's prompt without the system prompt, which every instance shares and which alone would fill
+        a failing example's excerpt (~470 characters): ``38-45-35=`` for chain_sum, the question otherwise."""
+        try:
+            return compact.render(record)
+        except ValueError:
+            return str(record.get("question", ""))
+
+    def decode_response(self, record: Mapping[str, Any], response: str, style: str | None = None) -> str:
+        """A compact answer (the bare result) inside <answer>...</answer>; a full one as it is."""
+        return compact.to_answer(response) if style == "compact" else response
+
     def answer_end(self, record: Mapping[str, Any], response: str, style: str | None = None) -> int | None:
-        """The validator reads the last <answer>...</answer>: what follows its end changes nothing."""
+        """Full: the validator reads the last <answer>...</answer>; compact: the first line. What follows changes nothing."""
+        if style == "compact":
+            return compact.answer_end(response)
         end = response.rfind(CLOSE)
         return None if end < 0 else end + len(CLOSE)
 
@@ -277,6 +295,17 @@ class RGGenerator(Generator):
 
     def reference_answer(self, record: Mapping[str, Any]) -> str:
         return f"{OPEN}{record['answer']}{CLOSE}"
+
+    # The embedded tiny policy reads the compact style character by character (compact.py): the default tokenizer and
+    # embeddings, and a warm start on chain_sum items of low levels whatever the run's datasets.
+
+    def reference_completion(self, record: Mapping[str, Any], style: str) -> str:
+        return compact.completion(record) if style == "compact" else self.reference_answer(record)
+
+    def warm_start_pairs(self, *, n: int, seed: int, style: str) -> list[tuple[str, str]]:
+        if style != "compact":
+            return super().warm_start_pairs(n=n, seed=seed, style=style)
+        return compact.warm_start_pairs(n=n, seed=seed)
 
     def guidelines(self) -> str:
         factory = rg()
