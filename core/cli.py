@@ -398,24 +398,30 @@ def compare(
 
 @app.command("suite")
 def suite_command(
-    sources: list[Path] = typer.Argument(..., help="folders of run configs (every *.yaml directly in them) and/or config files"),
+    sources: list[Path] = typer.Argument(..., help="folders of run configs (every *.yaml directly in them; a folder with suite.yaml: its arms), manifests and/or config files"),
     seeds: int = typer.Option(3, "--seeds", min=1, help="run every config with seeds 0..N-1 (overrides its seed)"),
-    output: Path = typer.Option(Path("runs/suite"), "--output", help="suite folder: <config-stem>/seed-<s>/ run directories and the tables"),
-    only: Optional[str] = typer.Option(None, "--only", help="only configs whose file stem or run name matches this glob, e.g. 'v*'"),
+    output: Path = typer.Option(Path("runs/suite"), "--output", help="suite folder: <config-stem or arm>/seed-<s>/ run directories and the tables"),
+    only: Optional[str] = typer.Option(None, "--only", help="only configs whose file stem, arm or run name matches this glob, e.g. 'v*'"),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="runs at a time, each in its own process (1: one after the other, in this process)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print which runs are finished, partial or to do; run nothing"),
-    tables_only: bool = typer.Option(False, "--tables-only", help="write the tables from what is on disk; run nothing"),
+    tables_only: bool = typer.Option(False, "--tables-only", help="write the tables and plots from what is on disk; run nothing"),
 ) -> None:
-    """Run configs over seeds (resumable, one at a time), then write the paper's tables (mean ± sd) as .md and .csv."""
+    """Run configs or a manifest's arms over seeds (resumable; --jobs N in parallel), then write the tables
+    (mean ± sd) as .md and .csv, and each table's arms in detail: per subset, paired tests against the
+    baseline arm, plots."""
     from envengineer.suite import execute, plan, plan_table, write_tables
 
-    suite = plan(sources, seeds=seeds, output=output, only=only)
+    registry = _registry()
+    suite = plan(sources, seeds=seeds, output=output, only=only, registry=registry)
     if dry_run:
         console.print(plan_table(suite))
         return
     if not tables_only:
-        execute(suite, registry=_registry(), console=console)
-    written = write_tables(suite, console=console)
-    console.print(f"wrote {', '.join(escape(str(p)) for p in written)}", highlight=False, soft_wrap=True)
+        execute(suite, registry=registry, console=console, jobs=jobs)
+    written = write_tables(suite, console=console, registry=registry)
+    pages = [p for p in written if p.suffix == ".md"]
+    console.print(f"wrote {', '.join(escape(str(p)) for p in pages)} (and {len(written) - len(pages)} .csv and .png files beside them)",
+                  highlight=False, soft_wrap=True)
     failed = suite.failed()
     if failed and not tables_only:
         for run in failed:
