@@ -8,7 +8,8 @@ import yaml
 from envengineer.runconfig import parse_run_config, resolve
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-RUN_CONFIGS = sorted(p for p in EXAMPLES.rglob("*.yaml") if "engineers" not in p.parts)
+#: Run configs have a name; a suite manifest (suite.yaml) or a generator config beside them has none.
+RUN_CONFIGS = sorted(p for p in EXAMPLES.rglob("*.yaml") if "engineers" not in p.parts and "name" in (yaml.safe_load(p.read_text()) or {}))
 
 
 @pytest.mark.parametrize("path", RUN_CONFIGS, ids=lambda p: str(p.relative_to(EXAMPLES)))
