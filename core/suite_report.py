@@ -455,16 +455,19 @@ def plot_groups(report: ArmsReport, path: Path) -> Path | None:
         return None
     cmap = colormaps["viridis"]
     fig, axes = _new_figure(3.2 * len(arms) + 1.4, 3.4, ncols=len(arms))
+    top = 0.0
     for ax, arm in zip(axes[0], arms):
         for i, group in enumerate(groups):
             labels, stats, _ = _per_round(arm, "valid", primary.name, group)
             points = [(xi, s.mean) for xi, s in enumerate(stats) if s is not None]
             if points:
                 ax.plot(*zip(*points), color=cmap(i / max(1, len(groups) - 1) * 0.9), marker="o", ms=3, lw=1.4, label=group)
+                top = max(top, max(y for _, y in points))
             ax.set_xticks(range(len(labels)), labels)
-        _percent_axis(ax)
         ax.set_title(arm.label)
         ax.set_xlabel("round")
+    for ax in axes[0]:  # one scale for every arm, fitted to the data
+        _percent_axis(ax, top=max(10.0, min(100.0, top * 1.15)))
     axes[0][-1].legend(title=primary.title, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
     fig.suptitle(f"{report.title}: validation valid rate by {primary.title} (mean over seeds)")
     return _save(fig, path)
