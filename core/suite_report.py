@@ -202,7 +202,7 @@ def _subset_rate(summary: Mapping[str, Any] | None, view: BenchView, subset: str
 def set_table(report: ArmsReport, key: str, view: BenchView) -> Comparison:
     """Rows: arms; columns: valid and optimal per subset, the aggregate, overall; mean ± sd over seeds."""
     summaries = [r.sets[key].summary for a in report.arms for r in a.runs if key in r.sets]
-    subsets = view.subset_keys(summaries)
+    subsets = view.subset_keys(summaries) or (list(view.subsets.order) if view.subsets is not None else [])
     columns = [Column("arm", "arm", "", "arm", False), Column("seeds", "seeds", "", "seeds", False)]
     for subset in subsets:
         for metric in METRICS:
