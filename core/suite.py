@@ -222,8 +222,12 @@ def read_manifest(path: Path, registry: Any = None) -> list[SuiteEntry]:
             config = parse_run_config(apply_overrides(arm_data, overrides), where)
             resolve(config, registry)  # every plugin section, as `envengineer run` checks it before writing anything
         except EnvEngineerError as exc:
-            message = str(exc)
-            raise type(exc)(message if message.startswith(where) else f"{where}: {message}") from None
+            message = str(exc) if str(exc).startswith(where) else f"{where}: {exc}"
+            try:
+                error = type(exc)(message)
+            except Exception:  # noqa: BLE001 - an error type with another signature: say it as a config error
+                error = ConfigError(message)
+            raise error from None
         entries.append(SuiteEntry(path, config, arm=arm, base=base_path, overrides=overrides, baseline=arm == baseline))
     return entries
 
