@@ -18,6 +18,7 @@ import yaml
 pytest.importorskip("reasoning_gym")
 
 from envengineer.design import design  # noqa: E402
+from envengineer.errors import ConfigError  # noqa: E402
 from envengineer.evidence import Evidence  # noqa: E402
 from envengineer.prompts import build_request  # noqa: E402
 from envengineer.tasks.reasoning_gym import catalogue, compact  # noqa: E402
@@ -99,9 +100,13 @@ def test_warm_start_pairs_are_deterministic_low_level_chain_sums(chain, registry
     pairs = generator.warm_start_pairs(n=200, seed=0, style="compact")
     assert pairs == generator.warm_start_pairs(n=200, seed=0, style="compact")
     assert pairs != generator.warm_start_pairs(n=200, seed=1, style="compact")
-    # the same pairs whatever the run's datasets (the tiny policy caches its base by task name and style)
+    # the same pairs whatever the run's other options (the tiny policy caches its base by task name and style)
+    other, _ = registry_module.task(TASK, {"datasets": "chain_sum", "system_prompt": "Answer in <answer></answer>."})
+    assert other.warm_start_pairs(n=200, seed=0, style="compact") == pairs
+    # a run on datasets without a compact form is refused before its warm start
     default, _ = registry_module.task(TASK)
-    assert default.warm_start_pairs(n=200, seed=0, style="compact") == pairs
+    with pytest.raises(ConfigError, match="renders chain_sum only"):
+        default.warm_start_pairs(n=2, seed=0, style="compact")
     terms = [re.findall(r"[+-]?\d+", prompt[:-1]) for prompt, _ in pairs]
     assert {len(t) for t in terms} == {2, 3} and {len(x.lstrip("+-")) for t in terms for x in t} == {1, 2}  # levels 0-1
     for (prompt, answer), numbers in zip(pairs, terms):

@@ -27,8 +27,9 @@ COMPACT_DATASETS: tuple[str, ...] = ("chain_sum",)
 WARM_LEVELS: dict[str, dict[str, int]] = {"chain_sum": {"num_terms": 1, "num_digits": 1}}
 
 
-def unsupported(dataset: Any) -> str:
-    return f"the compact prompt style renders {', '.join(COMPACT_DATASETS)} only, not {dataset!r} (use prompt_style: full)"
+def unsupported(*datasets: Any) -> str:
+    """Why ``datasets`` have no compact prompt."""
+    return f"the compact prompt style renders {', '.join(COMPACT_DATASETS)} only, not {', '.join(map(str, datasets))} (use prompt_style: full)"
 
 
 def render(record: Mapping[str, Any]) -> str:

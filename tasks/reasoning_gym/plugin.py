@@ -305,6 +305,9 @@ class RGGenerator(Generator):
     def warm_start_pairs(self, *, n: int, seed: int, style: str) -> list[tuple[str, str]]:
         if style != "compact":
             return super().warm_start_pairs(n=n, seed=seed, style=style)
+        others = [name for name in self.options.datasets if name not in compact.COMPACT_DATASETS]
+        if others:  # refused before the warm start rather than at the run's first prompt
+            raise ConfigError(f"task {TASK_NAME}: {compact.unsupported(*others)}")
         return compact.warm_start_pairs(n=n, seed=seed)
 
     def guidelines(self) -> str:
