@@ -94,9 +94,9 @@ def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int
     how = "shipped with the task" if path == shipped else "cached" if cached else f"built in {time.perf_counter() - started:.0f}s"
     console.print(f"base model ({how}): {path}", highlight=False)
     if force and shipped is not None:
-        from envengineer.plugins.policies.tiny import file_sha256
+        from envengineer.benchmarks import sha256_file
 
-        ours, theirs = file_sha256(path / "model.safetensors"), file_sha256(shipped / "model.safetensors")
+        ours, theirs = sha256_file(path / "model.safetensors"), sha256_file(shipped / "model.safetensors")
         console.print(
             f"  model.safetensors sha256 {ours[:16]}: "
             + ("the same bytes as the shipped warm start" if ours == theirs else

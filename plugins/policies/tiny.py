@@ -223,18 +223,12 @@ def recipe_key(recipe: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def verify_prebuilt(folder: Path) -> None:
     """Check a shipped base model against its ``SHA256SUMS`` (``<sha256>  <file>`` lines, every
     file of the model directory); a clear error naming the file otherwise."""
-    sums = folder / "SHA256SUMS"
+    from envengineer.benchmarks import SUMS, sha256_file
+
+    sums = folder / SUMS
     if not sums.is_file():
         raise ConfigError(f"policy.tiny: the shipped base model {folder} has no SHA256SUMS")
     listed = set()
@@ -248,7 +242,7 @@ def verify_prebuilt(folder: Path) -> None:
         path = folder / name
         if not path.is_file():
             raise ConfigError(f"policy.tiny: {path} is listed in {sums} but missing")
-        if file_sha256(path) != digest:
+        if sha256_file(path) != digest:
             raise ConfigError(f"policy.tiny: {path} does not match its sha256 in {sums} (damaged or edited): "
                               "reinstall the package, or set policy.prebuilt: false to build the base model here")
     for required in ("model.safetensors", "config.json", "tokenizer.json", "warm_start.json"):
@@ -258,9 +252,12 @@ def verify_prebuilt(folder: Path) -> None:
 
 def write_sha256sums(folder: Path) -> Path:
     """Write ``folder/SHA256SUMS`` for every file in it (how a shipped base model is sealed)."""
-    lines = [f"{file_sha256(p)}  {p.name}" for p in sorted(folder.iterdir()) if p.is_file() and p.name != "SHA256SUMS"]
-    target = folder / "SHA256SUMS"
-    target.write_text("\n".join(lines) + "\n")
+    from envengineer.benchmarks import SUMS, sha256_file
+    from envengineer.fileio import write_text
+
+    lines = [f"{sha256_file(p)}  {p.name}\n" for p in sorted(folder.iterdir()) if p.is_file() and p.name != SUMS]
+    target = folder / SUMS
+    write_text(target, "".join(lines))
     return target
 
 
