@@ -256,6 +256,12 @@ class Generator(Component, abc.ABC):
             pairs.append((text, self.reference_completion(record, style)))
         return pairs
 
+    def warm_start_recipe(self) -> dict[str, Any]:
+        """The task options that change :meth:`warm_start_pairs` (e.g. the agent counts drawn), as
+        plain JSON values. A policy that caches what it learns from the pairs keys its cache on
+        these too, so two runs that differ here never share a base model. Default: none."""
+        return {}
+
     def tiny_vocabulary(self, style: str) -> list[str] | None:
         """Every word of ``style``'s prompts and answers, for a word-level tokenizer that splits on
         whitespace (special tokens are the policy's own). None (default): read characters."""
@@ -386,6 +392,13 @@ class Policy(Component, abc.ABC):
     def describe(self) -> Mapping[str, Any]:
         """Sampling settings, recorded with evaluation results."""
         return {"policy": self.name}
+
+    def evaluation_key(self) -> str | None:
+        """A string that names everything deciding this policy's answers (weights and sampling
+        options) when its answers are a pure function of it, so that an evaluation of the same
+        weights on the same records can be reused (the loop caches its base evaluations by it).
+        None (default): answers may vary from call to call; never reuse them."""
+        return None
 
     def close(self) -> None:
         """Release what the policy holds (memory a trainer needs next)."""

@@ -20,6 +20,12 @@ import yaml
 from envengineer.errors import InputError
 
 
+def cache_root() -> Path:
+    """Where envengineer caches what it can rebuild: ``$ENVENGINEER_CACHE``, else ``~/.cache/envengineer``."""
+    root = os.environ.get("ENVENGINEER_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "envengineer"
+
+
 def _file_mode() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -14,6 +14,7 @@ redone when the run is resumed.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,45 @@ class Loop:
             write_eval(partial, result, picked)
         return result.to_summary_dict()
 
+    def _evaluate_base(self, policy: Any, name: str, out: Path, label: str, examples: bool) -> dict[str, Any]:
+        """:meth:`_evaluate`, reused from the cache when the same base weights were already evaluated
+        on the same records the same way (a policy whose answers are a pure function of its weights
+        and options says so through ``evaluation_key``): the arms of a suite share one base, and
+        each would otherwise spend the same minutes on the same answers."""
+        import hashlib
+        import json
+        import shutil
+
+        from envengineer import __version__
+        from envengineer.fileio import cache_root, dumps_json
+
+        policy_key = policy.evaluation_key()
+        if policy_key is None:
+            return self._evaluate(policy, name, out, label, examples)
+        records = self._benchmark_records(name)
+        key = hashlib.sha256(json.dumps({
+            "version": __version__, "policy": policy_key, "benchmark": name, "style": self.style,
+            "records": hashlib.sha256("\n".join(dumps_json(r) for r in records).encode()).hexdigest(),
+            "task": self.run.generator.options.model_dump(mode="json"),
+            "examples": self.cfg.eval.examples if examples else None,
+        }, sort_keys=True).encode()).hexdigest()[:24]
+        cached = cache_root() / "evals" / key
+        if (cached / "summary.json").is_file():
+            with self.dir.building(out) as partial:
+                for item in cached.iterdir():
+                    shutil.copy2(item, partial / item.name)
+            self.console.print(f"[dim]{escape(label)}: {escape(name)} reused from {escape(str(cached))} (same weights, records and options)[/]")
+            return json.loads((out / "summary.json").read_text())
+        summary = self._evaluate(policy, name, out, label, examples)
+        tmp = cached.with_name(f"{key}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            shutil.copytree(out, tmp)
+            os.replace(tmp, cached)
+        except OSError:  # another run filled it first, or the cache is not writable: the result stands
+            shutil.rmtree(tmp, ignore_errors=True)
+        return summary
+
     def _benchmarks_due(self, round: int | None) -> bool:
         when = self.cfg.eval.bench_rounds
         if not self.cfg.eval.benchmarks or when == "none":
@@ -149,10 +189,10 @@ class Loop:
             return
         started = time.monotonic()
         policy = self.run.policy.with_path(self.base_path())
-        summary = self._evaluate(policy, self.cfg.eval.validation, self.dir.eval_dir(None), "base eval", examples=True)
+        summary = self._evaluate_base(policy, self.cfg.eval.validation, self.dir.eval_dir(None), "base eval", examples=True)
         if self._benchmarks_due(None):
             for name in self.cfg.eval.benchmarks:
-                self._evaluate(policy, name, self.dir.bench_dir(None, name), "base bench", examples=False)
+                self._evaluate_base(policy, name, self.dir.bench_dir(None, name), "base bench", examples=False)
         self._finish("base_eval", None, started, n=summary["overall"]["n"], valid_rate=summary["overall"]["valid_rate"], optimal_rate=summary["overall"]["optimal_rate"])
 
     def initial_config(self) -> Any:

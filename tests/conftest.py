@@ -1,4 +1,10 @@
+import os
+import tempfile
+
 import pytest
+
+# Tests never read or fill the user's cache (tiny base models, reused base evaluations).
+os.environ["ENVENGINEER_CACHE"] = tempfile.mkdtemp(prefix="envengineer-tests-cache-")
 
 from envengineer.plugin_manager import create_plugin_manager
 from envengineer.registry import Registry

@@ -214,8 +214,9 @@ def supervised_train(
 
 
 def default_cache_dir() -> Path:
-    root = os.environ.get("ENVENGINEER_CACHE")
-    return Path(root) / "tiny" if root else Path.home() / ".cache" / "envengineer" / "tiny"
+    from envengineer.fileio import cache_root
+
+    return cache_root() / "tiny"
 
 
 def recipe_key(recipe: Mapping[str, Any]) -> str:
@@ -333,6 +334,9 @@ def build_base_model(
         "train": stats,
         "total_seconds": round(time.perf_counter() - t0, 2),
     }
+    task_recipe = generator.warm_start_recipe()
+    if task_recipe:
+        meta["task_options"] = task_recipe
     (tmp / "warm_start.json").write_text(json.dumps(meta, indent=2) + "\n")
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -370,16 +374,21 @@ class TinyPolicy(TransformersPolicy):
         super().__init__(options)
         self._task: str | None = None  # the task of the last prepare(): load() finds its base model
         self._shipped: Path | None = None  # the task's prebuilt base model chosen by the last prepare()
+        self._task_recipe: dict[str, Any] = {}  # the last prepare()'s task options that shape the warm start
 
     def recipe(self, generator: Any = None) -> dict[str, Any]:
         """Everything that shapes the base model: the task (by name), the style and the warm-start options."""
         o = self.options
         task = generator.name if generator is not None else self._task
-        return {
+        task_recipe = generator.warm_start_recipe() if generator is not None else self._task_recipe
+        recipe = {
             "task": task, "style": o.prompt_style,
             "instances": o.instances, "epochs": o.epochs, "lr": o.lr, "batch_size": o.train_batch_size,
             "seed": o.seed, "hidden_size": o.hidden_size, "layers": o.layers, "ffn": o.ffn,
         }
+        if task_recipe:  # only when the task has any: keys of recipes without one stay as they were
+            recipe["task_options"] = task_recipe
+        return recipe
 
     def base_dir(self, generator: Any = None) -> Path:
         """The warm-started base model of these options for ``generator``'s task (default: the task
@@ -410,6 +419,7 @@ class TinyPolicy(TransformersPolicy):
             return Path(self.options.path)
         if generator is not None:
             self._task = generator.name
+            self._task_recipe = generator.warm_start_recipe()
             self._shipped = None
             if not force:
                 shipped = self.prebuilt_dir(generator)
@@ -436,6 +446,20 @@ class TinyPolicy(TransformersPolicy):
         if not self.options.path:
             self.options = self.options.model_copy(update={"path": str(self.base_dir())})
         return super().load()
+
+    def evaluation_key(self) -> str | None:
+        """The model file's sha256 and every sampling option that can change an answer: on CPU in
+        float32 the tiny policy's greedy answers are a function of these (measured: the same verdicts
+        on 1 and 2 threads, idle or loaded), so an evaluation of the same weights can be reused."""
+        if not self.options.path or self.options.temperature > 0 or self._device() != "cpu":
+            return None
+        weights = Path(self.options.path) / "model.safetensors"
+        if not weights.is_file():
+            return None
+        from envengineer.benchmarks import sha256_file
+
+        options = self.options.model_dump(mode="json", exclude={"path", "threads", "cache_dir", "prebuilt", "device"})
+        return json.dumps({"weights": sha256_file(weights), "options": options}, sort_keys=True)
 
     def warm_start_info(self, generator: Any = None) -> dict[str, Any] | None:
         """The recorded warm-start figures of the cached base model (of ``generator``'s task, default

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from envengineer.components import GenerationResult, Generator, Grouping, Knob, Projection
 from envengineer.hookspecs import hookimpl
@@ -28,6 +28,21 @@ class MapfOptions(BaseModel):
     solver_work_limit: int = Field(gen.WORK_LIMIT, ge=100, description="solver work units before a generated draw is discarded (deterministic)")
     solver_time_limit: float = Field(gen.TIME_LIMIT, gt=0, description="seconds before the solver gives up (a safety net; machine-dependent)")
     workers: int = Field(1, ge=1, description="processes used to generate a training set")
+    warm_start_agents: list[int] = Field(
+        [2], min_length=1,
+        description="agent counts of the tiny policy's warm-start instances, drawn in turn (repeat one to weight it: "
+                    "[2, 3, 2, 4, 2, 5] is half 2-agent); GRPO still trains on `agents`. The default [2] is the shipped quickstart base",
+    )
+
+    @field_validator("warm_start_agents")
+    @classmethod
+    def _agent_counts(cls, value: list[int]) -> list[int]:
+        from envengineer.tasks.mapf_frozenlake.warm_start import MAX_AGENTS
+
+        bad = [k for k in value if not 1 <= k <= MAX_AGENTS]
+        if bad:
+            raise ValueError(f"agent counts must be 1-{MAX_AGENTS} (the compact vocabulary's S1-S{MAX_AGENTS}), got {bad}")
+        return value
 
 
 def size_label(size: Any) -> str:
@@ -148,12 +163,18 @@ class MapfGenerator(Generator):
         return prompts.compact_answer(solution.paths)
 
     def warm_start_pairs(self, *, n: int, seed: int, style: str) -> list[tuple[str, str]]:
-        """Compact style: 2-agent draws of every size, each solved once (whatever the run's agent count)."""
+        """Compact style: draws with ``warm_start_agents`` agents in turn (default 2), of every size
+        that fits, each solved once (whatever the run's training agent count)."""
         if style != "compact":
             return super().warm_start_pairs(n=n, seed=seed, style=style)
         from envengineer.tasks.mapf_frozenlake.warm_start import warm_start_pairs
 
-        return warm_start_pairs(n=n, seed=seed)
+        return warm_start_pairs(n=n, seed=seed, agents=self.options.warm_start_agents)
+
+    def warm_start_recipe(self) -> dict[str, Any]:
+        """``warm_start_agents`` when it is not the default [2] (the shipped base's key stays as it was)."""
+        agents = list(self.options.warm_start_agents)
+        return {} if agents == [2] else {"warm_start_agents": agents}
 
     def tiny_vocabulary(self, style: str) -> list[str] | None:
         from envengineer.tasks.mapf_frozenlake.warm_start import vocabulary

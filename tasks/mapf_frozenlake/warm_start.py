@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,40 +95,50 @@ def geometric_embeddings(weight: Any, token_ids: Mapping[str, int], *, frequenci
             row[block : 2 * block] = features(n - 1)
 
 
-def warm_start_pairs(*, n: int, seed: int, time_limit: float = TIME_LIMIT) -> list[tuple[str, str]]:
-    """(compact prompt, compact optimal answer) for ``n`` 2-agent instances.
+def warm_start_pairs(*, n: int, seed: int, agents: Sequence[int] = (2,), time_limit: float = TIME_LIMIT) -> list[tuple[str, str]]:
+    """(compact prompt, compact optimal answer) for ``n`` instances.
 
-    Sizes 3–10 in turn, hole ratio and crossing share from :data:`WARM_PARTS` in turn
-    (the generator's own placement helpers). Each draw is solved once and its optimal
-    paths are kept, so there is no rejection loop and no second solve (unsolvable draws,
-    and draws past the generator's work limit, are redrawn). Deterministic in ``seed``:
-    the solver's work limit, not the clock, decides a give-up. The run's agent count and
-    solver options do not enter: the warm start is the same for every run.
+    Agent counts from ``agents`` in turn (repeat a count to weight it: ``(2, 3, 2, 4, 2, 5)``
+    gives half the pairs 2 agents), then, per count, the map sizes that fit it in turn, hole
+    ratio and crossing share from :data:`WARM_PARTS` in turn (the generator's own placement
+    helpers). Each draw is solved once and its optimal paths are kept, so there is no rejection
+    loop and no second solve (unsolvable draws, and draws past the generator's work limit, are
+    redrawn). Deterministic in ``seed`` and ``agents``: the solver's work limit, not the clock,
+    decides a give-up. The run's training agent count and solver options do not enter. With the
+    default ``(2,)`` the pairs are those the shipped quickstart base model was trained on.
     """
-    from envengineer.tasks.mapf_frozenlake.config import hole_count
+    from envengineer.tasks.mapf_frozenlake.config import hole_count, min_free_cells
     from envengineer.tasks.mapf_frozenlake.generator import WORK_LIMIT, _crossing_placement, _random_placement
     from envengineer.tasks.mapf_frozenlake.instance import Agent, Instance
     from envengineer.tasks.mapf_frozenlake.prompts import compact_answer, render_compact
     from envengineer.tasks.mapf_frozenlake.solver import solve
 
+    counts = tuple(agents)
+    if not counts or any(not 1 <= k <= MAX_AGENTS for k in counts):
+        raise ValueError(f"warm-start agent counts must be 1-{MAX_AGENTS}, got {list(counts)}")
+    densest = max(ratio for ratio, _ in WARM_PARTS)
+    # a size fits k agents when its densest warm-start map keeps k + 1 free cells for distinct starts and goals
+    fits = {k: [s for s in SIZES if s * s - hole_count(s, densest) >= min_free_cells(k) + k] for k in set(counts)}
     rng = random.Random(f"tiny-warm-start-{seed}")
-    sizes = list(SIZES)
     out: list[tuple[str, str]] = []
     while len(out) < n:
-        size = sizes[len(out) % len(sizes)]
-        hole_ratio, crossing = WARM_PARTS[(len(out) // len(sizes)) % len(WARM_PARTS)]
+        k = counts[len(out) % len(counts)]
+        turn = len(out) // len(counts)
+        sizes = fits[k]
+        size = sizes[turn % len(sizes)]
+        hole_ratio, crossing = WARM_PARTS[(turn // len(sizes)) % len(WARM_PARTS)]
         n_cells = size * size
         holes = set(rng.sample(range(n_cells), hole_count(size, hole_ratio)))
         free = [i not in holes for i in range(n_cells)]
         place = _crossing_placement if rng.random() < crossing else _random_placement
-        placement = place(rng, size, free, 2)
+        placement = place(rng, size, free, k)
         if placement is None:
             continue
         grid = tuple("".join("H" if r * size + c in holes else "F" for c in range(size)) for r in range(size))
-        agents = tuple(Agent(divmod(s, size), divmod(g, size)) for s, g in placement)
-        solution = solve(grid, [(a.start, a.goal) for a in agents], time_limit=time_limit, work_limit=WORK_LIMIT)
+        starts_goals = tuple(Agent(divmod(s, size), divmod(g, size)) for s, g in placement)
+        solution = solve(grid, [(a.start, a.goal) for a in starts_goals], time_limit=time_limit, work_limit=WORK_LIMIT)
         if solution.status != "optimal" or solution.paths is None:
             continue
-        instance = Instance(size=size, grid=grid, agents=agents, hole_ratio=len(holes) / n_cells)
+        instance = Instance(size=size, grid=grid, agents=starts_goals, hole_ratio=len(holes) / n_cells)
         out.append((render_compact(instance), compact_answer(solution.paths)))
     return out
