@@ -25,7 +25,7 @@ def test_every_frozen_set_matches_its_checksum(registry):
 
 
 def test_sets_follow_the_spec(registry):
-    for name, agents in (("mapf-2agents-val", 2), ("mapf-3agents", 3), ("mapf-4agents", 4), ("mapf-5agents", 5)):
+    for name, agents in (("mapf-2agents-val", 2), ("mapf-2agents-test", 2), ("mapf-3agents", 3), ("mapf-4agents", 4), ("mapf-5agents", 5)):
         records = read_jsonl(registry.benchmark(name).path)
         sizes = fitting_sizes(agents)
         assert len(records) == len(SUBSETS) * len(sizes) * len(HOLE_RATIOS) * PER_CELL
@@ -36,6 +36,10 @@ def test_sets_follow_the_spec(registry):
             assert set(cell.values()) == {int(wait_ratio * PER_CELL + 0.5)}
         assert all(r["optimal_cost"] is not None for r in records)
     assert 3 not in fitting_sizes(5) and 10 in fitting_sizes(5)
+    # the test set mirrors the validation set, and shares no instance with the engineer's evidence
+    val, test = (read_jsonl(registry.benchmark(n).path) for n in ("mapf-2agents-val", "mapf-2agents-test"))
+    assert not {r["id"] for r in val} & {r["id"] for r in test}
+    assert Counter((r["size"], r["hole_ratio"], r["subset"]) for r in val) == Counter((r["size"], r["hole_ratio"], r["subset"]) for r in test)
 
 
 def test_rebuild_is_identical_to_the_frozen_file(registry):

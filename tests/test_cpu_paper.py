@@ -76,7 +76,7 @@ def test_the_shipped_manifest_gives_one_arm_per_engineer_and_the_probe(tmp_path)
     assert list(arms) == ["fixed", "random", "curriculum", "heuristic", "learnability", "bad-env"]
     assert [e.baseline for e in suite.entries] == [True] + [False] * 5
     base = load_run_config(REPO / "examples/cpu-paper/base.yaml").model_dump(mode="json")
-    assert base["rounds"] >= 4 and base["eval"]["benchmarks"] == ["mapf-3agents", "mapf-4agents", "mapf-5agents"]
+    assert base["rounds"] >= 4 and base["eval"]["benchmarks"] == ["mapf-2agents-test", "mapf-3agents", "mapf-4agents", "mapf-5agents"]
     for arm, entry in arms.items():
         # exactly `envengineer run base.yaml OVERRIDES`: the arm differs from the base where it says, and in its name
         assert entry.config.model_dump(mode="json") == load_run_config(REPO / "examples/cpu-paper/base.yaml", entry.overrides).model_dump(mode="json") | {"name": f"cpu-paper-{arm}"}

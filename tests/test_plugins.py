@@ -34,7 +34,7 @@ class EchoPlugin:
 def test_builtins_register_the_testbed(registry):
     assert "mapf-frozenlake" in registry.names("generator")
     assert "mapf-frozenlake" in registry.names("validator")
-    assert {"mapf-2agents-val", "mapf-3agents", "mapf-4agents", "mapf-5agents"} <= set(registry.names("benchmark"))
+    assert {"mapf-2agents-val", "mapf-2agents-test", "mapf-3agents", "mapf-4agents", "mapf-5agents"} <= set(registry.names("benchmark"))
     entry = registry.entry("generator", "mapf-frozenlake")
     assert entry.origin == "builtin"
 

@@ -29,10 +29,11 @@ def fitting_sizes(agents: int) -> tuple[int, ...]:
     return tuple(n for n in SIZES if n * n - hole_count(n, max(HOLE_RATIOS)) >= 2 * agents + 1)
 
 
-def build_set(name: str, agents: int) -> list[dict]:
-    """The set's records in canonical order; a repeated instance (tiny maps) is redrawn."""
+def build_set(name: str, agents: int, avoid: str | None = None) -> list[dict]:
+    """The set's records in canonical order; a repeated instance (tiny maps) is redrawn, and so is
+    one of set ``avoid`` (a test set shares no instance with the validation set it mirrors)."""
     records = []
-    seen: set[str] = set()
+    seen: set[str] = {r["id"] for r in build_set(avoid, agents)} if avoid else set()
     for subset, wait_ratio in SUBSETS.items():
         waits = int(wait_ratio * PER_CELL + 0.5)
         for size in fitting_sizes(agents):
@@ -51,7 +52,7 @@ def build_set(name: str, agents: int) -> list[dict]:
     return records
 
 
-def _spec(name: str, agents: int, description: str) -> Benchmark:
+def _spec(name: str, agents: int, description: str, avoid: str | None = None) -> Benchmark:
     path = FOLDER / f"{name}.jsonl"
     return Benchmark(
         name=name,
@@ -62,7 +63,7 @@ def _spec(name: str, agents: int, description: str) -> Benchmark:
         options={"agents": agents},
         subsets=SUBSET_GROUPING,
         aggregate=SUM_OVER_SUBSETS,
-        build=lambda: build_set(name, agents),
+        build=lambda: build_set(name, agents, avoid),
         label=f"{agents} agents",
         order=agents,
     )
@@ -71,6 +72,8 @@ def _spec(name: str, agents: int, description: str) -> Benchmark:
 def specs() -> list[Benchmark]:
     return [
         _spec("mapf-2agents-val", 2, "2-agent validation set: the loop's evidence"),
+        _spec("mapf-2agents-test", 2, "2-agent test set, drawn like the validation set (no shared instance): held out from the engineer",
+              avoid="mapf-2agents-val"),
         _spec("mapf-3agents", 3, "3-agent generalisation benchmark"),
         _spec("mapf-4agents", 4, "4-agent generalisation benchmark"),
         _spec("mapf-5agents", 5, "5-agent generalisation benchmark"),
