@@ -377,6 +377,58 @@ def distance_table(report: ArmsReport) -> Comparison | None:
     return Comparison(columns, rows, note, over_seeds=True)
 
 
+#: What a round's training step recorded about the signal it trained on (history.jsonl, step "train").
+SIGNAL = (("prompts_used", "prompts trained on"), ("steps", "optimizer steps"))
+
+
+def train_lines(run: ArmRun) -> dict[str, dict[str, Any]]:
+    """Round label ("00", …) -> that round's ``train`` line of the run's history."""
+    from envengineer.rundir import RunDir
+
+    path = RunDir(run.view.path).history_path
+    out: dict[str, dict[str, Any]] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and record.get("step") == "train" and isinstance(record.get("round"), int):
+            out[f"{record['round']:02d}"] = record
+    return out
+
+
+def signal_table(report: ArmsReport) -> Comparison | None:
+    """Rows: (arm, figure); columns: the rounds and their total. How much training signal each arm's
+    environments gave at the same budget: a trainer that keeps only prompts with mixed outcomes
+    (GRPO's prefilter) trains on fewer prompts, for fewer steps, where the data is all too hard or
+    all too easy for the policy."""
+    lines = {(arm.stem, run.seed): train_lines(run) for arm in report.arms for run in arm.runs}
+    labels = sorted({label for rounds in lines.values() for label in rounds})
+    present = [(key, title) for key, title in SIGNAL if any(key in r for rounds in lines.values() for r in rounds.values())]
+    if not labels or not present:
+        return None
+    columns = [Column("arm", "arm", "", "arm", False), Column("figure", "figure", "", "figure", False)]
+    columns += [Column(f"r:{label}", f"round {label}", "round", label) for label in labels]
+    columns.append(Column("total", "total", "", "total"))
+    rows = []
+    for arm in report.arms:
+        for key, title in present:
+            row: dict[str, Any] = {"arm": arm.label + (" (baseline)" if arm.baseline else ""), "figure": title}
+            per_seed = [lines[(arm.stem, run.seed)] for run in arm.runs]
+            for label in labels:
+                row[f"r:{label}"] = Stat.of([_number(rounds.get(label, {}).get(key)) for rounds in per_seed])
+            totals = [sum(_number(r.get(key)) or 0 for r in rounds.values()) if rounds else None for rounds in per_seed]
+            row["total"] = Stat.of(totals)
+            rows.append(row)
+    note = ("What each round trained on, from the trainer's own record (history.jsonl): the prompts it kept (a GRPO "
+            "prefilter keeps those the policy solves sometimes: all-right and all-wrong groups carry no signal) and "
+            "its optimizer steps. Every arm generates the same number of instances a round; what it trains on depends "
+            "on how well its environment matches the policy. Mean ± sd over seeds.")
+    return Comparison(columns, rows, note, over_seeds=True)
+
+
 # ------------------------------------------------------------------ plots
 
 
@@ -570,6 +622,12 @@ def write_arms_report(report: ArmsReport, output: Path, slug: str) -> list[Path]
         parts += [f"## Configs against {report.baseline.label}'s\n", to_markdown(distances)]
         csv_path = output / f"{slug}-config-distance.csv"
         write_text(csv_path, to_csv(distances))
+        written.append(csv_path)
+    signal = signal_table(report)
+    if signal is not None:
+        parts += ["## Training signal at the same budget\n", to_markdown(signal)]
+        csv_path = output / f"{slug}-signal.csv"
+        write_text(csv_path, to_csv(signal))
         written.append(csv_path)
     images, problem = _plots(report, output / f"{slug}-plots")
     if images:

@@ -3,6 +3,7 @@ resumed, and compared in detail (per subset, paired tests against the baseline, 
 
 import csv
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -282,8 +283,9 @@ def test_a_failing_parallel_run_is_recorded_and_the_others_finish(mini, tmp_path
 SUBSETS = ("wr_025", "wr_050", "wr_075")
 
 
-def write_finished(run, verdicts: dict[str, list[tuple[bool, bool]]], configs: list[dict]) -> None:
-    """A finished run directory with the given verdicts (validation and mapf-3agents, last round)."""
+def write_finished(run, verdicts: dict[str, list[tuple[bool, bool]]], configs: list[dict], signal=()) -> None:
+    """A finished run directory with the given verdicts (validation and mapf-3agents, last round)
+    and, per round, the (prompts used, steps) its train step recorded."""
     from envengineer.components import Verdict
     from envengineer.metrics import summarize
     from envengineer.rundir import RunDir
@@ -304,8 +306,11 @@ def write_finished(run, verdicts: dict[str, list[tuple[bool, bool]]], configs: l
         summary = summarize(items, groups).to_dict()
         (target / "summary.json").write_text(json.dumps(summary))
         (target / "verdicts.jsonl").write_text("".join(json.dumps(v.to_record(f"{name}-{i}")) + "\n" for i, v in enumerate(items)))
-    for step, round in [("pretrain", None), ("base_eval", None)] + [(s, r) for r in range(run.config.rounds) for s in ("eval", "design", "round_end")]:
-        folder.record(step, round, time.monotonic())
+    for step, round in [("pretrain", None), ("base_eval", None)] + [(s, r) for r in range(run.config.rounds) for s in ("train", "eval", "design", "round_end")]:
+        if step == "train" and round < len(signal):
+            folder.record(step, round, time.monotonic(), prompts_used=signal[round][0], steps=signal[round][1])
+        elif step != "train":
+            folder.record(step, round, time.monotonic())
 
 
 def flags(text: str) -> list[tuple[bool, bool]]:
@@ -331,7 +336,8 @@ def test_the_comparison_holds_per_subset_means_and_paired_tests_against_fixed(tm
     }
     for entry in suite.entries:
         for run in entry.runs:
-            write_finished(run, hand[(entry.arm, run.seed)], [table, table] if entry.arm == "fixed" else [table, moved])
+            signal = [(40, 5), (48, 6)] if entry.arm == "fixed" else [(40, 5), (24 + 8 * run.seed, 3 + run.seed)]
+            write_finished(run, hand[(entry.arm, run.seed)], [table, table] if entry.arm == "fixed" else [table, moved], signal)
     suite = plan([folder], seeds=2, output=out)
     assert all(run.done for run in suite.runs)
     write_tables(suite)
@@ -371,7 +377,14 @@ def test_the_comparison_holds_per_subset_means_and_paired_tests_against_fixed(tm
     assert float(distance[("heuristic", "ratio")]["round 00"]) == 0.0
     assert float(distance[("heuristic", "ratio")]["round 01"]) == pytest.approx(30.0)  # 30% of the budget moved
     assert float(distance[("heuristic", "hole_ratio")]["round 01"]) == pytest.approx(0.1)  # (0 + 0.2) / 2
+    # the training signal each arm's environments gave: prompts kept and steps per round, and their total
+    signal = {(r["arm"], r["figure"]): r for r in read_csv(out / "hand-signal.csv")}
+    assert float(signal[("fixed (baseline)", "prompts trained on")]["round 01"]) == 48.0
+    assert float(signal[("heuristic", "prompts trained on")]["round 01"]) == pytest.approx(28.0)  # 24 and 32
+    assert float(signal[("heuristic", "prompts trained on")]["round 01 sd"]) == pytest.approx(math.sqrt(32), abs=1e-3)
+    assert float(signal[("heuristic", "optimizer steps")]["total"]) == pytest.approx(8.5)  # 5 + 3 and 5 + 4
     md = (out / "hand-arms.md").read_text()
+    assert "## Training signal at the same budget" in md
     assert "## Paired against fixed" in md and "hand-plots/rounds.png" in md and "hand-plots/config-heuristic.png" in md
     for name in ("rounds.png", "sets.png", "config-fixed.png", "config-heuristic.png"):
         assert (out / "hand-plots" / name).stat().st_size > 1000
