@@ -272,9 +272,10 @@ def paired_tables(report: ArmsReport) -> tuple[Comparison, Comparison] | None:
     pooled_note = what + (" Pooled: the pairs of every seed where both runs finished (arm seed s against baseline seed s), "
                           "each instance once per seed; the seeds share their instances, so the pooled p treats repeated "
                           "instances as independent pairs and is an approximation.")
-    noise_note = (f" The row '{base.label} vs itself' pairs the baseline's seed s with its seed s + 1 (the last with the first): "
-                  "two runs of the same arm, so its + and − are what training noise alone gives, the floor an arm's "
-                  "+ and − must clear before they say anything about its engineer.") if len(base.runs) > 1 else ""
+    noise_note = (f" The row '{base.label} vs itself' pairs the baseline's seed s with its seed s + 1 (0 with 1, 1 with 2, …; "
+                  "not the last with the first: around a closed cycle every instance is gained as often as it is lost, so "
+                  "a pooled cycle is always + = −): two runs of the same arm, so its + and − are what training noise alone "
+                  "gives, the floor an arm's + and − must clear before they say anything about its engineer.") if len(base.runs) > 1 else ""
     return (Comparison(columns, pooled_rows, pooled_note + noise_note),
             Comparison(seed_columns, seed_rows, what + " One row per seed." + noise_note))
 
@@ -286,7 +287,7 @@ def noise_rows(report: ArmsReport) -> tuple[dict[str, Any], list[dict[str, Any]]
     if len(runs) < 2:
         return None
     label = f"{base.label} vs itself"
-    pairs = [(runs[i], runs[(i + 1) % len(runs)]) for i in range(len(runs) if len(runs) > 2 else 1)]
+    pairs = [(runs[i], runs[i + 1]) for i in range(len(runs) - 1)]  # a chain: a closed cycle pools to + = − by construction
     row: dict[str, Any] = {"arm": label}
     seed_rows = [{"arm": label, "seed": f"{a.seed} vs {b.seed}"} for a, b in pairs]
     for key, _view in report.sets:

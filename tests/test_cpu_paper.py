@@ -388,3 +388,20 @@ def test_the_comparison_holds_per_subset_means_and_paired_tests_against_fixed(tm
     assert "## Paired against fixed" in md and "hand-plots/rounds.png" in md and "hand-plots/config-heuristic.png" in md
     for name in ("rounds.png", "sets.png", "config-fixed.png", "config-heuristic.png"):
         assert (out / "hand-plots" / name).stat().st_size > 1000
+
+
+def test_the_noise_row_pools_a_chain_of_seeds_not_a_cycle():
+    """Around a closed cycle of seeds (0-1, 1-2, 2-0) every instance is gained as often as lost, so a
+    pooled cycle always reads + = −; the noise row pairs 0 with 1 and 1 with 2."""
+    from envengineer.suite_report import Arm, ArmRun, ArmsReport, SetResult, noise_rows
+
+    solved = {0: "VV..", 1: "V.V.", 2: "VVVV"}
+    runs = [ArmRun(seed, None, {"validation": SetResult(None, {f"i{k}": {"valid": c == "V", "optimal": False}
+                                                                  for k, c in enumerate(text)})})
+            for seed, text in solved.items()]
+    arm = Arm("fixed", "fixed", runs, 3, baseline=True)
+    pooled_row, seed_rows = noise_rows(ArmsReport("t", [arm], [("validation", None)], arm))
+    assert [r["seed"] for r in seed_rows] == ["0 vs 1", "1 vs 2"]
+    # 0 -> 1: +1 (i2) -1 (i1); 1 -> 2: +2 (i1, i3) -0; pooled +3 -1 (a cycle would add 2 -> 0: +0 -2, giving +3 -3)
+    assert seed_rows[1]["validation:valid"].startswith("+2 −0 (n 4)")
+    assert pooled_row["validation:valid"].startswith("+3 −1 (n 8)")
