@@ -58,9 +58,9 @@ class ArmRun:
     sets: dict[str, SetResult]  # set name ("validation" key for the validation set) -> result
 
 
-def read_verdicts(path: Path) -> dict[str, dict[str, bool]]:
-    """``{id: {"valid": bool, "optimal": bool}}`` of a ``verdicts.jsonl`` ({} without one)."""
-    out: dict[str, dict[str, bool]] = {}
+def json_records(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file, skipping lines that are not one ([] without the file)."""
+    out: list[dict[str, Any]] = []
     if not path.is_file():
         return out
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -68,9 +68,14 @@ def read_verdicts(path: Path) -> dict[str, dict[str, bool]]:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(record, dict) and "id" in record:
-            out[str(record["id"])] = {m: bool(record.get(m)) for m in METRICS}
+        if isinstance(record, dict):
+            out.append(record)
     return out
+
+
+def read_verdicts(path: Path) -> dict[str, dict[str, bool]]:
+    """``{id: {"valid": bool, "optimal": bool}}`` of a ``verdicts.jsonl`` ({} without one)."""
+    return {str(r["id"]): {m: bool(r.get(m)) for m in METRICS} for r in json_records(path) if "id" in r}
 
 
 def arm_run(run_dir: Path, seed: int, benchmarks: Sequence[str], registry: Any) -> ArmRun:
@@ -386,18 +391,8 @@ def train_lines(run: ArmRun) -> dict[str, dict[str, Any]]:
     """Round label ("00", …) -> that round's ``train`` line of the run's history."""
     from envengineer.rundir import RunDir
 
-    path = RunDir(run.view.path).history_path
-    out: dict[str, dict[str, Any]] = {}
-    if not path.is_file():
-        return out
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and record.get("step") == "train" and isinstance(record.get("round"), int):
-            out[f"{record['round']:02d}"] = record
-    return out
+    return {f"{r['round']:02d}": r for r in json_records(RunDir(run.view.path).history_path)
+            if r.get("step") == "train" and isinstance(r.get("round"), int)}
 
 
 def signal_table(report: ArmsReport) -> Comparison | None:
