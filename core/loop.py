@@ -109,18 +109,24 @@ class Loop:
         and options says so through ``evaluation_key``): the arms of a suite share one base, and
         each would otherwise spend the same minutes on the same answers."""
         import hashlib
+        import inspect
         import json
         import shutil
 
-        from envengineer import __version__
+        from envengineer import __version__, evaluation
         from envengineer.fileio import cache_root, dumps_json
 
         policy_key = policy.evaluation_key()
         if policy_key is None:
             return self._evaluate(policy, name, out, label, examples)
         records = self._benchmark_records(name)
+        # the code that turns answers into verdicts: an edited validator or sampler is a new evaluation
+        code = hashlib.sha256()
+        for component in (self.run.validator, self.run.generator, policy, evaluation):
+            source = inspect.getsourcefile(component if inspect.ismodule(component) else type(component))
+            code.update(Path(source).read_bytes() if source else b"")
         key = hashlib.sha256(json.dumps({
-            "version": __version__, "policy": policy_key, "benchmark": name, "style": self.style,
+            "version": __version__, "code": code.hexdigest(), "policy": policy_key, "benchmark": name, "style": self.style,
             "records": hashlib.sha256("\n".join(dumps_json(r) for r in records).encode()).hexdigest(),
             "task": self.run.generator.options.model_dump(mode="json"),
             "examples": self.cfg.eval.examples if examples else None,

@@ -448,18 +448,20 @@ class TinyPolicy(TransformersPolicy):
         return super().load()
 
     def evaluation_key(self) -> str | None:
-        """The model file's sha256 and every sampling option that can change an answer: on CPU in
+        """The model's files' sha256 and every sampling option that can change an answer: on CPU in
         float32 the tiny policy's greedy answers are a function of these (measured: the same verdicts
         on 1 and 2 threads, idle or loaded), so an evaluation of the same weights can be reused."""
         if not self.options.path or self.options.temperature > 0 or self._device() != "cpu":
             return None
-        weights = Path(self.options.path) / "model.safetensors"
-        if not weights.is_file():
+        folder = Path(self.options.path)
+        if not (folder / "model.safetensors").is_file():
             return None
         from envengineer.benchmarks import sha256_file
 
+        files = {name: sha256_file(folder / name) for name in ("model.safetensors", "config.json", "generation_config.json",
+                                                                "tokenizer.json", "tokenizer_config.json") if (folder / name).is_file()}
         options = self.options.model_dump(mode="json", exclude={"path", "threads", "cache_dir", "prebuilt", "device"})
-        return json.dumps({"weights": sha256_file(weights), "options": options}, sort_keys=True)
+        return json.dumps({"files": files, "options": options}, sort_keys=True)
 
     def warm_start_info(self, generator: Any = None) -> dict[str, Any] | None:
         """The recorded warm-start figures of the cached base model (of ``generator``'s task, default
