@@ -88,10 +88,11 @@ class Loop:
 
         return spread(read_jsonl(bench.path), self.cfg.eval.limit)
 
-    def _evaluate(self, policy: Any, name: str, out: Path, label: str, examples: bool) -> dict[str, Any]:
+    def _evaluate(self, policy: Any, name: str, out: Path, label: str, examples: bool,
+                  records: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         from envengineer.evaluation import evaluate, failing_examples, write_eval
 
-        records = self._benchmark_records(name)
+        records = self._benchmark_records(name) if records is None else records
         progress, advance = self._progress(f"{label}: {name}", len(records))
         with progress:
             result = evaluate(
@@ -103,33 +104,41 @@ class Loop:
             write_eval(partial, result, picked)
         return result.to_summary_dict()
 
-    def _evaluate_base(self, policy: Any, name: str, out: Path, label: str, examples: bool) -> dict[str, Any]:
-        """:meth:`_evaluate`, reused from the cache when the same base weights were already evaluated
-        on the same records the same way (a policy whose answers are a pure function of its weights
-        and options says so through ``evaluation_key``): the arms of a suite share one base, and
-        each would otherwise spend the same minutes on the same answers."""
+    def _reuse_key(self, policy: Any) -> dict[str, Any] | None:
+        """What decides a base evaluation's answers and verdicts on any set, when the policy says its
+        answers are a pure function of its weights and options (``evaluation_key``); None: never reuse."""
         import hashlib
         import inspect
-        import json
-        import shutil
 
         from envengineer import __version__, evaluation
-        from envengineer.fileio import cache_root, dumps_json
 
         policy_key = policy.evaluation_key()
         if policy_key is None:
-            return self._evaluate(policy, name, out, label, examples)
-        records = self._benchmark_records(name)
+            return None
         # the code that turns answers into verdicts: an edited validator or sampler is a new evaluation
         code = hashlib.sha256()
         for component in (self.run.validator, self.run.generator, policy, evaluation):
             source = inspect.getsourcefile(component if inspect.ismodule(component) else type(component))
             code.update(Path(source).read_bytes() if source else b"")
+        return {"version": __version__, "code": code.hexdigest(), "policy": policy_key, "style": self.style,
+                "task": self.run.generator.options.model_dump(mode="json")}
+
+    def _evaluate_base(self, policy: Any, reuse: dict[str, Any] | None, name: str, out: Path, label: str, examples: bool) -> dict[str, Any]:
+        """:meth:`_evaluate`, copied from the cache when the same base weights were already evaluated
+        on the same records the same way (``reuse``: :meth:`_reuse_key`): the arms of a suite share
+        one base, and each would otherwise spend the same minutes on the same answers."""
+        import hashlib
+        import json
+        import shutil
+
+        from envengineer.fileio import cache_root, dumps_json
+
+        if reuse is None:
+            return self._evaluate(policy, name, out, label, examples)
+        records = self._benchmark_records(name)
         key = hashlib.sha256(json.dumps({
-            "version": __version__, "code": code.hexdigest(), "policy": policy_key, "benchmark": name, "style": self.style,
+            **reuse, "benchmark": name, "examples": self.cfg.eval.examples if examples else None,
             "records": hashlib.sha256("\n".join(dumps_json(r) for r in records).encode()).hexdigest(),
-            "task": self.run.generator.options.model_dump(mode="json"),
-            "examples": self.cfg.eval.examples if examples else None,
         }, sort_keys=True).encode()).hexdigest()[:24]
         cached = cache_root() / "evals" / key
         if (cached / "summary.json").is_file():
@@ -138,7 +147,7 @@ class Loop:
                     shutil.copy2(item, partial / item.name)
             self.console.print(f"[dim]{escape(label)}: {escape(name)} reused from {escape(str(cached))} (same weights, records and options)[/]")
             return json.loads((out / "summary.json").read_text())
-        summary = self._evaluate(policy, name, out, label, examples)
+        summary = self._evaluate(policy, name, out, label, examples, records)
         tmp = cached.with_name(f"{key}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         try:
@@ -195,10 +204,11 @@ class Loop:
             return
         started = time.monotonic()
         policy = self.run.policy.with_path(self.base_path())
-        summary = self._evaluate_base(policy, self.cfg.eval.validation, self.dir.eval_dir(None), "base eval", examples=True)
+        reuse = self._reuse_key(policy)
+        summary = self._evaluate_base(policy, reuse, self.cfg.eval.validation, self.dir.eval_dir(None), "base eval", examples=True)
         if self._benchmarks_due(None):
             for name in self.cfg.eval.benchmarks:
-                self._evaluate_base(policy, name, self.dir.bench_dir(None, name), "base bench", examples=False)
+                self._evaluate_base(policy, reuse, name, self.dir.bench_dir(None, name), "base bench", examples=False)
         self._finish("base_eval", None, started, n=summary["overall"]["n"], valid_rate=summary["overall"]["valid_rate"], optimal_rate=summary["overall"]["optimal_rate"])
 
     def initial_config(self) -> Any:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from envengineer.benchmarks import read_checksums
 from envengineer.components import Aggregate, Benchmark, Grouping
-from envengineer.tasks.mapf_frozenlake import SIZES, TASK_NAME
-from envengineer.tasks.mapf_frozenlake.config import hole_count
+from envengineer.tasks.mapf_frozenlake import TASK_NAME
+from envengineer.tasks.mapf_frozenlake.config import sizes_fitting
 from envengineer.tasks.mapf_frozenlake.generator import Job, derive_seed, make_instance
 
 FOLDER = Path(__file__).parent / "data"
@@ -26,7 +26,8 @@ SUM_OVER_SUBSETS = Aggregate(key="sum_over_subsets", title="Sum over subsets", h
 
 
 def fitting_sizes(agents: int) -> tuple[int, ...]:
-    return tuple(n for n in SIZES if n * n - hole_count(n, max(HOLE_RATIOS)) >= 2 * agents + 1)
+    """The sizes a set of ``agents`` crosses: those that fit them at its largest hole ratio."""
+    return sizes_fitting(agents, max(HOLE_RATIOS))
 
 
 def build_set(name: str, agents: int, avoid: str | None = None) -> list[dict]:

@@ -32,6 +32,12 @@ def min_free_cells(agents: int) -> int:
     return agents + 1
 
 
+def sizes_fitting(agents: int, hole_ratio: float) -> tuple[int, ...]:
+    """Map sizes that leave ``2k + 1`` free cells for ``k`` agents at ``hole_ratio`` (room to draw
+    distinct starts and distinct goals, not only the :func:`min_free_cells` a config needs)."""
+    return tuple(n for n in SIZES if n * n - hole_count(n, hole_ratio) >= 2 * agents + 1)
+
+
 def max_hole_ratio(size: int, agents: int) -> float:
     """The largest hole_ratio for which the map keeps :func:`min_free_cells` (≤ HOLE_RATIO_MAX).
 

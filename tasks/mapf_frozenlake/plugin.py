@@ -37,12 +37,9 @@ class MapfOptions(BaseModel):
     @field_validator("warm_start_agents")
     @classmethod
     def _agent_counts(cls, value: list[int]) -> list[int]:
-        from envengineer.tasks.mapf_frozenlake.warm_start import MAX_AGENTS
+        from envengineer.tasks.mapf_frozenlake.warm_start import check_agent_counts
 
-        bad = [k for k in value if not 1 <= k <= MAX_AGENTS]
-        if bad:
-            raise ValueError(f"agent counts must be 1-{MAX_AGENTS} (the compact vocabulary's S1-S{MAX_AGENTS}), got {bad}")
-        return value
+        return check_agent_counts(value)
 
 
 def size_label(size: Any) -> str:

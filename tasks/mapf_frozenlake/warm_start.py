@@ -95,6 +95,14 @@ def geometric_embeddings(weight: Any, token_ids: Mapping[str, int], *, frequenci
             row[block : 2 * block] = features(n - 1)
 
 
+def check_agent_counts(counts: list[int]) -> list[int]:
+    """``counts`` if it names 1 to :data:`MAX_AGENTS` agents each (the compact vocabulary's S1…), else a ValueError."""
+    bad = [k for k in counts if not 1 <= k <= MAX_AGENTS]
+    if not counts or bad:
+        raise ValueError(f"agent counts must be 1-{MAX_AGENTS} (the compact vocabulary's S1-S{MAX_AGENTS}), got {bad or counts}")
+    return counts
+
+
 def warm_start_pairs(*, n: int, seed: int, agents: Sequence[int] = (2,), time_limit: float = TIME_LIMIT) -> list[tuple[str, str]]:
     """(compact prompt, compact optimal answer) for ``n`` instances.
 
@@ -107,18 +115,15 @@ def warm_start_pairs(*, n: int, seed: int, agents: Sequence[int] = (2,), time_li
     decides a give-up. The run's training agent count and solver options do not enter. With the
     default ``(2,)`` the pairs are those the shipped quickstart base model was trained on.
     """
-    from envengineer.tasks.mapf_frozenlake.config import hole_count, min_free_cells
+    from envengineer.tasks.mapf_frozenlake.config import hole_count, sizes_fitting
     from envengineer.tasks.mapf_frozenlake.generator import WORK_LIMIT, _crossing_placement, _random_placement
     from envengineer.tasks.mapf_frozenlake.instance import Agent, Instance
     from envengineer.tasks.mapf_frozenlake.prompts import compact_answer, render_compact
     from envengineer.tasks.mapf_frozenlake.solver import solve
 
-    counts = tuple(agents)
-    if not counts or any(not 1 <= k <= MAX_AGENTS for k in counts):
-        raise ValueError(f"warm-start agent counts must be 1-{MAX_AGENTS}, got {list(counts)}")
+    counts = tuple(check_agent_counts(list(agents)))
     densest = max(ratio for ratio, _ in WARM_PARTS)
-    # a size fits k agents when its densest warm-start map keeps k + 1 free cells for distinct starts and goals
-    fits = {k: [s for s in SIZES if s * s - hole_count(s, densest) >= min_free_cells(k) + k] for k in set(counts)}
+    fits = {k: sizes_fitting(k, densest) for k in set(counts)}  # on its densest warm-start map
     rng = random.Random(f"tiny-warm-start-{seed}")
     out: list[tuple[str, str]] = []
     while len(out) < n:
