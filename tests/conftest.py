@@ -1,10 +1,13 @@
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
 
-# Tests never read or fill the user's cache (tiny base models, reused base evaluations).
+# Tests never read or fill the user's cache (tiny base models, reused base evaluations), and leave no cache behind.
 os.environ["ENVENGINEER_CACHE"] = tempfile.mkdtemp(prefix="envengineer-tests-cache-")
+atexit.register(shutil.rmtree, os.environ["ENVENGINEER_CACHE"], ignore_errors=True)
 
 from envengineer.plugin_manager import create_plugin_manager
 from envengineer.registry import Registry
