@@ -335,7 +335,14 @@ class Engineer(Component, abc.ABC):
 
 
 class Trainer(Component, abc.ABC):
-    """Trains a policy for one round on a training set."""
+    """Trains a policy for one round on a training set.
+
+    A trainer writes ``rollouts.jsonl`` into the round's output folder, one line per training prompt
+    it sampled (:mod:`envengineer.signal`): the training signal the engineers read."""
+
+    #: the run config's ``budget_mode`` values it honours (``kept_prompts`` needs a trainer that samples
+    #: prompts before training on them: see :func:`envengineer.training.fill_kept`)
+    budget_modes: ClassVar[tuple[str, ...]] = ("instances",)
 
     @abc.abstractmethod
     def train(self, request: Any) -> Any:

@@ -27,6 +27,7 @@ class RoundRecord:
     config: dict[str, Any]
     report: dict[str, Any]
     fallback: bool = False
+    signal: dict[str, Any] = field(default_factory=dict)  # the round's training signal ({} when none was recorded)
 
 
 @dataclass
@@ -44,6 +45,9 @@ class Evidence:
     summaries: list[str] = field(default_factory=list)  # S notes of earlier rounds, latest last
     training: dict[str, Any] = field(default_factory=dict)  # {"full": {...}, "bookkeeping": {...}}
     budget: int = 0
+    #: the round's training signal (:mod:`envengineer.signal`): sampled success on its own training
+    #: prompts, overall and per group of each grouping; {} when the trainer recorded none
+    signal: dict[str, Any] = field(default_factory=dict)
 
 
 def task_from_run(run: dict[str, Any], registry: Any) -> Any:
@@ -89,6 +93,17 @@ def _was_fallback(run: RunDir, round: int) -> bool:
     return bool(isinstance(data, dict) and data.get("fallback"))
 
 
+def load_signal(run: RunDir, round: int) -> dict[str, Any]:
+    """Round ``round``'s aggregated training signal (``train/signal.json``), {} when it has none."""
+    path = run.signal(round)
+    if not path.exists():
+        return {}
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return data
+
+
 def load_evidence(run_dir: str | Path, round: int, registry: Any, *, max_examples: int | None = None) -> Evidence:
     """The evidence of recorded round ``round`` of the run in ``run_dir`` (layout: docs/context.md)."""
     from envengineer.fileio import read_jsonl, read_yaml
@@ -112,7 +127,8 @@ def load_evidence(run_dir: str | Path, round: int, registry: Any, *, max_example
     if not run_dir_.round_dir(round).is_dir():
         raise InputError(f"{run_dir_.round_dir(round)}: no such round directory")
     history = [
-        RoundRecord(round=n, config=config_of(n), report=_read_json(run_dir_.eval_summary(n)), fallback=_was_fallback(run_dir_, n))
+        RoundRecord(round=n, config=config_of(n), report=_read_json(run_dir_.eval_summary(n)), fallback=_was_fallback(run_dir_, n),
+                    signal=load_signal(run_dir_, n))
         for n in range(round)
     ]
     summaries = [note for n in range(round) if (note := _read_text(run_dir_.summary_note(n))) is not None]
@@ -137,4 +153,5 @@ def load_evidence(run_dir: str | Path, round: int, registry: Any, *, max_example
         summaries=summaries,
         training=training,
         budget=budget,
+        signal=load_signal(run_dir_, round),
     )

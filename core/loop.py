@@ -252,10 +252,14 @@ class Loop:
                 f"[bold]round {round}: training[/] on {len(request.records)} instances from {escape(str(request.policy_path))}"
             )
             result = self.run.trainer.train(request)
+            signal = self._signal(round, partial)
             details = {
                 "full": dict(self.run.trainer.describe()),
-                "bookkeeping": {"round": round, "rounds_total": self.cfg.rounds, "budget": self.cfg.budget, **_bookkeeping(self.run.trainer, result)},
+                "bookkeeping": {"round": round, "rounds_total": self.cfg.rounds, "budget": self.cfg.budget,
+                                "budget_mode": self.cfg.budget_mode, **_bookkeeping(self.run.trainer, result)},
             }
+            if signal is not None:
+                write_json(partial / self.dir.signal(round).name, signal)
             write_json(partial / self.dir.train_details(round).name, details)
             checkpoint = Path(result.checkpoint).resolve()
             if not checkpoint.is_dir():
@@ -267,11 +271,46 @@ class Loop:
         metrics = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float, str)) and k != "checkpoint"}
         self._finish("train", round, started, checkpoint=str(checkpoint), **metrics)
 
+    def _signal(self, round: int, folder: Path) -> dict[str, Any] | None:
+        """The trainer's ``rollouts.jsonl`` in ``folder`` aggregated by the task's groupings (None: it wrote none)."""
+        from envengineer.signal import aggregate, check_line
+
+        path = folder / self.dir.rollouts(round).name
+        if not path.exists():
+            return None
+        lines = [check_line(line, f"{path}:{i + 1}") for i, line in enumerate(read_jsonl(path))]
+        records = read_jsonl(self.dir.train_set(round))
+        drawn = folder / self.dir.drawn(round).name
+        if drawn.exists():
+            records += read_jsonl(drawn)
+        return aggregate(lines, records, self.run.generator)
+
+    def draw_fn(self, round: int, out_dir: Path) -> Any:
+        """``draw(n, part)`` for round ``round``: fresh instances from its config, kept in ``out_dir/drawn.jsonl``."""
+        from envengineer.fileio import dumps_json
+
+        config = self.config_of(round)
+        path = out_dir / self.dir.drawn(round).name
+
+        def draw(n: int, part: int) -> list[dict[str, Any]]:
+            if part < 1:
+                raise ValueError(f"draw: part {part}: parts start at 1 (part 0 is the round's train.jsonl)")
+            seed = round_seed(self.cfg.seed, round) * 1_000 + 500 + part
+            records = self.run.generator.generate(config, n=n, seed=seed).records
+            with open(path, "a", encoding="utf-8") as handle:  # inside the round's .partial folder
+                handle.writelines(dumps_json(r) + "\n" for r in records)
+            return records
+
+        return draw
+
     def train_request(self, round: int, out_dir: Path) -> Any:
         """What the trainer gets for ``round``: the round's set, the model it starts from, the validation set."""
         from envengineer.training import TrainRequest
 
+        kept = self.cfg.budget_mode == "kept_prompts"
         return TrainRequest(
+            budget_mode=self.cfg.budget_mode, kept_target=self.cfg.budget if kept else 0,
+            max_draws=int(self.cfg.draw_cap * self.cfg.budget) if kept else 0, draw=self.draw_fn(round, out_dir),
             policy_path=self.base_path() if round == 0 else self.dir.checkpoint(round - 1),
             records=read_jsonl(self.dir.train_set(round)),
             generator=self.run.generator, validator=self.run.validator,

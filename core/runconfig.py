@@ -67,7 +67,12 @@ class RunConfig(BaseModel):
     task: dict[str, Any] = Field(default_factory=lambda: {"name": "mapf-frozenlake"})
     rounds: int = Field(3, ge=1, le=1000)
     seed: int = 0
-    budget: int = Field(4000, ge=1, description="training instances per round")
+    budget: int = Field(4000, ge=1, description="training instances per round (budget_mode instances), or prompts with mixed outcomes to keep (kept_prompts)")
+    budget_mode: Literal["instances", "kept_prompts"] = Field(
+        "instances", description="instances: a round trains on `budget` fresh instances; kept_prompts: the trainer draws fresh "
+        "instances from the same config until `budget` prompts with mixed sampled outcomes are kept (equal optimizer steps across engineers)",
+    )
+    draw_cap: float = Field(10.0, ge=1.0, description="kept_prompts: at most draw_cap × budget instances judged a round (the cap is recorded when it stops the filling)")
     initial_config: str | None = Field(None, description="uniform | random | path/to/config.yaml; the same setting as context.start, give one (default: the context preset's)")
     context: dict[str, Any] | str = Field(default_factory=lambda: {"preset": "V6"})
     engineer: dict[str, Any] = Field(default_factory=lambda: {"name": "heuristic"})
@@ -167,6 +172,10 @@ def resolve(config: RunConfig, registry: Registry, *, base_dir: Path | None = No
     engineer = _section(registry, "engineer", config.engineer, "engineer")
     policy = _section(registry, "policy", config.policy, "policy")
     trainer = _section(registry, "trainer", config.trainer, "trainer")
+    if config.budget_mode not in trainer.budget_modes:
+        raise ConfigError(
+            f"budget_mode: trainer {trainer.name!r} supports {', '.join(trainer.budget_modes)}, not {config.budget_mode!r}"
+        )
     try:
         context = parse_context_spec(config.context)
     except ValidationError as exc:

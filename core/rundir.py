@@ -65,6 +65,18 @@ class RunDir:
         """The training details the T context module shows (``full`` and ``bookkeeping``)."""
         return self.train_dir(round) / "details.json"
 
+    def rollouts(self, round: int) -> Path:
+        """The training signal: one line per training prompt the trainer sampled (:mod:`envengineer.signal`)."""
+        return self.train_dir(round) / "rollouts.jsonl"
+
+    def drawn(self, round: int) -> Path:
+        """Instances the trainer drew beyond ``train.jsonl`` (``budget_mode: kept_prompts``)."""
+        return self.train_dir(round) / "drawn.jsonl"
+
+    def signal(self, round: int) -> Path:
+        """``rollouts.jsonl`` aggregated by the task's groupings (written by the train step)."""
+        return self.train_dir(round) / "signal.json"
+
     def curves(self, round: int) -> Path:
         return self.train_dir(round) / "curves.jsonl"
 
