@@ -193,6 +193,17 @@ class Generator(Component, abc.ABC):
             return self.groupings
         return (Grouping("group", order=tuple(self.groups())),)
 
+    def instance_knobs(self, record: Mapping[str, Any]) -> dict[str, float]:
+        """The declared knobs' values one instance was drawn at, where its record tells (the simulated
+        student reads an instance's difficulty from them). Default: the record's fields named like a
+        declared knob other than the share knob, when they are numbers."""
+        values: dict[str, float] = {}
+        for knob in self.knobs:
+            value = record.get(knob.name)
+            if not knob.share and isinstance(value, (int, float)) and not isinstance(value, bool):
+                values[knob.name] = float(value)
+        return values
+
     def record_id(self, record: Mapping[str, Any]) -> str:
         """The instance's identifier (unique within a set)."""
         return str(record["id"])
@@ -357,6 +368,11 @@ class Trainer(Component, abc.ABC):
         """Passes over a round's training set, for the T module's bookkeeping (None: not counted in epochs)."""
         return None
 
+    @property
+    def sampling_temperature(self) -> float | None:
+        """The temperature its rollouts sample at (evaluation's sampled pass@1 uses it; None: unknown)."""
+        return None
+
     def plan(self, request: Any) -> Mapping[str, Any] | None:
         """For ``envengineer run --dry-run``: prepare what one round needs (its data files) and say what would run
         (e.g. ``{"command": ...}``) without training. None: the trainer runs in-process and has nothing to show."""
@@ -406,6 +422,16 @@ class Policy(Component, abc.ABC):
         weights on the same records can be reused (the loop caches its base evaluations by it).
         None (default): answers may vary from call to call; never reuse them."""
         return None
+
+    def sampling(self, *, temperature: float, seed: int) -> "Policy | None":
+        """The same weights sampled at ``temperature`` with ``seed`` (evaluation's sampled pass@1 beside
+        the greedy rate). None (default): the policy cannot be asked to sample another way."""
+        return None
+
+    def sample_records(self, generator: Any, records: Sequence[Mapping[str, Any]], *, style: str, n: int = 1) -> list[list[str]]:
+        """``n`` responses per instance record. Default: :meth:`sample` on each record's prompt rendered
+        in ``style``; a policy that reads the instance itself (the simulated student) overrides it."""
+        return self.sample([generator.render(record, style) for record in records], n=n)
 
     def close(self) -> None:
         """Release what the policy holds (memory a trainer needs next)."""

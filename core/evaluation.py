@@ -142,8 +142,7 @@ def evaluate(
     responses: list[str] = []
     for start in range(0, len(records), batch_size):
         batch = records[start : start + batch_size]
-        prompts = [generator.render(record, style) for record in batch]
-        outputs = policy.sample(prompts, n=1)
+        outputs = policy.sample_records(generator, batch, style=style, n=1)
         responses.extend(out[0] if out else "" for out in outputs)
         if progress:
             progress(len(batch))

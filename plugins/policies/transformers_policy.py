@@ -112,6 +112,10 @@ class ModelDirPolicy(Policy):
         """The same options on another checkpoint."""
         return type(self)(self.options.model_copy(update={"path": str(path)}))
 
+    def sampling(self, *, temperature: float, seed: int) -> "ModelDirPolicy":
+        """The same checkpoint and options, sampled at ``temperature`` with ``seed``."""
+        return type(self)(self.options.model_copy(update={"temperature": float(temperature), "seed": int(seed)}))
+
     def describe(self) -> dict[str, Any]:
         """Sampling settings, recorded with evaluation results."""
         o = self.options
