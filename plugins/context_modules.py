@@ -48,6 +48,7 @@ class FailureOptions(BaseModel):
 
     examples: int = Field(3, ge=0, le=20, description="failing examples shown")
     example_chars: int = Field(400, ge=40, le=4000, description="characters kept of each example's prompt and response")
+    signal: bool = Field(True, description="cite the round's training signal (sampled success on its own training prompts) beside each group's validation rates")
 
 
 def data_block(text: str, label: str) -> str:
@@ -85,15 +86,25 @@ class FailureBreakdown(ContextModule):
             lines.append("Failure types (first failed check of each invalid response): " + ", ".join(
                 f"{kind} {failures.get(kind, 0)}" for kind in kinds if failures.get(kind, 0)
             ) + ".")
+        # cited for the primary grouping only: its groups are the knob table's, the same in training and
+        # validation; another grouping may file a training set's values differently (e.g. exact ratios)
+        train = ((evidence.signal or {}).get("by") or {}) if self.options.signal else {}
+        primary = evidence.task.evaluation_groupings()[0].name if evidence.task is not None else None
         for dim, values in groupings(report):
             seen = [k for k in kinds if any((r.get("failures") or {}).get(k) for r in values.values())]
-            header = [dim, "n", "valid", "optimal", *seen]
+            cited = (train.get(dim) or {}) if dim == primary else {}
+            header = [dim, "n", "valid", "optimal", *seen, *(["sampled in training"] if cited else [])]
             rows = [
                 [_cell(group), str(r.get("n", 0)), pct(r.get("valid_rate")), pct(r.get("optimal_rate")),
-                 *(str((r.get("failures") or {}).get(k, 0)) for k in seen)]
+                 *(str((r.get("failures") or {}).get(k, 0)) for k in seen),
+                 *([_sampled(cited.get(group))] if cited else [])]
                 for group, r in values.items()
             ]
             lines += ["", f"By {dim}:", "", _table(header, rows)]
+            if cited:
+                lines += ["", "Sampled in training: the share of valid completions the trainer sampled on this round's own "
+                          "training prompts of the group (prompts in brackets); the validation columns are greedy answers "
+                          "on the held-out validation set."]
         shown = _pick_examples(evidence.examples, self.options.examples)
         if shown:
             limit = self.options.example_chars
@@ -107,6 +118,23 @@ class FailureBreakdown(ContextModule):
                     data_block(_truncate(ex.get("response"), limit), "response"),
                 ]
         return "\n".join(lines)
+
+
+def _sampled(cell: Mapping[str, Any] | None) -> str:
+    """A group's sampled success in training, with its prompt count ('-' when it had none)."""
+    if not cell or cell.get("success") is None:
+        return "-"
+    return f"{pct(cell.get('success'))} ({cell.get('prompts', 0)})"
+
+
+def signal_table(signal: Mapping[str, Any], dim: str, cells: Mapping[str, Any]) -> str:
+    """One grouping's training signal: prompts, samples, sampled success, mixed/all-right/all-wrong prompts."""
+    rows = [
+        [_cell(group), str(c.get("prompts", 0)), str(c.get("samples", 0)), pct(c.get("success")),
+         pct(c.get("mixed_share")), str(c.get("all_right", 0)), str(c.get("all_wrong", 0)), str(c.get("kept", 0))]
+        for group, c in cells.items()
+    ]
+    return _table([dim, "prompts", "samples", "sampled success", "mixed", "all right", "all wrong", "trained on"], rows)
 
 
 def _pick_examples(examples: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
@@ -276,6 +304,7 @@ class TrainingOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: Literal["full", "bookkeeping"] = Field("bookkeeping", description="round and epoch counts only, or those and the trainer's settings")
+    signal: bool = Field(True, description="the round's training signal as tables: sampled success on its own training prompts, by each grouping (false: the paper's T)")
 
 
 class TrainingDetails(ContextModule):
@@ -296,6 +325,19 @@ class TrainingDetails(ContextModule):
         epochs = book.get("epochs")
         if isinstance(epochs, (int, float)) and not isinstance(epochs, bool):
             text += f" Each round trains for {_num(epochs)} epoch{'' if epochs == 1 else 's'} over its training set."
+        signal = evidence.signal or {}
+        if self.options.signal and signal.get("overall"):
+            overall = signal["overall"]
+            text += (
+                f"\n\nTraining signal of this round: the trainer sampled {overall.get('samples', 0)} completions of its "
+                f"{overall.get('prompts', 0)} training prompts; {pct(overall.get('success'))} were valid. "
+                f"{overall.get('mixed', 0)} prompts had mixed outcomes (sometimes right, sometimes wrong: the ones GRPO learns from), "
+                f"{overall.get('all_right', 0)} were always right and {overall.get('all_wrong', 0)} always wrong; "
+                f"{overall.get('kept', 0)} reached an optimizer step."
+            )
+            for dim, cells in (signal.get("by") or {}).items():
+                if cells:
+                    text += f"\n\nSampled success by {dim}:\n\n" + signal_table(signal, dim, cells)
         if self.options.mode == "full":
             full = evidence.training.get("full") or {}
             if full:
