@@ -35,6 +35,7 @@ class EvalResult:
     report_calls: bool = False  # record the calls section even when none failed (API policies)
     subsets: Grouping | None = None  # the benchmark's subsets, when it declares them
     aggregate: Aggregate | None = None  # the benchmark's headline number over its subsets
+    sampled: dict[str, Any] | None = None  # sampled pass@1 beside the greedy rates (:func:`sampled_pass1`)
 
     @property
     def calls(self) -> dict[str, Any]:
@@ -61,6 +62,8 @@ class EvalResult:
         values = self.aggregate_values()
         if values is not None:
             data[self.aggregate.key] = values  # type: ignore[union-attr]
+        if self.sampled is not None:
+            data["sampled"] = self.sampled
         data["settings"] = self.settings
         if self.report_calls or self.failed_calls:
             data["calls"] = self.calls
@@ -158,6 +161,33 @@ def evaluate(
         subsets=benchmark.subsets if benchmark is not None else None,
         aggregate=benchmark.aggregate if benchmark is not None else None,
     )
+
+
+def sampled_pass1(policy: Any, generator: Any, validator: Any, records: Sequence[Mapping[str, Any]], *, n: int,
+                  temperature: float, style: str, batch_size: int = 64, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Sampled pass@1: the share of valid answers among ``n`` sampled per record (``policy`` samples at
+    ``temperature``), overall and per group of the task's primary grouping."""
+    batch_size = policy.sample_batch_size or batch_size
+    primary = generator.evaluation_groupings()[0].name
+    valid = total = 0
+    by: dict[str, list[int]] = {}
+    for start in range(0, len(records), batch_size):
+        batch = records[start : start + batch_size]
+        for record, answers in zip(batch, policy.sample_records(generator, batch, style=style, n=n)):
+            ok = sum(validator.score(record, generator.decode_response(record, a, style)).valid for a in answers)
+            cell = by.setdefault(generator.group(record), [0, 0])
+            cell[0] += ok
+            cell[1] += len(answers)
+            valid += ok
+            total += len(answers)
+        if progress:
+            progress(len(batch))
+    order = {g: i for i, g in enumerate(generator.groups())}
+    groups = sorted(by, key=lambda g: (order.get(g, len(order)), g))
+    return {
+        "n": n, "temperature": temperature, "samples": total, "pass1": round(valid / total, 6) if total else None,
+        "by": {primary: {g: round(by[g][0] / by[g][1], 6) for g in groups if by[g][1]}},
+    }
 
 
 def _sampling(policy: Any) -> dict[str, Any]:

@@ -99,10 +99,32 @@ class Loop:
                 policy, self.run.generator, self.run.validator, records, style=self.style, progress=advance,
                 benchmark=self.registry.benchmark(name),
             )
+        if examples:  # the validation set: sampled pass@1 beside the greedy rates, when asked for
+            result.sampled = self._sampled(policy, records, label, name)
         picked = failing_examples(result, self.run.generator, limit=self.cfg.eval.examples) if examples else None
         with self.dir.building(out) as partial:
             write_eval(partial, result, picked)
         return result.to_summary_dict()
+
+    def _sampled(self, policy: Any, records: list[dict[str, Any]], label: str, name: str) -> dict[str, Any] | None:
+        """Sampled pass@1 on ``records`` at the trainer's temperature (``eval.sampled`` answers each), or None
+        when off; a policy or trainer that cannot say how it samples is recorded as such."""
+        from envengineer.evaluation import sampled_pass1
+
+        n = self.cfg.eval.sampled
+        if not n:
+            return None
+        temperature = self.run.trainer.sampling_temperature
+        sampler = policy.sampling(temperature=temperature, seed=self.cfg.seed) if temperature is not None else None
+        if sampler is None:
+            why = "the trainer does not say its sampling temperature" if temperature is None else f"policy {policy.name} cannot sample another way"
+            return {"n": n, "pass1": None, "skipped": why}
+        progress, advance = self._progress(f"{label}: {name} sampled ×{n}", len(records))
+        with progress:
+            result = sampled_pass1(sampler, self.run.generator, self.run.validator, records, n=n, temperature=temperature,
+                                   style=self.style, progress=advance)
+        sampler.close()
+        return result
 
     def _reuse_key(self, policy: Any) -> dict[str, Any] | None:
         """What decides a base evaluation's answers and verdicts on any set, when the policy says its
@@ -120,7 +142,8 @@ class Loop:
         for component in (self.run.validator, self.run.generator, policy, evaluation):
             source = inspect.getsourcefile(component if inspect.ismodule(component) else type(component))
             code.update(Path(source).read_bytes() if source else b"")
-        return {"version": __version__, "code": code.hexdigest(), "policy": policy_key, "style": self.style,
+        sampled = (self.cfg.eval.sampled, self.run.trainer.sampling_temperature, self.cfg.seed) if self.cfg.eval.sampled else None
+        return {"version": __version__, "code": code.hexdigest(), "policy": policy_key, "style": self.style, "sampled": sampled,
                 "task": self.run.generator.options.model_dump(mode="json")}
 
     def _evaluate_base(self, policy: Any, reuse: dict[str, Any] | None, name: str, out: Path, label: str, examples: bool) -> dict[str, Any]:
@@ -209,7 +232,8 @@ class Loop:
         if self._benchmarks_due(None):
             for name in self.cfg.eval.benchmarks:
                 self._evaluate_base(policy, reuse, name, self.dir.bench_dir(None, name), "base bench", examples=False)
-        self._finish("base_eval", None, started, n=summary["overall"]["n"], valid_rate=summary["overall"]["valid_rate"], optimal_rate=summary["overall"]["optimal_rate"])
+        self._finish("base_eval", None, started, n=summary["overall"]["n"], valid_rate=summary["overall"]["valid_rate"],
+                     optimal_rate=summary["overall"]["optimal_rate"], **_sampled_field(summary))
 
     def initial_config(self) -> Any:
         generator = self.run.generator
@@ -340,7 +364,8 @@ class Loop:
         started = time.monotonic()
         policy = self.run.policy.with_path(self.dir.checkpoint(round))
         summary = self._evaluate(policy, self.cfg.eval.validation, self.dir.eval_dir(round), f"round {round} eval", examples=True)
-        self._finish("eval", round, started, n=summary["overall"]["n"], valid_rate=summary["overall"]["valid_rate"], optimal_rate=summary["overall"]["optimal_rate"])
+        self._finish("eval", round, started, n=summary["overall"]["n"], valid_rate=summary["overall"]["valid_rate"],
+                     optimal_rate=summary["overall"]["optimal_rate"], **_sampled_field(summary))
 
     def bench(self, round: int) -> None:
         if not self._benchmarks_due(round) or self.dir.done("bench", round):
@@ -426,7 +451,8 @@ class Loop:
         base = self.dir.done("base_eval")
         base_verdicts = read_verdicts(self.dir.eval_verdicts(None)) if base else None
         if base:
-            rows.append({"round": "base", "n": base.get("n"), "valid_rate": base["valid_rate"], "optimal_rate": base["optimal_rate"], "engineer": "", "fallback": None})
+            rows.append({"round": "base", "n": base.get("n"), "valid_rate": base["valid_rate"], "optimal_rate": base["optimal_rate"], "engineer": "", "fallback": None,
+                         **({"sampled_pass1": base["sampled_pass1"]} if "sampled_pass1" in base else {})})
         for round in range(self.cfg.rounds):
             line = self.dir.done("eval", round)
             if not line:
@@ -436,6 +462,8 @@ class Loop:
                 "round": round, "n": line.get("n"), "valid_rate": line["valid_rate"], "optimal_rate": line["optimal_rate"],
                 "engineer": design.get("engineer", ""), "fallback": design.get("fallback"),
             }
+            if "sampled_pass1" in line:
+                row["sampled_pass1"] = line["sampled_pass1"]
             if design.get("fallback"):
                 row["reason"] = design.get("reason") or ""
             if design.get("halted"):
@@ -445,6 +473,14 @@ class Loop:
                 row["vs_base"] = change
             rows.append(row)
         return rows
+
+
+def _sampled_field(summary: dict[str, Any]) -> dict[str, Any]:
+    """``{"sampled_pass1": rate}`` for a history line when the evaluation sampled, else {}."""
+    sampled = summary.get("sampled")
+    if isinstance(sampled, dict) and isinstance(sampled.get("pass1"), (int, float)):
+        return {"sampled_pass1": sampled["pass1"]}
+    return {}
 
 
 def _bookkeeping(trainer: Any, result: Any) -> dict[str, Any]:
@@ -457,6 +493,9 @@ def print_table(rows: list[dict[str, Any]], console: Console, validation: str) -
     table = Table(title=f"per-round results on {validation}", title_justify="left")
     columns = [("round", "left"), ("n", "right"), ("valid", "right"), ("± se", "right"), ("vs base", "right"),
                ("optimal", "right"), ("engineer", "left"), ("design", "left")]
+    sampled = any("sampled_pass1" in row for row in rows)
+    if sampled:
+        columns.insert(5, ("sampled", "right"))
     for column, justify in columns:
         table.add_column(column, justify=justify, no_wrap=True)
     for row in rows:
@@ -465,9 +504,16 @@ def print_table(rows: list[dict[str, Any]], console: Console, validation: str) -
         se = f"{100 * Rates.stderr(row['valid_rate'], n):.1f}" if n else ""
         change = row.get("vs_base")
         versus = f"+{change['gained']} −{change['lost']} p={change['p']:.3f}" if change else ""
-        table.add_row(str(row["round"]), str(n or ""), f"{100 * row['valid_rate']:.1f}%", se, versus,
-                      f"{100 * row['optimal_rate']:.1f}%", row["engineer"], design)
+        cells = [str(row["round"]), str(n or ""), f"{100 * row['valid_rate']:.1f}%", se, versus,
+                 f"{100 * row['optimal_rate']:.1f}%", row["engineer"], design]
+        if sampled:
+            value = row.get("sampled_pass1")
+            cells.insert(5, f"{100 * value:.1f}%" if isinstance(value, (int, float)) else "")
+        table.add_row(*cells)
     console.print(table)
+    if sampled:
+        console.print("[dim]sampled: pass@1 of the answers sampled per instance at the trainer's temperature (eval.sampled); "
+                      "valid: greedy answers[/]")
     if any(row.get("vs_base") for row in rows):
         console.print("[dim]vs base: instances solved that the base missed (+) and the reverse (−); "
                       "p: two-sided exact sign test[/]")

@@ -36,6 +36,10 @@ class EvalSection(BaseModel):
     bench_rounds: Literal["last", "all", "none"] = Field("last", description="when to run the benchmarks (always on the base policy too, unless none)")
     limit: int | None = Field(None, ge=1, description="evaluate N instances of each set, evenly spread over it")
     examples: int = Field(8, ge=0, le=64, description="failing examples kept for the F context module")
+    sampled: int = Field(
+        0, ge=0, le=64, description="also sample this many answers per validation instance at the trainer's temperature "
+        "and report sampled pass@1 beside the greedy valid rate (0: off)",
+    )
 
 
 class DesignSection(BaseModel):

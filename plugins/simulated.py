@@ -195,12 +195,13 @@ class SimulatedPolicy(Policy):
             raise ConfigError("policy.simulated.path: no student yet: prepare() it first")
         student = Student.load(self.options.path, generator)
         out: list[list[str]] = []
+        self._calls = getattr(self, "_calls", 0) + 1  # a sampled call draws afresh each time, reproducibly
         for record in records:
             p, rid = student.p(record), generator.record_id(record)
             if self.options.temperature == 0:
                 solved = [uniform("greedy", self.options.noise_seed, rid) < p] * n
             else:
-                solved = [uniform("sampled", self.options.seed, rid, k) < p for k in range(n)]
+                solved = [uniform("sampled", self.options.seed, self._calls, rid, k) < p for k in range(n)]
             out.append([self.answer(generator, record, style) if ok else "" for ok in solved])
         return out
 
