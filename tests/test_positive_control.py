@@ -1,0 +1,89 @@
+"""The positive control: on the simulated student (examples/sim-student) an engineer that reads the
+training signal must beat the fixed environment at every seed, and a broken engineer (its proposals
+ignored or projected away) must not. Seconds on 2 cores, so a broken engineer is caught in CI."""
+
+from pathlib import Path
+
+import pytest
+
+from envengineer import hookimpl
+from envengineer.plugins.engineers.baselines import Baseline
+from envengineer.suite_report import paired, read_verdicts
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = REPO / "examples" / "sim-student" / "base.yaml"
+SEEDS = (0, 1, 2)
+
+
+class IgnoredEngineer(Baseline):
+    """Proposes nothing the generator reads: every field unknown, so the projection keeps the config."""
+
+    name = "ignored"
+    description = "a broken engineer: its proposals never reach the config"
+
+    def propose(self, request):
+        return self.reply({"shares": {g: 1.0 for g in request.generator.groups()}}, "ignored: a wrong field name.")
+
+
+class ProjectedAwayEngineer(Baseline):
+    """Proposes values that are all out of bounds or not numbers: the projection clips them back."""
+
+    name = "projected-away"
+    description = "a broken engineer: its proposals are projected away"
+
+    def propose(self, request):
+        table = request.generator.knob_values(request.current_config)
+        return self.reply(request.generator.knob_proposal({g: {k: "n/a" for k in knobs} for g, knobs in table.items()}), "projected away.")
+
+
+class Broken:
+    @hookimpl
+    def register_engineers(self, register):
+        register(IgnoredEngineer)
+        register(ProjectedAwayEngineer)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    from envengineer.loop import run
+    from envengineer.plugin_manager import create_plugin_manager
+    from envengineer.registry import Registry
+
+    pm = create_plugin_manager(entry_points=False, environ={})
+    pm.register(Broken(), name="broken-engineers")
+    registry = Registry(pm)
+    root = tmp_path_factory.mktemp("sim-student")
+    out = {}
+    for engineer in ("fixed", "learnability", "ignored", "projected-away"):
+        for seed in SEEDS:
+            folder = root / f"{engineer}-{seed}"
+            run(BASE, registry=registry, output=str(folder), overrides=[f"engineer.name={engineer}", f"seed={seed}", "eval.sampled=0"])
+            out[engineer, seed] = folder
+    return out
+
+
+def _last_round(folder: Path) -> Path:
+    return sorted(folder.glob("round-*"))[-1]
+
+
+def _against_fixed(runs, engineer, seed, where="eval"):
+    arm = read_verdicts(_last_round(runs[engineer, seed]) / where / "verdicts.jsonl")
+    base = read_verdicts(_last_round(runs["fixed", seed]) / where / "verdicts.jsonl")
+    return paired(arm, base, "valid")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_learnability_beats_fixed_at_every_seed(runs, seed):
+    result = _against_fixed(runs, "learnability", seed)
+    assert result.gained > result.lost and result.p < 0.01, str(result)
+    held_out = _against_fixed(runs, "learnability", seed, "bench/mapf-2agents-test")
+    assert held_out.gained > held_out.lost and held_out.p < 0.01, str(held_out)
+
+
+@pytest.mark.parametrize("engineer", ["ignored", "projected-away"])
+def test_a_broken_engineer_does_not_pass_the_control(runs, engineer):
+    for seed in SEEDS:
+        result = _against_fixed(runs, engineer, seed)
+        assert not (result.gained > result.lost and result.p < 0.01), (engineer, seed, str(result))
+        config = (runs[engineer, seed] / "round-05" / "config.yaml").read_text()
+        assert config == (runs["fixed", seed] / "round-05" / "config.yaml").read_text()
