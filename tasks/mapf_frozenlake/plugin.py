@@ -136,6 +136,13 @@ class MapfGenerator(Generator):
         held_out = sorted({b.options["agents"] for b in specs() if b.options.get("agents", 0) > self.options.agents})
         return prompts.design_brief(self.options.agents, held_out, budget)
 
+    def instance_knobs(self, record: Mapping[str, Any]) -> dict[str, float]:
+        """``hole_ratio`` as drawn, and ``wait_ratio`` as 1 for an instance whose optimum needs a WAIT, else 0."""
+        values = super().instance_knobs(record)
+        if isinstance(record.get("requires_wait"), bool):
+            values["wait_ratio"] = 1.0 if record["requires_wait"] else 0.0
+        return values
+
     def reference_answer(self, record: Mapping[str, Any]) -> str:
         from envengineer.tasks.mapf_frozenlake.answer import format_answer
         from envengineer.tasks.mapf_frozenlake.solver import solve
