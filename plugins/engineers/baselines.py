@@ -1,10 +1,12 @@
 """Non-LLM engineers: fixed, random, curriculum, heuristic, learnability.
 
 They answer through the same pipeline as the LLM engineers (a partial update, projected
-by the task). They are task-generic: per-group valid rates come from the report
-(``by[<first grouping>]``), and the knob table, the budget share and the difficulty knobs
-come from the generator's declaration (:attr:`Generator.knob_table`, :attr:`Generator.knobs`),
-so each move is a whole number of the knob's declared step and stays within its bounds.
+by the task). They are task-generic: a group's success is its sampled success on the round's
+own training prompts (the training signal, ``Evidence.signal``) where the trainer recorded
+enough samples of it, else its validation valid rate (the report's ``by[<first grouping>]``);
+the knob table, the budget share and the difficulty knobs come from the generator's
+declaration (:attr:`Generator.knob_table`, :attr:`Generator.knobs`), so each move is a whole
+number of the knob's declared step and stays within its bounds.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envengineer.components import Engineer, Knob, retired_options
 from envengineer.api import DesignOutcome, DesignRequest, EngineerReply, factual_note
+from envengineer.knobs import toward
+from envengineer.signal import group_success
 
 
 class _Options(BaseModel):
@@ -78,6 +82,51 @@ def hardened(knob: Knob, value: Any, amount: float) -> float | int:
     return moved(knob, value, float(value) + (amount if knob.harder == "up" else -amount))
 
 
+class Success:
+    """Each group's success ``p`` and where it came from: sampled success on the round's training
+    prompts where the signal has ``min_samples`` of the group, else the greedy validation valid rate
+    (the rate the policy is judged by, on another distribution, and all an older run recorded)."""
+
+    def __init__(self, request: DesignRequest, groups: list[str], min_samples: int, signal: Mapping[str, Any] | None = None,
+                 report: Mapping[str, Any] | None = None) -> None:
+        ev = request.evidence
+        self.cells = group_success(ev.signal if signal is None else signal)
+        self.rates = group_rates(ev.report if report is None else report)
+        self.min_samples = min_samples
+        self.p: dict[str, float] = {}
+        self.source: dict[str, str] = {}  # group -> "sampled" | "validation"
+        self.fallback: dict[str, str] = {}  # group -> why its validation rate was used
+        for g in groups:
+            cell = self.cells.get(g) or {}
+            samples = int(cell.get("samples") or 0)
+            if samples >= min_samples and cell.get("success") is not None:
+                self.p[g], self.source[g] = float(cell["success"]), "sampled"
+                continue
+            if g in self.rates:
+                self.p[g], self.source[g] = float(self.rates[g].get("valid_rate", 0.0)), "validation"
+                if self.cells:
+                    self.fallback[g] = f"{samples} samples < min_samples {min_samples}"
+
+    def mixed(self, g: str) -> float | None:
+        """The share of the group's training prompts with some samples right and some wrong (None: no signal used)."""
+        if self.source.get(g) != "sampled":
+            return None
+        value = (self.cells.get(g) or {}).get("mixed_share")
+        return None if value is None else float(value)
+
+    def label(self, g: str) -> str:
+        return f"{self.source[g]} {self.p[g]:.0%}"
+
+    def describe(self) -> str:
+        """Which evidence decided, for the note."""
+        if not self.cells:
+            return "no training signal: validation valid rates"
+        text = "sampled success from the training signal"
+        if self.fallback:
+            text += "; " + ", ".join(f"validation rate for {g} ({why})" for g, why in self.fallback.items())
+        return text
+
+
 class Baseline(Engineer):
     """Shared reply building: a YAML block for the record, the proposal set directly."""
 
@@ -129,8 +178,8 @@ class RandomEngineer(Baseline):
 
 
 class RampOptions(_Options):
-    start: float | None = Field(None, description="the knob's value at the first design step, in its own units (default: the curriculum's start)")
-    end: float | None = Field(None, description="its value at the last design step (default: the curriculum's end)")
+    start: float | None = Field(None, description="the knob's value at the first design step (progress 0), in its own units (default: the curriculum's start)")
+    end: float | None = Field(None, description="its value at the last design step (progress 1) (default: the curriculum's end)")
     spread: float | None = Field(None, ge=0, le=1, description="this knob's spread over groups (default: the curriculum's spread)")
 
 
@@ -140,12 +189,25 @@ _RAMPS = "was removed: ramp any declared knob with ramps, e.g. ramps: {{hole_rat
 class CurriculumOptions(_Options):
     _retired = retired_options(hole_start=_RAMPS, hole_end=_RAMPS, wait_start=_RAMPS, wait_end=_RAMPS)
 
-    tilt: float = Field(1.5, ge=0, description="how strongly budget shifts toward later (harder) groups at the last round")
+    tilt: float = Field(1.5, ge=0, description="how strongly budget shifts toward later (harder) groups, times progress (none at the first design step)")
     knobs: list[str] | None = Field(None, description="the difficulty knobs to ramp (default: every knob the task declares harder up or down)")
-    start: float = Field(0.2, ge=0, le=1, description="where a ramp starts: this far from a knob's easy bound toward its hard bound")
-    end: float = Field(0.6, ge=0, le=1, description="where a ramp ends at the last round, as the same fraction")
+    start: float = Field(0.2, ge=0, le=1, description="where a ramp starts at the first design step (progress 0): this far from a knob's easy bound toward its hard bound")
+    end: float = Field(0.6, ge=0, le=1, description="where a ramp ends at the last design step (progress 1), as the same fraction")
     spread: float = Field(0.4, ge=0, le=1, description="the first group gets 1 - spread of the ramp's way from the easy bound, the last group all of it")
     ramps: dict[str, RampOptions] = Field(default_factory=dict, description="per-knob start, end and spread in the knob's own units (a knob named here is ramped)")
+
+
+def progress(round: int, rounds_total: int) -> float:
+    """Where the design step after round ``round`` is on the schedule: 0 at the first design step
+    (the config of round 1), 1 at the last (the config of the last round), evenly between.
+
+    A run of ``rounds_total`` rounds has ``rounds_total - 1`` design steps. With a single one
+    (2 rounds) it is the last step, so it gets the end: a short run ends where a long one does.
+    Replays past the last design step stay at 1."""
+    steps = rounds_total - 1
+    if steps <= 1:
+        return 1.0
+    return min(1.0, max(0.0, round / (steps - 1)))
 
 
 class CurriculumEngineer(Baseline):
@@ -167,10 +229,9 @@ class CurriculumEngineer(Baseline):
         ramped = [k for k in chosen_knobs(request, names, default, notes) if k.easy_end is not None]
         share = request.generator.share_knob()
         groups = list(table)
-        next_round = ev.round + 1
-        progress = min(1.0, next_round / max(1, ev.rounds_total - 1))
+        now = progress(ev.round, ev.rounds_total)
         g = len(groups)
-        weights = [math.exp(o.tilt * progress * ((i / (g - 1) if g > 1 else 0.5) - 0.5)) for i in range(g)]
+        weights = [math.exp(o.tilt * now * ((i / (g - 1) if g > 1 else 0.5) - 0.5)) for i in range(g)]
         total = sum(weights)
         update: dict[str, dict[str, Any]] = {}
         for i, (group, w) in enumerate(zip(groups, weights)):
@@ -187,11 +248,13 @@ class CurriculumEngineer(Baseline):
                 start = ramp.start if ramp.start is not None else easy + o.start * (hard - easy)
                 end = ramp.end if ramp.end is not None else easy + o.end * (hard - easy)
                 spread = ramp.spread if ramp.spread is not None else o.spread
-                value = start + (end - start) * progress
+                value = start + (end - start) * now
                 change[knob.name] = knob.snap(easy + (value - easy) * (1 - spread + spread * place))
             if change:
                 update[group] = change
-        note = f"curriculum: round {next_round + 1} of {ev.rounds_total}, progress {progress:.2f}" + "".join(f"; {n}" for n in notes) + "."
+        steps = max(1, ev.rounds_total - 1)
+        note = (f"curriculum: design step {min(ev.round + 1, steps)} of {steps} (the config of round-{ev.round + 1:02d}), "
+                f"progress {now:.2f}" + "".join(f"; {n}" for n in notes) + ".")
         return self.reply(request.generator.knob_proposal(update), note)
 
 
@@ -199,16 +262,53 @@ class CurriculumEngineer(Baseline):
 
 
 class HeuristicOptions(_Options):
-    move: float = Field(0.15, ge=0, le=1, description="share of the budget moved from strong to lagging groups each round")
-    collapse: float = Field(0.05, ge=0, le=1, description="a group whose valid rate is below this has collapsed")
+    move: float = Field(0.15, ge=0, le=1, description="share of the budget moved from strong to lagging groups each round (within max_share_change)")
+    collapse: float = Field(0.05, ge=0, le=1, description="a group whose success is below this has collapsed: it is eased and gets no extra budget")
     backoff: float = Field(0.3, ge=0, le=1, description="a collapsed group's difficulty knobs move this share of the way to their easy bound (at least one step)")
-    saturated: float = Field(0.95, ge=0, le=1, description="a group above this valid rate gets harder")
+    saturated: float = Field(0.95, ge=0, le=1, description="a group whose success is above this gets harder")
     harden: float = Field(0.05, ge=0, description="how far a saturated group's difficulty knobs move toward hard, in each knob's units (at least one step)")
     conflict_failure: str | None = Field(None, description="the failure type that calls for more practice (default: the types each knob declares it practises)")
-    conflict_share: float = Field(0.5, ge=0, le=1, description="share of a group's failures above which that failure type dominates")
+    conflict_share: float = Field(0.5, ge=0, le=1, description="share of a group's validation failures above which that failure type dominates")
     wait_knob: str | None = Field(None, description="the knob raised where that failure dominates (default: every knob that declares failure types it practises)")
     wait_step: float = Field(0.1, ge=0, description="how far that knob is raised, in its units (at least one step)")
     difficulty_knobs: list[str] | None = Field(None, description="knobs that make a group harder (default: every knob the task declares harder up or down)")
+    min_samples: int = Field(16, ge=1, description="a group's success is its sampled success on the round's training prompts when the training "
+                             "signal holds at least this many samples of it, else its greedy validation valid rate")
+    max_share_change: float = Field(1.5, ge=1, description="a share changes by at most this factor per step, up or down (1.5: between "
+                                    "share / 1.5 and share x 1.5), so one round's evidence cannot starve a group; 1 freezes the shares")
+    keep_mixed: float | None = Field(0.2, ge=0, le=1, description="a group at least this share of whose training prompts were mixed (some samples "
+                                     "right, some wrong: what GRPO learns from) never gives budget away; None: any strong group may")
+
+
+def shifted_shares(ratio: Mapping[str, float], spare: Mapping[str, float], need: Mapping[str, float], *, move: float,
+                   factor: float, low: float, high: float) -> dict[str, float]:
+    """New shares of the ``spare`` and ``need`` groups: up to ``move`` of the budget taken from the
+    first in proportion to their spare and given to the second in proportion to their need, no share
+    leaving ``[low, high]`` or changing by more than ``factor`` (so the total is kept); {} when nothing moves."""
+    spare_total = sum(spare.values())
+    if not spare or not need or spare_total <= 0:
+        return {}
+    down = {g: max(0.0, ratio[g] - max(low, ratio[g] / factor)) for g in spare}
+    up = {g: max(0.0, min(high, ratio[g] * factor) - ratio[g]) for g in need}
+    want = {g: min(move * s / spare_total, down[g]) for g, s in spare.items()}
+    total = min(sum(want.values()), sum(up.values()))
+    if total <= 0:
+        return {}
+    scale = total / sum(want.values())
+    got = dict.fromkeys(need, 0.0)
+    open_, left = set(need), total
+    while open_ and left > 1e-15:  # fill in proportion to need; a group at its cap passes the rest on
+        weight = sum(need[g] for g in open_)
+        capped = [g for g in open_ if left * need[g] / weight >= up[g] - got[g]]
+        if not capped:
+            for g in open_:
+                got[g] += left * need[g] / weight
+            break
+        for g in capped:
+            left -= up[g] - got[g]
+            got[g] = up[g]
+            open_.discard(g)
+    return {**{g: ratio[g] - want[g] * scale for g in spare}, **{g: ratio[g] + got[g] for g in need}}
 
 
 class HeuristicEngineer(Baseline):
@@ -219,14 +319,14 @@ class HeuristicEngineer(Baseline):
     def propose(self, request: DesignRequest) -> EngineerReply:
         o = self.options
         generator = request.generator
-        rates = group_rates(request.evidence.report)
         table = knob_table(request)
-        if not table or not rates:
+        success = Success(request, list(table), o.min_samples)
+        groups = [g for g in table if g in success.p]
+        if not table or not groups:
             return self.reply({}, "heuristic: no per-group knobs or rates; keeping the configuration.")
-        groups = [g for g in table if g in rates]
-        p = {g: float(rates[g].get("valid_rate", 0.0)) for g in groups}
-        prev = group_rates(request.evidence.history[-1].report) if request.evidence.history else {}
-        notes: list[str] = []
+        p = success.p
+        previous = self.previous(request, success)
+        notes: list[str] = [success.describe()]
         difficulty = chosen_knobs(request, o.difficulty_knobs, generator.difficulty_knobs(), notes)
         practice: list[tuple[Knob, tuple[str, ...]]] = []
         for knob in chosen_knobs(request, None if o.wait_knob is None else [o.wait_knob], tuple(k for k in generator.knobs if k.practices), notes):
@@ -235,34 +335,42 @@ class HeuristicEngineer(Baseline):
                 practice.append((knob, failures))
         update: dict[str, dict[str, Any]] = {g: {} for g in groups}
 
-        # Budget: from groups above the mean valid rate to lagging (not collapsed) ones.
+        # Budget: from groups above the mean success to lagging (not collapsed) ones; a group whose
+        # training prompts are often mixed keeps its share (GRPO learns there), and no share moves
+        # by more than max_share_change in one step.
         share = generator.share_knob()
         live = [g for g in groups if p[g] >= o.collapse]
         mean = sum(p[g] for g in live) / len(live) if live else 0.0
-        need = {g: mean - p[g] for g in live if p[g] < mean}
+        need = {g: mean - p[g] for g in live if p[g] < mean - 1e-9}
         if share is not None and need and all(share.name in table[g] for g in groups):
             ratio = {g: float(table[g][share.name]) for g in groups}
-            spare = {g: (p[g] - mean) * ratio[g] for g in groups if p[g] > mean}
-            spare_total, need_total = sum(spare.values()), sum(need.values())
-            if spare and spare_total > 0:
-                for g, s in spare.items():
-                    give = min(o.move * s / spare_total, max(0.0, ratio[g] - share.low))
-                    update[g][share.name] = share.snap(ratio[g] - give)
-                given = sum(ratio[g] - update[g][share.name] for g in spare)
-                for g, n in need.items():
-                    update[g][share.name] = share.snap(ratio[g] + given * n / need_total)
-                notes.append("moved budget toward " + ", ".join(sorted(need, key=lambda g: p[g])))
+            strong = [g for g in groups if p[g] > mean + 1e-9]
+            kept = [g for g in strong if o.keep_mixed is not None and (m := success.mixed(g)) is not None and m > 0 and m >= o.keep_mixed]
+            spare = {g: (p[g] - mean) * ratio[g] for g in strong if g not in kept}
+            shares = shifted_shares(ratio, spare, need, move=o.move, factor=o.max_share_change, low=share.low, high=share.high)
+            for g, value in shares.items():
+                update[g][share.name] = share.snap(value)
+            learnable = ", ".join(f"{g} ({success.mixed(g):.0%} mixed)" for g in kept)
+            if shares:
+                notes.append("moved budget toward " + ", ".join(sorted(need, key=lambda g: p[g]))
+                             + " from " + ", ".join(g for g in spare if g in shares) + f" (each share within x/÷{o.max_share_change:g})")
+                if kept:
+                    notes.append(f"kept the share of the learnable {learnable}")
+            elif kept and not spare:
+                notes.append(f"no budget moved: every group above the mean success ({mean:.0%}) is learnable: {learnable}")
+            else:
+                notes.append("no budget moved: the groups above the mean success are at their floor")
 
         for g in groups:
             k = table[g]
-            improved = g in prev and p[g] > float(prev[g].get("valid_rate", 0.0))
+            improved = g in previous and p[g] > previous[g]
             if p[g] < o.collapse:
                 for knob in difficulty:
                     if knob.name in k:
                         update[g][knob.name] = eased(knob, k[knob.name], o.backoff)
-                notes.append(f"{g} collapsed ({p[g]:.0%}): eased")
+                notes.append(f"{g} collapsed ({success.label(g)}): eased")
                 continue
-            failures = rates[g].get("failures") or {}
+            failures = (success.rates.get(g) or {}).get("failures") or {}
             total = sum(failures.values())
             dominant = next(
                 ((knob, kind) for knob, kinds in practice for kind in kinds
@@ -277,42 +385,103 @@ class HeuristicEngineer(Baseline):
                 for knob in difficulty:
                     if knob.name in k:
                         update[g][knob.name] = hardened(knob, k[knob.name], o.harden)
-                notes.append(f"{g} saturated: harder")
+                notes.append(f"{g} saturated ({success.label(g)}): harder")
         update = {g: v for g, v in update.items() if v}
-        note = "heuristic: " + ("; ".join(notes) if notes else "nothing to change") + "."
+        note = "heuristic: " + "; ".join(notes) + ("" if update else "; nothing to change") + "."
         return self.reply(generator.knob_proposal(update), note)
+
+    @staticmethod
+    def previous(request: DesignRequest, success: Success) -> dict[str, float]:
+        """Last round's success of each group from the same source as this round's, so "improved" compares like with like."""
+        if not request.evidence.history:
+            return {}
+        last = request.evidence.history[-1]
+        before = Success(request, list(success.p), success.min_samples, signal=last.signal, report=last.report)
+        return {g: before.p[g] for g in success.p if g in before.p and before.source[g] == success.source[g]}
 
 
 # ----------------------------------------------------------------- learnability
 
 
 class LearnabilityOptions(_Options):
-    mix: float = Field(0.8, ge=0, le=1, description="weight of the learnability allocation against the current ratios")
-    epsilon: float = Field(0.01, ge=0, le=0.25, description="learnability floor so no group's weight is zero")
+    mix: float = Field(0.8, ge=0, le=1, description="weight of the learnability allocation against the current shares")
+    epsilon: float = Field(0.01, ge=0, le=0.25, description="added to every group's p(1-p) so no group's weight is zero")
+    min_samples: int = Field(16, ge=1, description="a group's p is its sampled success on the round's training prompts when the training "
+                             "signal holds at least this many samples of it, else its greedy validation valid rate")
+    target: float = Field(0.5, ge=0, le=1, description="the success the difficulty knobs steer each group toward")
+    band: float = Field(0.2, ge=0, le=1, description="a group whose p is within target ± band keeps its difficulty (GenEnv's α-band)")
+    step: float = Field(0.05, gt=0, le=1, description="how far a group outside the band moves each difficulty knob, as a fraction of the "
+                        "knob's range (at least one step): harder above the band, easier below")
+    stuck_step: float = Field(0.15, gt=0, le=1, description="the move, instead of step, of a group with no valid sample (p = 0: easier) "
+                              "or no failed one (p = 1: harder): it gives GRPO nothing to learn from")
+    difficulty_knobs: list[str] | None = Field(None, description="knobs that make a group harder (default: every knob the task declares harder up or down)")
 
 
 class LearnabilityEngineer(Baseline):
     name: ClassVar[str] = "learnability"
-    description: ClassVar[str] = "budget in proportion to p(1-p): groups whose valid rate is nearest 50% (PLR / SEC style)"
+    description: ClassVar[str] = ("budget in proportion to p(1-p) of each group's sampled success, difficulty toward p = target "
+                                  "(PLR / SEC / GenEnv style)")
     Options: ClassVar[type[BaseModel]] = LearnabilityOptions
 
     def propose(self, request: DesignRequest) -> EngineerReply:
-        rates = group_rates(request.evidence.report)
+        o = self.options
+        generator = request.generator
         table = knob_table(request)
-        share = request.generator.share_knob()
-        if not table or not rates:
-            return self.reply({}, "learnability: no per-group knobs or rates; keeping the configuration.")
-        groups = [g for g in table if g in rates and share is not None and share.name in table[g]]
-        if share is None or not groups:
-            return self.reply({}, "learnability: the task declares no budget-share knob; keeping the configuration.")
-        ratio = {g: float(table[g][share.name]) for g in groups}
-        score = {g: float(rates[g].get("valid_rate", 0.0)) * (1 - float(rates[g].get("valid_rate", 0.0))) + self.options.epsilon for g in groups}
-        total = sum(score.values())
-        budget = sum(ratio.values())
-        mix = self.options.mix
-        update = {g: {share.name: share.snap((1 - mix) * ratio[g] + mix * budget * score[g] / total)} for g in groups}
-        best = max(groups, key=lambda g: score[g])
-        return self.reply(request.generator.knob_proposal(update), f"learnability: most budget to {best} (valid {rates[best].get('valid_rate', 0):.0%}).")
+        if not table:
+            return self.reply({}, "learnability: the task declares no per-group knob table; keeping the configuration.")
+        success = Success(request, list(table), o.min_samples)
+        groups = [g for g in table if g in success.p]
+        if not groups:
+            return self.reply({}, "learnability: no per-group success (no training signal, no validation rates); keeping the configuration.")
+        p = success.p
+        notes: list[str] = [success.describe(), f"target {o.target:.0%} ± {o.band:.0%}"]
+        said: dict[str, list[str]] = {g: [] for g in groups}
+        update: dict[str, dict[str, Any]] = {g: {} for g in groups}
+
+        # Difficulty: toward p = target, one step-sized move per round (a larger one with nothing to learn from).
+        difficulty = chosen_knobs(request, o.difficulty_knobs, generator.difficulty_knobs(), notes)
+        for g in groups:
+            if p[g] <= 0:
+                harder, size, why = False, o.stuck_step, "no valid sample: easier"
+            elif p[g] >= 1:
+                harder, size, why = True, o.stuck_step, "no failed sample: harder"
+            elif p[g] > o.target + o.band:
+                harder, size, why = True, o.step, "above the band: harder"
+            elif p[g] < o.target - o.band:
+                harder, size, why = False, o.step, "below the band: easier"
+            else:
+                said[g].append("in band")
+                continue
+            changed = []
+            for knob in difficulty:
+                if knob.name not in table[g]:
+                    continue
+                value = table[g][knob.name]
+                new = toward(knob, value, harder, max(size * (knob.high - knob.low), knob.step))
+                if new != knob.snap(value):
+                    update[g][knob.name] = new
+                    changed.append(f"{knob.name} {value:g}→{new:g}")
+            bound = "hard" if harder else "easy"
+            said[g].append(why + (f" ({', '.join(changed)})" if changed else f" (at its {bound} bound)" if difficulty else " (no difficulty knob)"))
+
+        # Budget: share in proportion to p(1-p) + epsilon, mixed with the current shares.
+        share = generator.share_knob()
+        if share is not None and all(share.name in table[g] for g in groups):
+            ratio = {g: float(table[g][share.name]) for g in groups}
+            score = {g: p[g] * (1 - p[g]) + o.epsilon for g in groups}
+            total = sum(score.values())
+            if total <= 0:
+                score, total = dict.fromkeys(groups, 1.0), float(len(groups))
+            budget = sum(ratio.values())
+            for g in groups:
+                new = share.snap((1 - o.mix) * ratio[g] + o.mix * budget * score[g] / total)
+                update[g][share.name] = new
+                said[g].append(f"share {ratio[g]:.4f}→{new:.4f}")
+        else:
+            notes.append("no budget-share knob for every group: shares kept")
+        notes += [f"{g} {success.label(g)}: {', '.join(said[g])}" for g in groups]
+        update = {g: v for g, v in update.items() if v}
+        return self.reply(generator.knob_proposal(update), "learnability: " + "; ".join(notes) + ".")
 
 
 ENGINEERS = (FixedEngineer, RandomEngineer, CurriculumEngineer, HeuristicEngineer, LearnabilityEngineer)
