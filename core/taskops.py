@@ -16,14 +16,57 @@ from envengineer.registry import format_validation_error
 
 
 def load_generator_config(generator: Generator, path: str | Path | None) -> BaseModel:
-    """The generator config in ``path`` (strictly validated), or the generator's default."""
+    """The generator config in ``path`` (strictly validated), or the generator's default.
+
+    A declared knob outside its bounds is refused too: the design step's projection keeps every
+    knob within them (a share from round 1 on), so round 0 would train on a config no later
+    round can have."""
     if path is None:
         return generator.default_config()
     data = read_yaml(path)
     try:
-        return generator.config_model.model_validate(data if data is not None else {})
+        config = generator.config_model.model_validate(data if data is not None else {})
     except ValidationError as exc:
         raise ConfigError(f"{path}:\n{format_validation_error(exc)}") from None
+    problems = knobs_out_of_bounds(generator, config)
+    if problems:
+        raise ConfigError(f"{path}:\n" + "\n".join(problems))
+    return config
+
+
+def knobs_out_of_bounds(generator: Generator, config: BaseModel) -> list[str]:
+    """One line per declared knob value outside the bounds the default projection keeps it in,
+    naming the field (a share's bounds as :func:`envengineer.knobs.renormalize` narrows them)."""
+    from envengineer.knobs import number
+
+    table = generator.knob_table
+    if table is None:
+        dumped = config.model_dump()
+        rows = {None: {k.name: dumped[k.name] for k in generator.knobs if k.name in dumped}}
+    else:
+        rows = dict(generator.knob_values(config))
+    share = generator.share_knob()
+    shared = sum(1 for values in rows.values() if share is not None and share.name in values)
+    problems = []
+    for group, values in rows.items():
+        for knob in generator.knobs:
+            raw = values.get(knob.name)
+            value = number(raw)
+            if value is None:
+                continue
+            low, high = knob.low, knob.high
+            if knob.share and table is not None and shared:
+                low = low if shared * low <= 1.0 else 1.0 / shared
+                high = high if shared * high >= 1.0 else 1.0 / shared
+            where = knob.name if group is None else f"{table}.{group}.{knob.name}"
+            clips = f"the design step's projection clips it into [{low:g}, {high:g}] when it moves it"
+            if value < low - 1e-9:
+                why = "the design step raises it to the floor from round 1 on" if knob.share else clips
+                problems.append(f"{where}: {raw} is below the projection's floor {low:g}; {why}, so give it at least {low:g}")
+            elif value > high + 1e-9:
+                why = "the design step lowers it to the ceiling from round 1 on" if knob.share else clips
+                problems.append(f"{where}: {raw} is above the projection's ceiling {high:g}; {why}, so give it at most {high:g}")
+    return problems
 
 
 def generate_file(

@@ -40,6 +40,7 @@ def build_set(name: str, agents: int, avoid: str | None = None) -> list[dict]:
         for size in fitting_sizes(agents):
             for hole_ratio in HOLE_RATIOS:
                 for index in range(PER_CELL):
+                    # the set's own derivation (on the float hole ratio), not generator.plan_jobs's: the frozen bytes rest on it
                     seed = derive_seed("bench", name, subset, size, hole_ratio, index)
                     record = make_instance(Job(size, hole_ratio, agents, index < waits, seed)).instance.to_record()
                     retry = 0

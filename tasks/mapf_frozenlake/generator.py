@@ -1,8 +1,12 @@
 """Deterministic, stratified generation of certified MAPF-FrozenLake instances.
 
-Each instance is a pure function of ``(size, hole_ratio, agents, wants_wait, seed)``:
+Each instance is a pure function of ``(size, hole count, agents, wants_wait, seed)``:
 its own random stream is seeded from those values, so the same config and seed give
-byte-identical data on any machine, whether generated in one process or many.
+byte-identical data on any machine, whether generated in one process or many. Seeding on
+the hole count (:func:`config.hole_count`) rather than on the float ``hole_ratio`` keeps a
+move smaller than one cell from re-drawing a size's instances, so an engineer arm's
+instances stay paired with the fixed arm's. ``seed_scheme="ratio"`` is the legacy
+derivation on the float, kept to reproduce data drawn before the change.
 
 ``wait_ratio`` is met exactly per size (stratified): that share of a size's instances
 are drawn as *wait* instances and the rest as *no-wait* ones, and the solver
@@ -21,6 +25,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Literal
 
 from envengineer.errors import ConfigError, EnvEngineerError
 from envengineer.tasks.mapf_frozenlake import SIZES
@@ -37,6 +42,11 @@ WORK_LIMIT = 40_000
 SHORTCUT_WORK = 100_000
 TIME_LIMIT = 120.0
 MAX_DUPLICATE_RETRIES = 200
+
+#: How a training instance's seed is derived: from the size's hole count (the default), or from
+#: the float hole_ratio (``"ratio"``: the derivation before hole-count seeding, for old data).
+SeedScheme = Literal["holes", "ratio"]
+SEED_SCHEMES: tuple[str, ...] = ("holes", "ratio")
 
 
 class GenerationError(EnvEngineerError):
@@ -211,8 +221,18 @@ def make_instance(
     )
 
 
-def plan_jobs(config: MapfConfig, *, n: int, seed: int, agents: int) -> list[Job]:
-    """The run's jobs in canonical order (size, then wait stratum, then index)."""
+def _check_scheme(seed_scheme: str) -> None:
+    if seed_scheme not in SEED_SCHEMES:
+        raise ConfigError(f"seed_scheme: must be one of {', '.join(SEED_SCHEMES)}, got {seed_scheme!r}")
+
+
+def plan_jobs(config: MapfConfig, *, n: int, seed: int, agents: int, seed_scheme: SeedScheme = "holes") -> list[Job]:
+    """The run's jobs in canonical order (size, then wait stratum, then index).
+
+    A job's seed names its size's hole count (``seed_scheme="holes"``), so hole_ratio moves that
+    keep the count give the same instances; ``"ratio"`` names the float (the legacy derivation).
+    """
+    _check_scheme(seed_scheme)
     counts = allocate(config, n)
     jobs: list[Job] = []
     for size in SIZES:
@@ -220,7 +240,8 @@ def plan_jobs(config: MapfConfig, *, n: int, seed: int, agents: int) -> list[Job
         if count == 0:
             continue
         knobs = config.knobs(size)
-        free = size * size - hole_count(size, knobs.hole_ratio)
+        holes = hole_count(size, knobs.hole_ratio)
+        free = size * size - holes
         if free < min_free_cells(agents):
             raise ConfigError(
                 f"sizes.{size}x{size}.hole_ratio: {agents} agents need at least {min_free_cells(agents)} "
@@ -233,10 +254,12 @@ def plan_jobs(config: MapfConfig, *, n: int, seed: int, agents: int) -> list[Job
             )
         for wants_wait, stratum in ((True, waits), (False, count - waits)):
             for index in range(stratum):
-                jobs.append(
-                    Job(size, knobs.hole_ratio, agents, wants_wait,
-                        derive_seed("mfl", seed, size, agents, knobs.hole_ratio, int(wants_wait), index))
-                )
+                if seed_scheme == "ratio":
+                    job_seed = derive_seed("mfl", seed, size, agents, knobs.hole_ratio, int(wants_wait), index)
+                else:
+                    job_seed = derive_seed("mfl-holes", seed, size, agents, holes, int(wants_wait), index)
+                # the job keeps the configured hole_ratio: the record stores it, the map has ``holes``
+                jobs.append(Job(size, knobs.hole_ratio, agents, wants_wait, job_seed))
     return jobs
 
 
@@ -255,16 +278,19 @@ def generate(
     time_limit: float = TIME_LIMIT,
     work_limit: int = WORK_LIMIT,
     progress: Callable[[int], None] | None = None,
+    seed_scheme: SeedScheme = "holes",
 ) -> tuple[list[Instance], dict[str, int]]:
     """``n`` certified instances in a seeded shuffled order, and the discard counts.
 
-    ``workers > 1`` spreads the jobs over processes; the output is identical.
+    ``workers > 1`` spreads the jobs over processes; the output is identical. ``seed_scheme``:
+    see :func:`plan_jobs` (the duplicate redraws and the order derive from the job seeds and
+    ``seed``, never from the float hole_ratio).
     """
     if n < 0:
         raise ConfigError(f"n: must be non-negative, got {n}")
     if agents < 1:
         raise ConfigError(f"agents: must be at least 1, got {agents}")
-    jobs = plan_jobs(config, n=n, seed=seed, agents=agents)
+    jobs = plan_jobs(config, n=n, seed=seed, agents=agents, seed_scheme=seed_scheme)
     made: list[Made] = []
     if workers > 1 and len(jobs) > 1:
         chunk = max(1, min(64, len(jobs) // (workers * 4) or 1))
