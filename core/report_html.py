@@ -280,6 +280,41 @@ def _training(run: RunView, images: dict[str, Path]) -> str:
     )
 
 
+def _signal(run: RunView, images: dict[str, Path]) -> str:
+    """The training signal per round: sampled success on the round's own prompts, by the primary grouping."""
+    stages = [s for s in run.rounds if s.signal]
+    primary = run.primary()
+    if not stages:
+        return ""
+    rows = []
+    for s in stages:
+        overall = (s.signal or {}).get("overall") or {}
+        rows.append([_e(s.title), _e(overall.get("prompts", "–")), _e(overall.get("samples", "–")), _pct(overall.get("success")),
+                     _e(overall.get("mixed", "–")), _e(overall.get("all_right", "–")), _e(overall.get("all_wrong", "–")), _e(overall.get("kept", "–"))])
+    parts = [
+        '<section id="signal"><h2>Training signal</h2>',
+        "<p>What the trainer sampled on each round's own training prompts (<code>train/rollouts.jsonl</code>): sampled "
+        "success, and the prompts with mixed outcomes, the ones GRPO learns from.</p>",
+        _img(images, "signal.png", "training signal per round"),
+        _table(["round", "prompts", "samples", "sampled success", "mixed", "all right", "all wrong", "trained on"], rows, raw=True),
+    ]
+    if primary is not None:
+        keys = primary.keys({k for s in stages for k in ((s.signal or {}).get("by") or {}).get(primary.name, {})})
+        grid = []
+        for key in keys:
+            row = [_e(key)]
+            for s in stages:
+                cell = (((s.signal or {}).get("by") or {}).get(primary.name) or {}).get(key)
+                value = cell.get("success") if isinstance(cell, dict) else None
+                row.append(f"<span{_shade(value)}>{_pct(value)}</span> ({_e(cell.get('prompts', 0))})" if value is not None else "–")
+            grid.append(row)
+        if grid:
+            parts.append(f"<h3>sampled success by {_e(primary.title.replace('_', ' '))} <span class='se'>(prompts)</span></h3>")
+            parts.append(_table([primary.title, *[s.title for s in stages]], grid, raw=True))
+    parts.append("</section>")
+    return "".join(parts)
+
+
 def _engineer(run: RunView) -> str:
     stages = [s for s in run.rounds if s.summary_md or s.projection]
     if not stages:
@@ -391,7 +426,7 @@ def render_html(run: RunView, images: dict[str, Path], problems: Sequence[str] =
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sections_html = "".join([
         _problems(problems), _validation(run, images), _failures(run, images), _config(run, images),
-        _training(run, images), _engineer(run), _bench(run, images), _task_sections(sections), _timeline(run),
+        _training(run, images), _signal(run, images), _engineer(run), _bench(run, images), _task_sections(sections), _timeline(run),
     ])
     links = " · ".join(f'<a href="#{i}">{t}</a>' for i, t in re.findall(r'<section id="([\w-]+)"[^>]*><h2>([^<]+)</h2>', sections_html))
     body = _header(run) + _alarm(run) + (f'<nav>{links}</nav>' if links else "") + sections_html

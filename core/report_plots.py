@@ -113,6 +113,47 @@ def plot_rates_by_group(run: RunView, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def signal_stages(run: RunView) -> list[Stage]:
+    return [s for s in run.rounds if s.signal]
+
+
+def plot_signal(run: RunView, path: Path) -> Path | None:
+    """The training signal per round: sampled success per group of the primary grouping, and the
+    prompts with mixed outcomes (the ones GRPO learns from) against all-right and all-wrong ones."""
+    stages = signal_stages(run)
+    primary = run.primary()
+    if not stages or primary is None:
+        return None
+    groups = primary.keys({k for s in stages for k in ((s.signal or {}).get("by") or {}).get(primary.name, {})})
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"]
+    fig, axes = _new_figure(10.5, 3.6, ncols=2)
+    x = list(range(len(stages)))
+    ax = axes[0][0]
+    for i, group in enumerate(groups):
+        y = [(((s.signal or {}).get("by") or {}).get(primary.name) or {}).get(group, {}).get("success") for s in stages]
+        points = [(xi, 100 * yi) for xi, yi in zip(x, y) if isinstance(yi, (int, float))]
+        if points:
+            px, py = zip(*points)
+            ax.plot(px, py, marker="o", ms=4, lw=1.6, color=cmap(i / max(1, len(groups) - 1) * 0.9), label=group)
+    ax.set_xticks(x, [s.title for s in stages])
+    _percent_axis(ax)
+    ax.set_title(f"sampled success in training by {primary.title}")
+    if groups:
+        ax.legend(title=primary.title, fontsize=7, ncols=2)
+    ax = axes[0][1]
+    bottom = [0.0] * len(stages)
+    for key, color in (("mixed", "#059669"), ("all_right", "#2563eb"), ("all_wrong", "#9ca3af")):
+        values = [float(((s.signal or {}).get("overall") or {}).get(key) or 0) for s in stages]
+        ax.bar(x, values, bottom=bottom, color=color, label=key.replace("_", " "))
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_xticks(x, [s.title for s in stages])
+    ax.set_title("training prompts by sampled outcome")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
 def failure_types(stages: Sequence[Stage]) -> list[str]:
     totals: dict[str, int] = {}
     for s in stages:
@@ -285,6 +326,7 @@ PLOTS: tuple[tuple[str | None, Callable[[RunView, Path], Path | None]], ...] = (
     ("failures.png", plot_failures),
     ("config.png", plot_config),
     ("training.png", plot_training),
+    ("signal.png", plot_signal),
     ("bench.png", plot_bench),
 )
 

@@ -40,6 +40,7 @@ class Stage:
     summary_md: str | None = None  # the engineer's S note
     projection: dict[str, Any] | None = None  # engineer/projection.yaml
     verdicts: list[tuple[str, bool]] | None = None  # (id, valid) per validation verdict line, in order
+    signal: dict[str, Any] | None = None  # train/signal.json: the round's training signal (None: none recorded)
 
     @property
     def title(self) -> str:
@@ -297,6 +298,8 @@ def _stage(run: RunDir, round: int | None, problems: list[str]) -> Stage:
         config = _read_yaml(run.config_path(round), problems)
         stage.config = config if isinstance(config, dict) else None
         stage.curves = _read_jsonl(run.curves(round), problems)
+        signal = _read_json(run.signal(round), problems)
+        stage.signal = signal if isinstance(signal, dict) else None
     stage.eval = _summary(run.eval_summary(round), problems)
     if stage.eval is not None:
         stage.verdicts = read_verdicts(run.eval_verdicts(round), problems)

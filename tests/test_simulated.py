@@ -129,3 +129,18 @@ def test_a_run_is_the_same_twice_and_reports_sampled_pass1(tmp_path, registry):
     assert {k: v for k, v in summary.items() if k != "settings"} == {
         k: v for k, v in json.loads(Path(tmp_path / "b" / "round-02/eval/summary.json").read_text()).items() if k != "settings"}
     assert summary["sampled"]["n"] == 2 and summary["sampled"]["temperature"] == 1.0 and set(summary["sampled"]["by"]["size"]) <= set(registry.create("generator", "mapf-frozenlake", {}, where="task").groups())
+
+
+def test_the_report_shows_the_training_signal(tmp_path, registry):
+    pytest.importorskip("matplotlib")
+    from envengineer.loop import run
+    from envengineer.report import write_report
+
+    config = tmp_path / "sim.yaml"
+    config.write_text("name: sim\nrounds: 2\nbudget: 40\ntask: {name: mapf-frozenlake}\nengineer: learnability\n"
+                      "policy: simulated\ntrainer: simulated\neval: {limit: 48}\n")
+    run(config, registry=registry, output=str(tmp_path / "run"))
+    write_report(tmp_path / "run", registry=registry)
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert '<section id="signal"><h2>Training signal</h2>' in html and "sampled success by size" in html
+    assert (tmp_path / "run" / "report" / "signal.png").stat().st_size > 1000
