@@ -252,7 +252,9 @@ class Loop:
             write_yaml(path, self.initial_config().model_dump(mode="json"))
         from envengineer.taskops import load_generator_config
 
-        return load_generator_config(self.run.generator, path)
+        # the round-0 file was checked when initial_config() read the user's choice; what the loop
+        # wrote is read back as written (a run recorded before the bounds check still resumes)
+        return load_generator_config(self.run.generator, path, check_bounds=False)
 
     def generate(self, round: int) -> None:
         if self.dir.done("generate", round):

@@ -15,12 +15,13 @@ from envengineer.metrics import Summary
 from envengineer.registry import format_validation_error
 
 
-def load_generator_config(generator: Generator, path: str | Path | None) -> BaseModel:
+def load_generator_config(generator: Generator, path: str | Path | None, *, check_bounds: bool = True) -> BaseModel:
     """The generator config in ``path`` (strictly validated), or the generator's default.
 
     A declared knob outside its bounds is refused too: the design step's projection keeps every
     knob within them (a share from round 1 on), so round 0 would train on a config no later
-    round can have."""
+    round can have. ``check_bounds=False``: a config the loop recorded itself (a run started before
+    the check, resumed) is read as it was written."""
     if path is None:
         return generator.default_config()
     data = read_yaml(path)
@@ -28,7 +29,7 @@ def load_generator_config(generator: Generator, path: str | Path | None) -> Base
         config = generator.config_model.model_validate(data if data is not None else {})
     except ValidationError as exc:
         raise ConfigError(f"{path}:\n{format_validation_error(exc)}") from None
-    problems = knobs_out_of_bounds(generator, config)
+    problems = knobs_out_of_bounds(generator, config) if check_bounds else []
     if problems:
         raise ConfigError(f"{path}:\n" + "\n".join(problems))
     return config

@@ -89,3 +89,25 @@ def test_the_task_generates_with_hole_count_seeding():
 def test_an_unknown_seed_scheme_is_refused_naming_the_field():
     with pytest.raises(ConfigError, match="seed_scheme"):
         generate(uniform_config(), n=8, seed=0, seed_scheme="float")
+
+
+def test_the_task_option_selects_the_legacy_derivation():
+    generator, _ = load_registry(entry_points=False).task("mapf-frozenlake", {"agents": 2, "seed_scheme": "ratio"})
+    records = generator.generate(uniform_config(), n=24, seed=4).records
+    assert records == [i.to_record() for i in generate(uniform_config(), n=24, seed=4, seed_scheme="ratio")[0]]
+
+
+def test_a_recorded_round_config_below_the_floor_still_resumes(tmp_path):
+    """The loop reads back what it wrote as written: a run recorded before the bounds check resumes."""
+    from envengineer.taskops import load_generator_config
+
+    generator, _ = load_registry(entry_points=False).task("mapf-frozenlake", {"agents": 2})
+    data = uniform_config().model_dump()
+    data["sizes"]["3x3"]["ratio"], data["sizes"]["10x10"]["ratio"] = 0.0, data["sizes"]["10x10"]["ratio"] + data["sizes"]["3x3"]["ratio"]
+    path = tmp_path / "config.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="sizes.3x3.ratio"):
+        load_generator_config(generator, path)
+    assert load_generator_config(generator, path, check_bounds=False).sizes["3x3"].ratio == 0.0

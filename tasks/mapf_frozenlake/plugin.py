@@ -28,6 +28,10 @@ class MapfOptions(BaseModel):
     solver_work_limit: int = Field(gen.WORK_LIMIT, ge=100, description="solver work units before a generated draw is discarded (deterministic)")
     solver_time_limit: float = Field(gen.TIME_LIMIT, gt=0, description="seconds before the solver gives up (a safety net; machine-dependent)")
     workers: int = Field(1, ge=1, description="processes used to generate a training set")
+    seed_scheme: Literal["holes", "ratio"] = Field(
+        "holes", description="what seeds a training instance: holes (each size's hole count, so a hole_ratio move smaller "
+        "than one cell keeps the same instances) or ratio (the hole ratio itself: the training sets of runs recorded before 2026-12-01)",
+    )
     warm_start_agents: list[int] = Field(
         [2], min_length=1,
         description="agent counts of the tiny policy's warm-start instances, drawn in turn (repeat one to weight it: "
@@ -96,6 +100,7 @@ class MapfGenerator(Generator):
             time_limit=self.options.solver_time_limit,
             work_limit=self.options.solver_work_limit,
             progress=progress,
+            seed_scheme=self.options.seed_scheme,
         )
         return GenerationResult([i.to_record() for i in instances], discarded)
 
