@@ -92,6 +92,8 @@ def test_preset_overrides_compose_and_pass_validate_config(composed):
     assert cfg.reward.custom_reward_function.path == "pkg://envengineer.plugins.trainers.verl_data"
     assert cfg.reward.custom_reward_function.name == "compute_score" and cfg.reward.reward_manager.name == "naive"
     assert cfg.reward.custom_reward_function.reward_kwargs.optimality_bonus == 0.5
+    # the reward records each training response in the round's folder (rollouts.jsonl after the job)
+    assert cfg.reward.custom_reward_function.reward_kwargs.outcomes == str(trainer.paths(req.out_dir)["outcomes"])
     # a fresh round, one save at the end as a Hugging Face model, metrics to the round's folder (also inside Ray)
     assert cfg.trainer.resume_mode == "disable" and list(a.checkpoint.save_contents) == ["hf_model"]
     assert cfg.trainer.save_freq == 93 and cfg.trainer.total_epochs == 3 and (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node) == (1, 4)

@@ -15,11 +15,21 @@ option of that name), plain-string prompts are tokenized as they are, both exact
 
 Optionally (``prefilter_samples > 0``) the round's prompts are first sampled with the
 current policy and only those where it is neither always right nor always wrong are
-kept: all-equal groups give GRPO no signal and cost a full rollout each.
+kept: all-equal groups give GRPO no signal and cost a full rollout each. With the run's
+``budget_mode: kept_prompts`` the prefilter always runs (``prefilter_samples`` samples per
+prompt, or ``num_generations`` when that is 0: the group GRPO would see) and draws fresh
+instances until the budget's worth of prompts are kept (:func:`envengineer.training.fill_kept`).
+
+The round writes ``rollouts.jsonl`` beside the checkpoint (:mod:`envengineer.signal`): one line
+per prompt the prefilter judged or GRPO trained on, counting every completion scored for it,
+the GRPO groups' rewards as the reward function saw them. A round whose prefilter keeps no
+prompt trains nothing and hands on its starting weights; one that keeps fewer prompts than an
+optimiser step takes trains one smaller step on them (TRL's sampler would drop them all).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -29,7 +39,17 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, f
 
 from envengineer.components import Generator, Trainer, retired_options
 from envengineer.errors import ConfigError
-from envengineer.training import CURVE_KEYS, TrainRequest, TrainResult, reward_text, reward_value
+from envengineer.plugins.trainers.rollouts import Groups, prompt_line
+from envengineer.training import (
+    CURVE_KEYS,
+    ROLLOUTS_FILE,
+    Drawn,
+    TrainRequest,
+    TrainResult,
+    fill_kept,
+    reward_text,
+    reward_value,
+)
 
 #: ``gradient_checkpointing: auto`` recomputes activations for models with at least this many
 #: parameters (Qwen3-0.6B and up); the ~1 M-parameter tiny policy has no activation memory
@@ -138,7 +158,10 @@ class TrlGrpoOptions(BaseModel):
     )
     max_steps: int | None = Field(None, ge=1, description="stop after this many optimiser steps")
     max_prompts: int | None = Field(None, ge=1, description="use at most this many of the round's instances")
-    prefilter_samples: int = Field(0, ge=0, description="sample each prompt this many times first; keep prompts with mixed outcomes (0: off)")
+    prefilter_samples: int = Field(
+        0, ge=0, description="sample each prompt this many times first; keep prompts with mixed outcomes (0: off; "
+        "budget_mode kept_prompts always prefilters, with num_generations samples when this is 0)",
+    )
     use_cpu: Literal["auto"] | bool = Field("auto", description="auto: CPU when no CUDA device is available")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
     seed: int | None = Field(None, description="default: the loop's seed for the round")
@@ -206,6 +229,7 @@ class TrlGrpoTrainer(Trainer):
     description: ClassVar[str] = "GRPO with TRL's GRPOTrainer on one machine (CPU for the tiny policy, or one GPU)"
     Options: ClassVar[type[BaseModel]] = TrlGrpoOptions
     options: TrlGrpoOptions
+    budget_modes: ClassVar[tuple[str, ...]] = ("instances", "kept_prompts")
 
     @property
     def epochs(self) -> float:
@@ -239,51 +263,77 @@ class TrlGrpoTrainer(Trainer):
 
     # ------------------------------------------------------------------ reward
 
-    def reward_fn(self, request: TrainRequest, records: list[dict[str, Any]]):
+    def reward_fn(self, request: TrainRequest, records: list[dict[str, Any]], outcomes: Groups | None = None):
+        """TRL's reward function; ``outcomes`` (if given) keeps each call's rewards and validity per record index."""
         generator, validator, style, bonus = request.generator, request.validator, request.prompt_style, self.options.optimality_bonus
         reward = self.options.reward
 
         def mapf_reward(prompts, completions, record_index, **_: Any) -> list[float]:
-            rewards = []
+            rewards, valid = [], []
             for completion, index in zip(completions, record_index):
                 record = records[int(index)]
                 text = completion if isinstance(completion, str) else completion[-1]["content"]
                 verdict = validator.score(record, generator.decode_response(record, text, style))
                 rewards.append(reward_value(verdict, reward, bonus))
+                valid.append(bool(verdict.valid))
+            if outcomes is not None:
+                outcomes.add([int(i) for i in record_index], rewards, valid)
             return rewards
 
         return mapf_reward
 
-    def _prefilter(self, request: TrainRequest, records: list[dict[str, Any]]) -> tuple[list[int], dict[str, Any]]:
-        """Indices of records the policy sometimes solves and sometimes not."""
+    def prefilter_samples(self, request: TrainRequest) -> int:
+        """Samples per prompt before training (0: no prefilter). ``kept_prompts`` must judge prompts to keep
+        them, so it samples ``num_generations`` times when ``prefilter_samples`` is off: GRPO's own group size."""
+        o = self.options
+        if o.prefilter_samples:
+            return o.prefilter_samples
+        return o.num_generations if request.budget_mode == "kept_prompts" else 0
+
+    def _prefilter(self, request: TrainRequest) -> tuple[Drawn, dict[str, Any]]:
+        """Sample ``request.records`` (and in ``kept_prompts`` mode fresh draws, :func:`fill_kept`) and keep
+        the prompts the policy sometimes solves and sometimes not, with every sample's reward and validity."""
         from envengineer.plugins.policies.transformers_policy import TransformersOptions, TransformersPolicy
 
         o = self.options
+        seed = (o.seed if o.seed is not None else request.seed) + 7
+        n = self.prefilter_samples(request)
         policy = TransformersPolicy(TransformersOptions(
             path=str(request.policy_path), temperature=o.temperature, top_p=o.top_p,
-            max_new_tokens=o.max_completion_length, batch_size=256, seed=(o.seed if o.seed is not None else request.seed) + 7,
+            max_new_tokens=o.max_completion_length, batch_size=256, seed=seed,
             threads=o.threads,
             **({} if request.chat_template_kwargs is None else {"chat_template_kwargs": request.chat_template_kwargs}),
         ))
+        generator, validator, style = request.generator, request.validator, request.prompt_style
+        calls = 0
+
+        def judge(batch: list[dict[str, Any]]) -> list[tuple[list[float], list[bool]]]:
+            nonlocal calls
+            if calls:  # a fresh draw: other seeds than the round's own records' (the first call's, as always)
+                policy.options = policy.options.model_copy(update={"seed": seed + 1_000_003 * calls})
+            calls += 1
+            samples = policy.sample([generator.render(r, style) for r in batch], n=n)
+            judged = []
+            for record, texts in zip(batch, samples):
+                verdicts = [validator.score(record, generator.decode_response(record, t, style)) for t in texts]
+                judged.append(([reward_value(v, o.reward, o.optimality_bonus) for v in verdicts], [bool(v.valid) for v in verdicts]))
+            return judged
+
         started = time.perf_counter()
-        prompts = [request.generator.render(r, request.prompt_style) for r in records]
-        samples = policy.sample(prompts, n=o.prefilter_samples)
-        policy.close()
-        keep, rates = [], []
-        for i, (record, texts) in enumerate(zip(records, samples)):
-            ok = [request.validator.score(record, request.generator.decode_response(record, t, request.prompt_style)).valid for t in texts]
-            rate = sum(ok) / len(ok)
-            rates.append(rate)
-            if 0 < rate < 1:
-                keep.append(i)
+        try:
+            drawn = fill_kept(request, judge)
+        finally:
+            policy.close()
+        rates = [sum(valid) / len(valid) for valid in drawn.valid if valid]
         info = {
-            "prefilter_prompts": len(records),
-            "prefilter_kept": len(keep),
+            "prefilter_prompts": len(drawn.records),
+            "prefilter_kept": len(drawn.kept),
             "prefilter_all_wrong": sum(r == 0 for r in rates),
             "prefilter_all_right": sum(r == 1 for r in rates),
             "prefilter_seconds": round(time.perf_counter() - started, 2),
+            **drawn.info,
         }
-        return keep, info
+        return drawn, info
 
     def checkpointing(self, model_dir: str | Path) -> bool:
         """Whether the round recomputes activations (``auto``: by the model's parameter count)."""
@@ -292,13 +342,14 @@ class TrlGrpoTrainer(Trainer):
             return choice
         return parameter_count(model_dir) >= GRADIENT_CHECKPOINTING_MIN_PARAMETERS
 
-    def grpo_config(self, out_dir: Path, seed: int, model_dir: str | Path, chat_template_kwargs: dict[str, Any] | None = None):
+    def grpo_config(self, out_dir: Path, seed: int, model_dir: str | Path, chat_template_kwargs: dict[str, Any] | None = None,
+                    completions: int | None = None):
         """TRL's ``GRPOConfig`` for one round from ``model_dir`` (``grpo_config`` entries last, checked against TRL's fields).
 
-        ``chat_template_kwargs`` None: the transformers policy's default.
+        ``chat_template_kwargs`` None: the transformers policy's default. ``completions``: one optimiser step
+        and one rollout of that many completions instead of the options' batches (a round with fewer prompts
+        than those batches take), in micro-batches no larger than ``per_device_train_batch_size``.
         """
-        import dataclasses
-
         import torch
         from trl import GRPOConfig
 
@@ -326,9 +377,7 @@ class TrlGrpoTrainer(Trainer):
             optim=o.optim,
             max_grad_norm=o.max_grad_norm,
             warmup_steps=0,
-            per_device_train_batch_size=o.per_device_train_batch_size,
-            gradient_accumulation_steps=o.gradient_accumulation_steps,
-            generation_batch_size=o.batches()["generation_batch_size"],
+            **self._batch_settings(completions),
             chat_template_kwargs=dict(DEFAULT_CHAT_TEMPLATE_KWARGS if chat_template_kwargs is None else chat_template_kwargs),
             num_generations=o.num_generations,
             max_completion_length=o.max_completion_length,
@@ -360,6 +409,15 @@ class TrlGrpoTrainer(Trainer):
         except (TypeError, ValueError) as error:
             raise ConfigError(f"trainer.trl: TRL's GRPOConfig rejected the settings: {error}") from None
 
+    def _batch_settings(self, completions: int | None) -> dict[str, int]:
+        o = self.options
+        if completions is None:
+            return {"per_device_train_batch_size": o.per_device_train_batch_size,
+                    "gradient_accumulation_steps": o.gradient_accumulation_steps,
+                    "generation_batch_size": o.batches()["generation_batch_size"]}
+        micro = max(d for d in range(1, min(completions, o.per_device_train_batch_size) + 1) if completions % d == 0)
+        return {"per_device_train_batch_size": micro, "gradient_accumulation_steps": completions // micro, "generation_batch_size": completions}
+
     # ------------------------------------------------------------------ one round
 
     def train(self, request: TrainRequest) -> TrainResult:
@@ -387,19 +445,33 @@ class TrlGrpoTrainer(Trainer):
             raise ConfigError("trainer.trl: the round has no training instances")
         metrics: dict[str, Any] = {"prompts_given": len(request.records)}
         started = time.perf_counter()
-        if o.prefilter_samples:
-            keep, info = self._prefilter(request, records)
+        drawn: Drawn | None = None
+        if self.prefilter_samples(request):
+            drawn, info = self._prefilter(dataclasses.replace(request, records=records))
             metrics.update(info)
-            if keep:
-                records = [records[i] for i in keep]
+            records = [drawn.records[i] for i in drawn.kept]
         metrics["prompts_used"] = len(records)
+        outcomes = Groups(o.num_generations)
+        curves_path = out_dir / "curves.jsonl"
+        curves_path.write_text("")
+        if not records:  # nothing to learn from: GRPO would crash on an empty dataset
+            checkpoint = self._keep_start(request.policy_path, out_dir / "checkpoint")
+            self._write_rollouts(request, out_dir, drawn, records, outcomes)
+            metrics.update({"steps": 0, "trained_prompts": 0, "completions": 0, "seconds": round(time.perf_counter() - started, 2),
+                            "note": "no prompt with mixed outcomes: nothing trained, the starting weights are the checkpoint"})
+            return TrainResult(checkpoint=checkpoint, curves=curves_path, metrics=metrics)
         dataset = Dataset.from_list(
             [{"prompt": request.generator.render(r, request.prompt_style), "record_index": i} for i, r in enumerate(records)]
         )
-        config = self.grpo_config(out_dir, seed, request.policy_path, request.chat_template_kwargs)
+        batches = o.batches()
+        whole = max(batches["prompts_per_step"], batches["prompts_per_generation"])
+        short = len(records) < whole  # TRL's sampler drops a partial rollout: one smaller step instead
+        config = self.grpo_config(out_dir, seed, request.policy_path, request.chat_template_kwargs,
+                                  completions=len(records) * o.num_generations if short else None)
+        if short:
+            metrics.update({"short_step_prompts": len(records),
+                            "note": f"{len(records)} prompts kept, fewer than one optimiser step's {whole}: steps of {len(records)} prompts"})
         batch = config.per_device_train_batch_size * config.gradient_accumulation_steps
-        curves_path = out_dir / "curves.jsonl"
-        curves_path.write_text("")
 
         class Curves(TrainerCallback):
             def __init__(self) -> None:
@@ -456,7 +528,7 @@ class TrlGrpoTrainer(Trainer):
         trainer_class = RoundTrainer if (mask_after or weight != 1.0) else GRPOTrainer
         trainer = trainer_class(
             model=str(request.policy_path),
-            reward_funcs=self.reward_fn(request, records),
+            reward_funcs=self.reward_fn(request, records, outcomes),
             args=config,
             train_dataset=dataset,
             processing_class=tokenizer,
@@ -476,8 +548,10 @@ class TrlGrpoTrainer(Trainer):
             values = [line[key] for line in lines if line.get(key) is not None]
             return round(sum(values) / len(values), 4) if values else None
 
+        self._write_rollouts(request, out_dir, drawn, records, outcomes)
         metrics.update({
             "steps": steps,
+            "trained_prompts": outcomes.prompts(),
             "gradient_checkpointing": bool(getattr(config, "activation_checkpointing", None) or config.gradient_checkpointing),
             "train_seconds": round(train_s, 2),
             "seconds": round(time.perf_counter() - started, 2),
@@ -490,3 +564,27 @@ class TrlGrpoTrainer(Trainer):
         })
         del trainer
         return TrainResult(checkpoint=checkpoint, curves=curves_path, metrics=metrics)
+
+    @staticmethod
+    def _keep_start(policy_path: str | Path, checkpoint: Path) -> Path:
+        """The starting model and tokenizer saved as the round's checkpoint (a round that trained nothing)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        AutoModelForCausalLM.from_pretrained(str(policy_path), dtype="auto").save_pretrained(str(checkpoint))
+        AutoTokenizer.from_pretrained(str(policy_path)).save_pretrained(str(checkpoint))
+        return checkpoint
+
+    @staticmethod
+    def _write_rollouts(request: TrainRequest, out_dir: Path, drawn: Drawn | None, records: list[dict[str, Any]], outcomes: Groups) -> None:
+        """``rollouts.jsonl``: every prompt the prefilter judged (its samples, then its GRPO groups if it was
+        trained on), or without a prefilter every training prompt (GRPO groups only)."""
+        from envengineer.fileio import write_jsonl
+
+        record_id = request.generator.record_id
+        if drawn is None:
+            lines = [prompt_line(record_id(r), outcomes.of(i)) for i, r in enumerate(records)]
+        else:
+            trained = {judged: i for i, judged in enumerate(drawn.kept)}  # judged index -> dataset index
+            lines = [prompt_line(record_id(r), outcomes.of(trained[j]) if j in trained else (), (drawn.rewards[j], drawn.valid[j]))
+                     for j, r in enumerate(drawn.records)]
+        write_jsonl(out_dir / ROLLOUTS_FILE, lines)

@@ -12,17 +12,29 @@ validator through the plugin registry, once per process and task.
 The reward is the validator's R_acc on the response decoded from the row's prompt style
 (``generator.decode_response``), plus ``optimality_bonus`` for an optimal answer: the same
 reward as the ``trl`` trainer's.
+
+With ``reward_kwargs.outcomes`` (a folder: the trainer passes the round's ``verl-outcomes``),
+:func:`compute_score` also appends each training response's reward and validity to a file of
+its own process there (``HOST-PID.jsonl``; validation rows are left out); after the job
+:func:`read_rollouts` turns them into the round's ``rollouts.jsonl`` lines.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
+import socket
+import threading
+import time
+import warnings
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from envengineer.errors import ConfigError, EnvEngineerError, InputError
+from envengineer.plugins.trainers.rollouts import chunks, prompt_line
 from envengineer.training import REWARDS, reward_value
 
 #: prefix of every row's ``data_source`` (verl groups validation metrics by it)
@@ -161,6 +173,7 @@ def compute_score(
     extra_info: Mapping[str, Any] | None = None,
     optimality_bonus: float = 0.0,
     reward: str = "valid",
+    outcomes: str | None = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """verl's reward: ``score`` (R_acc, or with ``reward="score"`` the validator's graded score, plus
@@ -169,8 +182,17 @@ def compute_score(
     Every response gets the same keys (verl builds its arrays from the first one's); a response
     the task cannot read scores 0 (``failure`` is the validator's, or ``decode: <error>`` when the
     task's ``decode_response`` itself gave up). A row without a usable ``extra_info.task`` or
-    ``reward_model.ground_truth`` raises :class:`InputError` naming the field.
+    ``reward_model.ground_truth`` raises :class:`InputError` naming the field. ``outcomes``: a
+    folder where a training row's outcome is recorded (:func:`record_outcome`).
     """
+    result = _score(data_source, solution_str, ground_truth, extra_info, optimality_bonus, reward)
+    if outcomes:
+        record_outcome(outcomes, extra_info, result)  # type: ignore[arg-type]
+    return result
+
+
+def _score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None,
+           optimality_bonus: float, reward: str) -> dict[str, Any]:
     if reward not in REWARDS:
         raise ConfigError(f"reward_kwargs.reward: {reward!r} is not one of {', '.join(REWARDS)}")
     if not isinstance(extra_info, Mapping) or "task" not in extra_info:
@@ -191,3 +213,65 @@ def compute_score(
         "optimal": 1.0 if optimal else 0.0,
         "failure": "" if verdict.valid else (verdict.failure or "invalid"),
     }
+
+
+# ---------------------------------------------------------------------- outcomes -> rollouts.jsonl
+
+#: the folder in the round's output where compute_score records training responses
+OUTCOMES_DIR = "verl-outcomes"
+
+_lock = threading.Lock()  # verl's reward manager scores in a thread pool
+_sequence = itertools.count()
+_unwritable: set[str] = set()
+
+
+def record_outcome(folder: str | os.PathLike[str], extra_info: Mapping[str, Any], result: Mapping[str, Any]) -> None:
+    """Append a training row's outcome (row index, id, reward, valid, time) to this process's file in ``folder``.
+
+    One file per process (verl runs several reward workers, maybe on several nodes), appended
+    under a lock; the time orders them afterwards. A folder this process cannot write to (a node
+    that does not see the round's folder) is reported once and never fails the training step.
+    """
+    if extra_info.get("split") != "train" or extra_info.get("index") is None:
+        return
+    path = Path(folder) / f"{socket.gethostname()}-{os.getpid()}.jsonl"
+    try:
+        with _lock, open(path, "a", encoding="utf-8") as handle:
+            line = {"index": int(extra_info["index"]), "id": str(extra_info.get("id", "")), "reward": float(result["score"]),
+                    "valid": bool(result["acc"]), "t": time.time(), "seq": next(_sequence)}
+            handle.write(json.dumps(line) + "\n")
+    except OSError as error:
+        if str(folder) not in _unwritable:
+            _unwritable.add(str(folder))
+            warnings.warn(f"reward_kwargs.outcomes: cannot record training outcomes in {folder} ({error}); "
+                          "the round's rollouts.jsonl will miss this worker's responses", stacklevel=2)
+
+
+def read_outcomes(folder: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every outcome recorded in ``folder``, in the order they were scored (a torn last line is skipped)."""
+    outcomes = []
+    for path in sorted(Path(folder).glob("*.jsonl")):
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    item = json.loads(line)
+                except ValueError:
+                    continue  # a worker killed mid-write
+                if isinstance(item, dict) and {"index", "reward", "valid"} <= set(item):
+                    outcomes.append({**item, "file": path.name})
+    outcomes.sort(key=lambda o: (float(o.get("t", 0.0)), o["file"], int(o.get("seq", 0))))
+    return outcomes
+
+
+def read_rollouts(folder: str | os.PathLike[str], records: Sequence[Mapping[str, Any]], generator: Any, group_size: int) -> list[dict[str, Any]] | None:
+    """``rollouts.jsonl`` lines for the round's training ``records`` (the train parquet's rows, in order) from
+    the outcomes in ``folder``: each row's responses in scoring order cut into GRPO groups of ``group_size``
+    (verl scores a step's groups before it samples the next step's). A row verl never sampled (the
+    dataloader's last partial batch, an overlong prompt) gets ``samples: 0, kept: false``. None: nothing recorded."""
+    outcomes = read_outcomes(folder)
+    if not outcomes:
+        return None
+    by_index: dict[int, list[tuple[float, bool]]] = {}
+    for item in outcomes:
+        by_index.setdefault(int(item["index"]), []).append((float(item["reward"]), bool(item["valid"])))
+    return [prompt_line(generator.record_id(record), chunks(by_index.get(index, []), group_size)) for index, record in enumerate(records)]

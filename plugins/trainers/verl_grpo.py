@@ -17,7 +17,11 @@ so a typo or an impossible batch fails in seconds with the key's name, not an ho
 job on a cluster.
 
 verl's metrics (its file logger, ``{"step": N, "data": {...}}`` lines) become the same
-``curves.jsonl`` the reports read, while the job runs. A non-zero exit fails the round with
+``curves.jsonl`` the reports read, while the job runs. Our reward function also records each
+training response's reward and validity in the round's ``verl-outcomes`` folder
+(``reward_kwargs.outcomes``); after the job they become ``rollouts.jsonl``, one line per training
+prompt, as the ``trl`` trainer writes it (on several nodes the round's folder must be on storage
+the reward workers see, as verl's checkpoint folder already must be). A non-zero exit fails the round with
 the tail of ``verl.log``. The saved model becomes the round's checkpoint: the next round
 starts from it and uses it as its reference model, as in the paper.
 
@@ -30,6 +34,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -49,8 +54,9 @@ from envengineer.plugins.trainers.verl_config import (
     hydra_value,
     override_key,
 )
+from envengineer.plugins.trainers.verl_data import OUTCOMES_DIR
 from envengineer.plugins.trainers.verl_launch import run_job
-from envengineer.training import TrainRequest, TrainResult, reward_text
+from envengineer.training import ROLLOUTS_FILE, TrainRequest, TrainResult, reward_text
 
 
 def flash_attn_available() -> bool:
@@ -123,6 +129,8 @@ class VerlGrpoTrainer(Trainer):
             "checkpoints": out_dir / "verl-checkpoints",
             "checkpoint": out_dir / "checkpoint",
             "curves": out_dir / "curves.jsonl",
+            "outcomes": out_dir / OUTCOMES_DIR,
+            "rollouts": out_dir / ROLLOUTS_FILE,
         }
 
     def overrides(self, request: TrainRequest, prompts: int) -> list[str]:
@@ -185,6 +193,7 @@ class VerlGrpoTrainer(Trainer):
             "+reward.custom_reward_function.reward_kwargs.optimality_bonus": float(o.optimality_bonus),
             # only when not the default, so a default round's command line stays as it was
             **({"+reward.custom_reward_function.reward_kwargs.reward": o.reward} if o.reward != "valid" else {}),
+            "+reward.custom_reward_function.reward_kwargs.outcomes": str(paths["outcomes"]),
             "trainer.nnodes": o.nnodes,
             "trainer.n_gpus_per_node": o.n_gpus_per_node,
             "trainer.total_epochs": self.total_epochs(),
@@ -287,9 +296,25 @@ class VerlGrpoTrainer(Trainer):
         cfg = self.check(overrides)
         self.preflight(cfg)
         steps = self.planned_steps(data["train_rows"])
+        shutil.rmtree(paths["outcomes"], ignore_errors=True)  # an earlier attempt's responses are not this round's
+        paths["outcomes"].mkdir(parents=True)
         lines = self.launch(self.command(overrides), {**os.environ, **self.environment(request)}, paths, steps)
         checkpoint = hand_off(paths["checkpoints"], paths["checkpoint"], keep=self.options.keep_verl_checkpoint)
-        return TrainResult(checkpoint=checkpoint, curves=paths["curves"], metrics=self.round_metrics(lines, data, started))
+        metrics = self.round_metrics(lines, data, started)
+        metrics.update(self.write_rollouts(request, paths))
+        return TrainResult(checkpoint=checkpoint, curves=paths["curves"], metrics=metrics)
+
+    def write_rollouts(self, request: TrainRequest, paths: dict[str, Path]) -> dict[str, Any]:
+        """``rollouts.jsonl`` from the outcomes our reward function recorded (the folder is then removed); the metrics it gives."""
+        from envengineer.fileio import write_jsonl
+        from envengineer.plugins.trainers.verl_data import read_rollouts
+
+        lines = read_rollouts(paths["outcomes"], request.records, request.generator, self.options.num_generations)
+        shutil.rmtree(paths["outcomes"], ignore_errors=True)
+        if lines is None:
+            return {"rollouts": f"none recorded: no training response reached {paths['outcomes']}"}
+        write_jsonl(paths["rollouts"], lines)
+        return {"trained_prompts": sum(line["kept"] for line in lines), "rollout_samples": sum(line["samples"] for line in lines)}
 
     def launch(self, command: list[str], env: dict[str, str], paths: dict[str, Path], steps: int) -> list[dict[str, Any]]:
         """Run verl, its output to ``verl.log``, its metrics into ``curves.jsonl`` as they come; the curve lines."""
