@@ -485,10 +485,15 @@ def _sampled_field(summary: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+#: what a round trained on, copied from the trainer's metrics into details.json's bookkeeping when it reports it
+_TRAINED_KEYS = ("trained_prompts", "prompts_used", "judged", "kept", "kept_target", "max_draws", "capped", "draws")
+
+
 def _bookkeeping(trainer: Any, result: Any) -> dict[str, Any]:
-    epochs = trainer.epochs
-    steps = (result.metrics or {}).get("steps") if result is not None else None
-    return {"epochs": epochs, "steps": steps}
+    metrics = (result.metrics or {}) if result is not None else {}
+    out = {"epochs": trainer.epochs, "steps": metrics.get("steps")}
+    out.update({key: metrics[key] for key in _TRAINED_KEYS if isinstance(metrics.get(key), (int, float, bool))})
+    return out
 
 
 def print_table(rows: list[dict[str, Any]], console: Console, validation: str) -> None:

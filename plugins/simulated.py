@@ -314,7 +314,7 @@ class SimulatedTrainer(Trainer):
         metrics = {
             "prompts_given": len(request.records), "prompts_used": len(trained), "steps": steps,
             **({"prefilter_prompts": len(records), "prefilter_kept": len(trained)} if screen else {}),
-            **{f"fill_{k}": v for k, v in info.items() if isinstance(v, (int, float, bool)) and k != "budget_mode"},
+            **{k: v for k, v in info.items() if isinstance(v, (int, float, bool)) and k != "budget_mode"}, "trained_prompts": len(trained),
             "skill_gain": round(sum(student.skills.get(g, start) - before.get(g, start) for g in total), 6),
         }
         return TrainResult(checkpoint=checkpoint, curves=curves, metrics=metrics)

@@ -111,7 +111,7 @@ def test_kept_prompts_mode_screens_and_draws(tmp_path, mapf, validator):
     lines = [json.loads(x) for x in (tmp_path / "kept" / "rollouts.jsonl").read_text().splitlines()]
     assert result.metrics["prompts_used"] == 20 and sum(line["kept"] for line in lines) == 20 and drawn
     assert all(line["samples"] == (16 if line["kept"] else 8) for line in lines)
-    assert result.metrics["fill_judged"] == len(lines) and result.metrics["fill_capped"] is False
+    assert result.metrics["judged"] == len(lines) and result.metrics["capped"] is False
 
 
 def test_a_run_is_the_same_twice_and_reports_sampled_pass1(tmp_path, registry):

@@ -235,6 +235,10 @@ class TrlGrpoTrainer(Trainer):
     def epochs(self) -> float:
         return self.options.epochs
 
+    @property
+    def sampling_temperature(self) -> float:
+        return self.options.temperature
+
     def describe(self) -> dict[str, Any]:
         o = self.options
         batches = o.batches()

@@ -73,6 +73,10 @@ class VerlGrpoTrainer(Trainer):
     def epochs(self) -> float:
         return self.options.epochs
 
+    @property
+    def sampling_temperature(self) -> float:
+        return self.options.temperature
+
     def describe(self) -> dict[str, Any]:
         o = self.options
         return {
