@@ -12,7 +12,7 @@ shared starting policy prepared first, once). The tables group the configs by th
 figure the mean ± sd over its finished seeds. Benchmark columns are whatever the configs
 evaluate, with the aggregate over subsets each benchmark declares (e.g. MAPF's Sum over
 subsets) as the evaluation recorded it. The per-subset tables, paired tests and plots are
-in :mod:`envengineer.suite_report`.
+in :mod:`envengineer.suite_report`, the tests with seeds as the unit in :mod:`envengineer.suite_stats`.
 """
 
 from __future__ import annotations
@@ -683,7 +683,8 @@ def slug(title: str) -> str:
 
 def write_tables(suite: Suite, console: Console | None = None, registry: Any = None) -> list[Path]:
     """Write ``<output>/<table>.md`` and ``.csv`` atomically for every table and print them; then each
-    table's arms in detail (:mod:`envengineer.suite_report`): ``<table>-arms.md``, its CSVs and plots."""
+    table's arms in detail (:mod:`envengineer.suite_report`): ``<table>-arms.md``, its CSVs and plots,
+    printing the tests with seeds as the unit."""
     from envengineer.compare import _registry, rich_tables, to_csv, to_markdown
     from envengineer.fileio import write_text
     from envengineer.suite_report import build, write_arms_report
@@ -701,5 +702,5 @@ def write_tables(suite: Suite, console: Console | None = None, registry: Any = N
         if console is not None:
             for table in rich_tables(comparison, title=title):
                 console.print(table)
-        written += write_arms_report(build(title, grouped[title], registry), suite.output, slug(title))
+        written += write_arms_report(build(title, grouped[title], registry), suite.output, slug(title), console=console)
     return written

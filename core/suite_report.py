@@ -10,7 +10,10 @@ finished runs on disk:
   ``fixed``, else the only config whose engineer is ``fixed``): on the same instances of each
   set, how many the arm solves that the baseline does not (+) and the reverse (−), with the
   two-sided exact sign test (:func:`envengineer.metrics.sign_test`), per seed (arm seed s
-  against baseline seed s) and pooled over the seeds;
+  against baseline seed s) and pooled over the seeds (with Holm's adjustment across the arms);
+- seeds as the unit (:mod:`envengineer.suite_stats`): each arm's per-seed values against the
+  baseline's, by Welch's t test and an exact permutation test; the validation table also shows
+  the valid rate averaged over the rounds and, where the runs recorded it, the sampled pass@1;
 - how far each arm's generator configs are from the baseline's, per knob and round;
 - plots (matplotlib, only when installed): the validation rates per round of every arm side by
   side, per group of the task's primary grouping, the sets' figures per arm, and each arm's
@@ -29,12 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from envengineer.compare import MISSING, Column, Comparison, Stat, to_csv, to_markdown
+from envengineer.comparison_stats import holm
 from envengineer.drawn import BenchView, KnobLayout
 from envengineer.metrics import sign_test
 from envengineer.runview import RunView, Stage, load_run, rate
+from envengineer.suite_stats import VALIDATION, fmt_p, rich_table, seed_table as seed_tests, validation_figures
 
 METRICS = ("valid", "optimal")
-VALIDATION = "validation"
 
 
 # ------------------------------------------------------------------ what a run holds
@@ -217,6 +221,8 @@ def set_table(report: ArmsReport, key: str, view: BenchView) -> Comparison:
             columns.append(Column(f"agg:{metric}", f"{metric} {view.symbol}", view.aggregate.title, f"{metric} {view.symbol}"))
     for metric in METRICS:
         columns.append(Column(f"all:{metric}", f"overall {metric} %", "overall", f"{metric} %"))
+    extras, extra_note = validation_figures(report) if key == VALIDATION else ([], "")
+    columns += [column for column, _ in extras]
     rows = []
     for arm in report.arms:
         row: dict[str, Any] = {"arm": arm.label + (" (baseline)" if arm.baseline else ""), "seeds": f"{len(arm.runs)}/{arm.planned}"}
@@ -229,11 +235,14 @@ def set_table(report: ArmsReport, key: str, view: BenchView) -> Comparison:
                 row[f"agg:{metric}"] = Stat.of([view.figure(s, metric) for s in summaries])
             overall = [rate(s, f"{metric}_rate") for s in summaries]
             row[f"all:{metric}"] = Stat.of([None if v is None else 100 * v for v in overall])
+        for column, figure in extras:
+            row[column.key] = Stat.of([figure(r) for r in arm.runs])
         rows.append(row)
     label = report.set_label(key, view)
     note = (f"{label}: mean ± sd (sample, n − 1) over the finished seeds, in percent. "
             + (f"{view.note()}. " if view.aggregate is not None else "")
-            + ("From the last evaluated round." if key == VALIDATION else "From the last round that ran the benchmark."))
+            + ("From the last evaluated round." if key == VALIDATION else "From the last round that ran the benchmark.")
+            + (f" {extra_note}" if extra_note else ""))
     return Comparison(columns, rows, note, over_seeds=True)
 
 
@@ -248,9 +257,11 @@ def paired_tables(report: ArmsReport) -> tuple[Comparison, Comparison] | None:
     for key, view in report.sets:
         for metric in METRICS:
             column = Column(f"{key}:{metric}", f"{report.set_label(key, view)} {metric}", report.set_label(key, view), metric, False)
-            columns.append(column)
+            columns += [column, Column(f"{key}:{metric}:holm", f"{report.set_label(key, view)} {metric} Holm p",
+                                       report.set_label(key, view), f"{metric} Holm p", False)]
             seed_columns.append(column)
     pooled_rows, seed_rows = [], []
+    family: dict[str, list[float | None]] = {}  # column -> each arm's pooled p, for Holm's adjustment
     for arm in report.arms:
         if arm is base:
             continue
@@ -266,8 +277,12 @@ def paired_tables(report: ArmsReport) -> tuple[Comparison, Comparison] | None:
                     per_seed.setdefault(run.seed, {"arm": arm.label, "seed": str(run.seed)})[f"{key}:{metric}"] = str(result) if result else MISSING
                 total = pooled(results)
                 row[f"{key}:{metric}"] = str(total) if total else MISSING
+                family.setdefault(f"{key}:{metric}", []).append(total.p if total else None)
         pooled_rows.append(row)
         seed_rows += [per_seed[s] for s in sorted(per_seed)]
+    for column, pvalues in family.items():
+        for row, adjusted in zip(pooled_rows, holm(pvalues)):
+            row[f"{column}:holm"] = fmt_p(adjusted)
     noise = noise_rows(report)
     if noise is not None:
         pooled_rows.append(noise[0])
@@ -276,7 +291,10 @@ def paired_tables(report: ArmsReport) -> tuple[Comparison, Comparison] | None:
             f"baseline does not, − the reverse, n the instances paired, p the two-sided exact sign test on + and −.")
     pooled_note = what + (" Pooled: the pairs of every seed where both runs finished (arm seed s against baseline seed s), "
                           "each instance once per seed; the seeds share their instances, so the pooled p treats repeated "
-                          "instances as independent pairs and is an approximation.")
+                          "instances as independent pairs and is an approximation. Holm p: the pooled p adjusted "
+                          "(Holm's step-down) over the arms compared with the baseline in the column, so that a "
+                          "table of several arms does not find a difference by the number of its tries alone; "
+                          "the noise row is not one of them.")
     noise_note = (f" The row '{base.label} vs itself' pairs the baseline's seed s with its seed s + 1 (0 with 1, 1 with 2, …; "
                   "not the last with the first: around a closed cycle every instance is gained as often as it is lost, so "
                   "a pooled cycle is always + = −): two runs of the same arm, so its + and − are what training noise alone "
@@ -588,8 +606,9 @@ def _slug(text: str) -> str:
     return slug(text)
 
 
-def write_arms_report(report: ArmsReport, output: Path, slug: str) -> list[Path]:
-    """``<slug>-arms.md`` (every table, the plots), a ``.csv`` per table, the plots in ``<slug>-plots/``."""
+def write_arms_report(report: ArmsReport, output: Path, slug: str, console: Any = None) -> list[Path]:
+    """``<slug>-arms.md`` (every table, the plots), a ``.csv`` per table, the plots in ``<slug>-plots/``;
+    the seed-level tests also on ``console`` when given (the headline of the comparison)."""
     from envengineer.fileio import write_text
 
     written: list[Path] = []
@@ -613,6 +632,14 @@ def write_arms_report(report: ArmsReport, output: Path, slug: str) -> list[Path]
             csv_path = output / f"{slug}-{name}.csv"
             write_text(csv_path, to_csv(table))
             written.append(csv_path)
+    seeds = seed_tests(report)
+    if seeds is not None:
+        parts += [f"## Against {report.baseline.label} with seeds as the unit\n", to_markdown(seeds)]
+        csv_path = output / f"{slug}-seed-tests.csv"
+        write_text(csv_path, to_csv(seeds))
+        written.append(csv_path)
+        if console is not None:
+            console.print(rich_table(seeds, f"{report.title}: against {report.baseline.label} with seeds as the unit"))
     distances = distance_table(report)
     if distances is not None:
         parts += [f"## Configs against {report.baseline.label}'s\n", to_markdown(distances)]

@@ -283,9 +283,10 @@ def test_a_failing_parallel_run_is_recorded_and_the_others_finish(mini, tmp_path
 SUBSETS = ("wr_025", "wr_050", "wr_075")
 
 
-def write_finished(run, verdicts: dict[str, list[tuple[bool, bool]]], configs: list[dict], signal=()) -> None:
-    """A finished run directory with the given verdicts (validation and mapf-3agents, last round)
-    and, per round, the (prompts used, steps) its train step recorded."""
+def write_finished(run, verdicts: dict[str, list[tuple[bool, bool]]], configs: list[dict], signal=(), earlier=(), sampled=None) -> None:
+    """A finished run directory with the given verdicts (validation and mapf-3agents, last round),
+    the validation verdicts of the rounds before (``earlier``), the last validation summary's
+    ``sampled`` block, and, per round, the (prompts used, steps) its train step recorded."""
     from envengineer.components import Verdict
     from envengineer.metrics import summarize
     from envengineer.rundir import RunDir
@@ -298,12 +299,15 @@ def write_finished(run, verdicts: dict[str, list[tuple[bool, bool]]], configs: l
         path = folder.config_path(index)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(config))
-    for name, target in (("validation", folder.eval_dir(last)), ("mapf-3agents", folder.bench_dir(last, "mapf-3agents"))):
-        pairs = verdicts[name]
+    sets = [("validation", folder.eval_dir(i), pairs) for i, pairs in enumerate(earlier)]
+    sets += [("validation", folder.eval_dir(last), verdicts["validation"]), ("mapf-3agents", folder.bench_dir(last, "mapf-3agents"), verdicts["mapf-3agents"])]
+    for name, target, pairs in sets:
         target.mkdir(parents=True, exist_ok=True)
         items = [Verdict(v, o, None if v else "parse") for v, o in pairs]
         groups = [{"subset": SUBSETS[i % 3]} for i in range(len(items))]
         summary = summarize(items, groups).to_dict()
+        if sampled is not None and target == folder.eval_dir(last):
+            summary["sampled"] = sampled
         (target / "summary.json").write_text(json.dumps(summary))
         (target / "verdicts.jsonl").write_text("".join(json.dumps(v.to_record(f"{name}-{i}")) + "\n" for i, v in enumerate(items)))
     for step, round in [("pretrain", None), ("base_eval", None)] + [(s, r) for r in range(run.config.rounds) for s in ("train", "eval", "design", "round_end")]:
@@ -334,10 +338,16 @@ def test_the_comparison_holds_per_subset_means_and_paired_tests_against_fixed(tm
         ("heuristic", 0): {"validation": flags("VVVVVVVVVVV."), "mapf-3agents": flags("vVV.........")},
         ("heuristic", 1): {"validation": flags("VV.VVV.v.v.."), "mapf-3agents": flags("....V.......")},
     }
+    # round 00's validation (round 01 is the last): 2, 3, 4 and 6 of 12 valid
+    first = {("fixed", 0): "VV..........", ("fixed", 1): "VVV.........", ("heuristic", 0): "VVVV........", ("heuristic", 1): "VVVVVV......"}
+    # sampled pass@1 beside the greedy rate: fixed seed 1 has a malformed block (read as absent)
+    sampled = {("fixed", 0): {"n": 4, "temperature": 1.0, "pass1": 0.4}, ("fixed", 1): "oops",
+               ("heuristic", 0): {"n": 4, "temperature": 1.0, "pass1": 0.7}, ("heuristic", 1): {"n": 4, "temperature": 1.0, "pass1": 0.5}}
     for entry in suite.entries:
         for run in entry.runs:
             signal = [(40, 5), (48, 6)] if entry.arm == "fixed" else [(40, 5), (24 + 8 * run.seed, 3 + run.seed)]
-            write_finished(run, hand[(entry.arm, run.seed)], [table, table] if entry.arm == "fixed" else [table, moved], signal)
+            write_finished(run, hand[(entry.arm, run.seed)], [table, table] if entry.arm == "fixed" else [table, moved], signal,
+                           earlier=[flags(first[(entry.arm, run.seed)])], sampled=sampled[(entry.arm, run.seed)])
     suite = plan([folder], seeds=2, output=out)
     assert all(run.done for run in suite.runs)
     write_tables(suite)
@@ -383,7 +393,32 @@ def test_the_comparison_holds_per_subset_means_and_paired_tests_against_fixed(tm
     assert float(signal[("heuristic", "prompts trained on")]["round 01"]) == pytest.approx(28.0)  # 24 and 32
     assert float(signal[("heuristic", "prompts trained on")]["round 01 sd"]) == pytest.approx(math.sqrt(32), abs=1e-3)
     assert float(signal[("heuristic", "optimizer steps")]["total"]) == pytest.approx(8.5)  # 5 + 3 and 5 + 4
+    # beside the last round's greedy rates: sampled pass@1 (fixed: seed 0 only) and the mean over rounds
+    # (fixed: (16.7 + 50) / 2 and (25 + 66.7) / 2; heuristic: (33.3 + 91.7) / 2 and (50 + 58.3) / 2)
+    assert float(subset_rows["fixed (baseline)"]["pass@1 (sampled) %"]) == pytest.approx(40.0)
+    assert subset_rows["fixed (baseline)"]["pass@1 (sampled) % n"] == "1"
+    assert float(subset_rows["heuristic"]["pass@1 (sampled) %"]) == pytest.approx(60.0)
+    assert float(subset_rows["fixed (baseline)"]["valid, mean over rounds %"]) == pytest.approx((100 / 3 + 275 / 6) / 2, abs=1e-3)
+    assert float(subset_rows["heuristic"]["valid, mean over rounds %"]) == pytest.approx((62.5 + 325 / 6) / 2, abs=1e-3)
+    assert "pass@1 (sampled) %" not in read_csv(out / "hand-mapf-3agents.csv")[0]  # the validation set only
+    # the pooled sign tests with Holm's adjustment: one arm, so the same p
+    assert pooled["heuristic"][f"{val} valid Holm p"] == f"{sign_test(6, 2):.3f}"
+    # seeds as the unit: last-round validation valid, fixed 50 and 66.7, heuristic 91.7 and 58.3
+    from envengineer.comparison_stats import welch
+
+    tests = {(r["figure"], r["arm"]): r for r in read_csv(out / "hand-seed-tests.csv")}
+    assert list(tests) == [(f"{val} valid %", "heuristic"), (f"{val} valid, mean over rounds %", "heuristic"),
+                           (f"{bench} valid %", "heuristic")]
+    last = tests[(f"{val} valid %", "heuristic")]
+    expected = welch([275 / 3, 175 / 3], [50.0, 200 / 3])
+    assert float(last["difference (points)"]) == pytest.approx(50 / 3, abs=1e-3)
+    assert float(last["95% CI low"]) == pytest.approx(expected.low, abs=1e-3) and last["Welch p"] == f"{expected.p:.3f}"
+    # 2 vs 2 seeds, 6 splits: of {50, 66.7, 91.7, 58.3} the splits {50, 66.7}, {50, 58.3} and their mirrors are as far apart
+    assert last["permutation p"] == "0.667" and last["permutation p (Holm)"] == "0.667"
+    assert float(tests[(f"{val} valid, mean over rounds %", "heuristic")]["difference (points)"]) == pytest.approx(18.75, abs=1e-3)
+    assert float(tests[(f"{bench} valid %", "heuristic")]["difference (points)"]) == pytest.approx(100 * (3 + 1 - 1) / 24, abs=1e-3)
     md = (out / "hand-arms.md").read_text()
+    assert "## Against fixed with seeds as the unit" in md and "6 splits, so its smallest two-sided p is 0.333" in md
     assert "## Training signal at the same budget" in md
     assert "## Paired against fixed" in md and "hand-plots/rounds.png" in md and "hand-plots/config-heuristic.png" in md
     for name in ("rounds.png", "sets.png", "config-fixed.png", "config-heuristic.png"):

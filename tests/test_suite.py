@@ -138,6 +138,8 @@ def test_tables_average_distinct_values_per_seed(suite, tmp_path):
             data["overall"]["valid_rate"], data["overall"]["optimal_rate"] = level, level / 2 + extra
             if "sum_over_subsets" in data:
                 data["sum_over_subsets"] = {"valid": 3 * level - 0.1, "optimal": level}
+            if "eval" in rel:  # the loop's sampled pass@1: seed 0 recorded it, seed 1's block is not one (read as absent)
+                data["sampled"] = {"n": 4, "temperature": 1.0, "pass1": 0.3} if seed == 0 else ["not", "a", "block"]
             path.write_text(json.dumps(data))
     result = runner.invoke(app, ["suite", str(suite["configs"]), "--seeds", "2", "--output", str(out), "--tables-only"], env=ENV)
     assert result.exit_code == 0, result.output
@@ -146,6 +148,13 @@ def test_tables_average_distinct_values_per_seed(suite, tmp_path):
     assert float(row[f"{BENCH} valid Σ"]) == pytest.approx(100 * (0.75 + 1.8 - 0.2) / 2)
     assert float(row[f"{BENCH} valid Σ sd"]) > 20
     assert f"{100 * (0.75 + 1.8 - 0.2) / 2:.1f} ± " in (out / "engineers.md").read_text()
+    # the arms report's validation table: sampled pass@1 beside the greedy rate, and the valid rate over the rounds
+    arms = read_csv(out / "engineers-mapf-2agents-val.csv")[0]
+    assert float(arms["pass@1 (sampled) %"]) == pytest.approx(30.0) and arms["pass@1 (sampled) % n"] == "1"
+    first = [json.loads((out / "alpha" / f"seed-{s}" / "round-00/eval/summary.json").read_text())["overall"]["valid_rate"] for s in (0, 1)]
+    over_rounds = [100 * (first[0] + 0.25) / 2, 100 * (first[1] + 0.6) / 2]
+    assert float(arms["valid, mean over rounds %"]) == pytest.approx(sum(over_rounds) / 2, abs=1e-3)
+    assert "base evaluation" in (out / "engineers-arms.md").read_text()
 
 
 def test_a_second_invocation_runs_nothing(suite):

@@ -1,0 +1,233 @@
+"""The statistics of a comparison over seeds: the t distribution, Welch's test, the permutation test,
+Holm's adjustment, the mean over rounds; and the seed-level table on a hand-made report."""
+
+import itertools
+import math
+import statistics
+
+import pytest
+
+from envengineer.comparison_stats import (
+    area_under_rounds, betai, holm, permutation_test, t_cdf, t_quantile, t_sf2, welch,
+)
+
+
+# ------------------------------------------------------------------ the t distribution
+
+
+@pytest.mark.parametrize("a, b, x, expected", [
+    (2.5, 1.0, 0.3, 0.3 ** 2.5),  # I_x(a, 1) = x^a
+    (1.0, 4.0, 0.2, 1 - 0.8 ** 4),  # I_x(1, b) = 1 − (1 − x)^b
+    (3.0, 3.0, 0.5, 0.5),  # symmetric
+    (7.5, 7.5, 0.5, 0.5),
+    (2.0, 2.0, 0.25, 3 * 0.25 ** 2 - 2 * 0.25 ** 3),  # I_x(2, 2) = 3x² − 2x³
+    (0.5, 0.5, 0.3, 2 / math.pi * math.asin(math.sqrt(0.3))),  # the arcsine distribution
+])
+def test_the_incomplete_beta_function_has_its_closed_forms(a, b, x, expected):
+    assert betai(a, b, x) == pytest.approx(expected, rel=1e-12, abs=1e-14)
+
+
+@pytest.mark.parametrize("t, df, p, digits", [
+    (2.0, 4, 0.1161, 4),  # tables of Student's t, to the digits they give
+    (3.0, 10, 0.01334, 5),
+    (2.228139, 10, 0.05, 6),  # t_{0.975, 10}
+    (2.776445, 4, 0.05, 6),  # t_{0.975, 4}
+    (1.959964, 1e7, 0.05, 6),  # the normal limit
+])
+def test_two_sided_t_tail_matches_tables(t, df, p, digits):
+    assert t_sf2(t, df) == pytest.approx(p, abs=0.5 * 10 ** -digits)
+    assert t_sf2(-t, df) == t_sf2(t, df)
+
+
+@pytest.mark.parametrize("t", [-3.0, -0.5, 0.0, 0.7, 2.0, 40.0])
+def test_t_cdf_has_its_closed_forms_for_one_and_two_degrees_of_freedom(t):
+    assert t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)  # Cauchy
+    assert t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
+
+
+def test_t_quantile_inverts_the_cdf():
+    assert t_quantile(0.975, 1) == pytest.approx(math.tan(0.475 * math.pi), rel=1e-9)
+    assert t_quantile(0.975, 2) == pytest.approx(0.95 / math.sqrt(2 * 0.975 * 0.025), rel=1e-9)
+    assert t_quantile(0.975, 4) == pytest.approx(2.776445, abs=1e-6)
+    assert t_quantile(0.025, 4) == pytest.approx(-2.776445, abs=1e-6)
+    for q, df in itertools.product((0.6, 0.9, 0.995), (1.47, 3, 30)):
+        assert t_cdf(t_quantile(q, df), df) == pytest.approx(q, abs=1e-10)
+
+
+# ------------------------------------------------------------------ two samples
+
+
+def test_welch_on_a_hand_worked_case():
+    # means 2 and 5, variances 1 and 1: se = √(2/3), t = −3/se, df = (2/3)² / (2 · (1/3)² / 2) = 4;
+    # R's t.test(c(1,2,3), c(4,5,6)): t = −3.6742, df = 4, p = 0.02131, 95% CI −5.266958 … −0.733042
+    test = welch([1, 2, 3], [4, 5, 6])
+    assert test.difference == -3 and test.df == pytest.approx(4)
+    assert test.t == pytest.approx(-3.674235, abs=1e-6) and test.p == pytest.approx(0.02131, abs=1e-5)
+    assert (test.low, test.high) == (pytest.approx(-5.266958, abs=1e-6), pytest.approx(-0.733042, abs=1e-6))
+
+
+def test_welch_with_unequal_variances_uses_the_satterthwaite_df():
+    a, b = [10.0, 12.0, 17.0], [9.0, 9.5]
+    va, vb = statistics.variance(a) / 3, statistics.variance(b) / 2
+    test = welch(a, b)
+    assert test.df == pytest.approx((va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 1))
+    assert test.p == pytest.approx(t_sf2(test.t, test.df))
+    half = t_quantile(0.975, test.df) * math.sqrt(va + vb)
+    assert test.high - test.difference == pytest.approx(half)
+
+
+def test_welch_without_spread_or_with_one_seed_gives_no_test():
+    flat = welch([20.0, 20.0, 20.0], [18.0, 18.0, 18.0])
+    assert flat.difference == 2 and flat.p is None and flat.low is None and "sd 0" in flat.why
+    single = welch([20.0], [18.0, 19.0])
+    assert single.difference == pytest.approx(1.5) and single.p is None and "one seed" in single.why
+    assert welch([], [1.0, 2.0]) is None
+
+
+def test_the_permutation_test_with_three_seeds_each_has_twenty_splits():
+    # completely separated: only the observed split and its mirror are as extreme, 2 / C(6, 3) = 0.1
+    test = permutation_test([20.1, 20.5, 21.0], [18.0, 18.2, 19.9])
+    assert (test.p, test.splits, test.exact, test.smallest) == (pytest.approx(0.1), 20, True, pytest.approx(0.1))
+    assert permutation_test([5.0, 5.0, 5.0], [3.0, 3.0, 3.0]).p == pytest.approx(0.1)  # sd 0 both: still a test
+    assert permutation_test([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]).p == 1.0
+    # {1, 2, 4} vs {3, 5, 6}: observed |2.33 − 4.67| = 2.33; of the 20 splits the ones with a sum ≤ 7
+    # or ≥ 14 (sum of all 21): {1,2,3}=6, {1,2,4}=7 and their mirrors {4,5,6}, {3,5,6}: 4 of 20
+    assert permutation_test([1.0, 2.0, 4.0], [3.0, 5.0, 6.0]).p == pytest.approx(4 / 20)
+
+
+def test_the_permutation_test_enumerates_by_brute_force():
+    a, b = [3.0, 7.5, 4.0, 9.0], [2.0, 1.0, 5.5]
+    values, observed = a + b, abs(statistics.fmean(a) - statistics.fmean(b))
+    hits = 0
+    for split in itertools.combinations(range(7), 4):
+        x = [values[i] for i in split]
+        y = [values[i] for i in range(7) if i not in split]
+        hits += abs(statistics.fmean(x) - statistics.fmean(y)) >= observed - 1e-12
+    assert permutation_test(a, b).p == pytest.approx(hits / math.comb(7, 4))
+
+
+def test_the_monte_carlo_permutation_test_is_seeded_and_close_to_the_exact_one():
+    a, b = [float(x) for x in range(8)], [x + 2.5 for x in range(8)]
+    exact = permutation_test(a, b)
+    sampled = permutation_test(a, b, limit=100, draws=20_000)
+    assert exact.exact and not sampled.exact and sampled.splits == 20_000
+    assert sampled.p == permutation_test(a, b, limit=100, draws=20_000).p  # the same values, the same p
+    assert sampled.p == pytest.approx(exact.p, abs=0.01)
+
+
+# ------------------------------------------------------------------ families and summaries
+
+
+def test_holm_on_a_hand_worked_example():
+    # sorted: 0.005 × 4 = 0.02; 0.01 × 3 = 0.03; 0.03 × 2 = 0.06; 0.04 × 1 = 0.04 → kept at 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, None, 0.01]) == [pytest.approx(0.5), None, pytest.approx(0.02)]  # None is not counted
+    assert holm([0.3, 0.6]) == pytest.approx([0.6, 0.6]) and holm([0.7]) == [0.7] and holm([]) == []
+    assert holm([0.9, 0.8]) == pytest.approx([1.0, 1.0])  # capped at 1
+
+
+def test_the_mean_over_rounds():
+    assert area_under_rounds([10.0, 20.0, 30.0, 40.0]) == 25.0
+    assert area_under_rounds([10.0, None, 30.0]) is None and area_under_rounds([]) is None
+
+
+# ------------------------------------------------------------------ the seed-level table on a hand-made report
+
+
+def report(values: dict[str, list[tuple[float, list[float]]]], verdicts: dict[str, list[str]] | None = None):
+    """Arms of one validation set: per seed (last-round valid rate, every round's valid rate); the first arm
+    is the baseline. ``verdicts``: per arm, per seed, 'V' solved / '.' not, for the paired tests."""
+    from envengineer.drawn import BenchView
+    from envengineer.runview import RunView, Stage
+    from envengineer.suite_report import Arm, ArmRun, ArmsReport, SetResult
+
+    arms = []
+    for index, (label, seeds) in enumerate(values.items()):
+        runs = []
+        for seed, (last, curve) in enumerate(seeds):
+            rounds = [Stage(f"{i:02d}", i, eval={"overall": {"valid_rate": v / 100}}) for i, v in enumerate(curve)]
+            view = RunView(None, {}, [], Stage("base", None, eval={"overall": {"valid_rate": 0.99}}), rounds)
+            marks = (verdicts or {}).get(label, [""] * len(seeds))[seed]
+            result = SetResult({"overall": {"valid_rate": last / 100}},
+                               {f"i{k}": {"valid": c == "V", "optimal": False} for k, c in enumerate(marks)})
+            runs.append(ArmRun(seed, view, {"validation": result}))
+        arms.append(Arm(label, label, runs, len(seeds), baseline=index == 0))
+    return ArmsReport("t", arms, [("validation", BenchView("val", "val"))], arms[0])
+
+
+def test_the_seed_table_tests_each_arm_against_the_baseline_with_holm_across_arms():
+    from envengineer.compare import to_csv, to_markdown
+    from envengineer.suite_stats import seed_table
+
+    rep = report({
+        "fixed": [(20.0, [10.0, 20.0]), (21.0, [12.0, 21.0]), (22.0, [14.0, 22.0])],
+        "good": [(30.0, [20.0, 30.0]), (31.0, [24.0, 31.0]), (33.0, [30.0, 33.0])],
+        "same": [(20.5, [10.0, 20.5]), (21.5, [10.0, 21.5]), (21.0, [10.0, 21.0])],
+    })
+    table = seed_table(rep)
+    rows = {(r["figure"], r["arm"]): r for r in table.rows}
+    assert list(rows) == [("validation (val) valid %", "good"), ("validation (val) valid %", "same"),
+                          ("validation (val) valid, mean over rounds %", "good"),
+                          ("validation (val) valid, mean over rounds %", "same")]
+    good = rows[("validation (val) valid %", "good")]
+    expected = welch([30.0, 31.0, 33.0], [20.0, 21.0, 22.0])
+    assert good["diff"] == pytest.approx(31.333333 - 21.0) and good["seeds"] == "3 vs 3"
+    assert (good["low"], good["high"], good["df"]) == (expected.low, expected.high, expected.df)
+    assert good["perm_p"] == "0.100"  # 3 vs 3, separated: 2 / 20
+    assert good["welch_p"] == f"{expected.p:.3f}" == "0.001"
+    same = rows[("validation (val) valid %", "same")]
+    assert same["diff"] == 0 and same["welch_p"] == "1.000"
+    # Holm over the two arms: the smaller p times 2 (0.0012 -> 0.0025), the larger kept at least that (1)
+    assert good["welch_holm"] == f"{2 * expected.p:.3f}" == "0.002" and same["welch_holm"] == "1.000"
+    assert good["perm_holm"] == "0.200" and same["perm_holm"] == "1.000"
+    # the mean over rounds: fixed 15, 16.5, 18; good 25, 27.5, 31.5 (the base evaluation's 99 left out)
+    auc = rows[("validation (val) valid, mean over rounds %", "good")]
+    assert auc["arm_mean"].mean == pytest.approx(28.0) and auc["base_mean"].mean == pytest.approx(16.5)
+    assert auc["diff"] == pytest.approx(11.5)
+    assert "20 splits, so its smallest two-sided p is 0.1 and it cannot reach 0.05" in table.note
+    assert "| validation (val) valid % | good | 3 vs 3 | 31.3 ± 1.5 | 21.0 ± 1.0 | 10.3 |" in to_markdown(table)
+    header = to_csv(table).splitlines()[0]
+    assert header == ("figure,arm,seeds (arm vs baseline),mean (arm),mean (arm) sd,mean (arm) n,mean (baseline),mean (baseline) sd,"
+                             "mean (baseline) n,difference (points),95% CI low,95% CI high,Welch df,Welch p,Welch p (Holm),"
+                             "permutation p,permutation p (Holm),remark")
+
+
+def test_the_seed_table_says_why_there_is_no_test():
+    from envengineer.suite_stats import seed_table
+
+    rep = report({"fixed": [(20.0, [20.0]), (20.0, [20.0])], "flat": [(25.0, [25.0]), (25.0, [25.0])],
+                  "single": [(30.0, [30.0])]})
+    rows = {(r["figure"], r["arm"]): r for r in seed_table(rep).rows}
+    flat, single = rows[("validation (val) valid %", "flat")], rows[("validation (val) valid %", "single")]
+    assert flat["diff"] == 5.0 and flat["low"] is None and flat["welch_p"] == "–" and "sd 0 in both" in flat["remark"]
+    assert flat["perm_p"] == "0.333"  # 2 vs 2: 6 splits, the observed one and its mirror
+    assert single["diff"] == 10.0 and single["welch_p"] == "–" and single["perm_p"] == "–" and "one seed" in single["remark"]
+    assert seed_table(report({"fixed": [(20.0, [20.0])]})) is None  # nothing to compare
+
+
+def test_the_pooled_sign_tests_are_holm_adjusted_across_the_arms():
+    from envengineer.metrics import sign_test
+    from envengineer.suite_report import paired_tables
+
+    rep = report({"fixed": [(0.0, [0.0])] * 2, "a": [(0.0, [0.0])] * 2, "b": [(0.0, [0.0])] * 2},
+                 {"fixed": ["V.....", "V....."], "a": ["VVVVVV", "VVVVV."], "b": ["VV....", "......"]})
+    pooled, _ = paired_tables(rep)
+    rows = {r["arm"]: r for r in pooled.rows}
+    # a: +5 −0 and +4 −0 -> +9 −0; b: +1 −0 and +0 −1 -> +1 −1
+    pa, pb = sign_test(9, 0), sign_test(1, 1)
+    assert rows["a"]["validation:valid"] == f"+9 −0 (n 12), p = {pa:.3f}"
+    assert rows["a"]["validation:valid:holm"] == f"{2 * pa:.3f}" and rows["b"]["validation:valid:holm"] == "1.000"
+    assert "validation:valid:holm" not in rows["fixed vs itself"]  # the noise floor is not one of the family
+    assert [c.header for c in pooled.columns][1:3] == ["validation (val) valid", "validation (val) valid Holm p"]
+
+
+def test_sampled_pass1_is_read_defensively():
+    from envengineer.suite_stats import sampled
+
+    block = sampled({"overall": {}, "sampled": {"n": 4, "temperature": 1.0, "pass1": 0.25, "by": {"size": {"3x3": 0.5}}}})
+    assert block.pass1 == 0.25 and block.n == 4 and block.by == {"size": {"3x3": 0.5}}
+    assert sampled({"sampled": {"n": 4, "temperature": 1.0, "pass1": 0.25}}).by == {}
+    for summary in (None, {}, {"sampled": None}, {"sampled": "x"}, {"sampled": {"n": 4, "temperature": 1.0}},
+                    {"sampled": {"n": 4, "temperature": 1.0, "pass1": "high"}}, {"sampled": {"n": 0, "temperature": 1, "pass1": 0.1}},
+                    {"sampled": {"n": 4, "temperature": 1.0, "pass1": 0.3, "by": "none"}}, []):
+        assert sampled(summary) is None, summary
