@@ -89,8 +89,9 @@ def test_the_shipped_manifest_gives_one_arm_per_engineer_and_the_probe(tmp_path)
     # every arm starts from the same warm start: the policy section is the base's
     assert len({json.dumps(e.config.policy, sort_keys=True) for e in suite.entries}) == 1
     bad = yaml.safe_load((REPO / "examples/cpu-paper/bad-env.yaml").read_text())["sizes"]
-    assert bad["10x10"] == {"ratio": 1.0, "hole_ratio": 0.4, "wait_ratio": 0.3}
-    assert sum(v["ratio"] for v in bad.values()) == 1.0
+    assert bad["10x10"] == {"ratio": 0.86, "hole_ratio": 0.4, "wait_ratio": 0.3}  # every other size at the 2% floor
+    assert all(v["ratio"] == 0.02 for size, v in bad.items() if size != "10x10")
+    assert abs(sum(v["ratio"] for v in bad.values()) - 1.0) < 1e-9
 
 
 @pytest.mark.parametrize("arms, manifest, expected", [
