@@ -402,15 +402,32 @@ def distance_table(report: ArmsReport) -> Comparison | None:
 
 
 #: What a round's training step recorded about the signal it trained on (history.jsonl, step "train").
-SIGNAL = (("prompts_used", "prompts trained on"), ("steps", "optimizer steps"))
+SIGNAL = (("prompts_used", "prompts trained on"), ("steps", "optimizer steps"),
+          ("signal_mixed", "prompts with mixed outcomes"), ("signal_success", "sampled success %"))
+#: figures of the signal table that are rates: no total over rounds
+_RATES = {"signal_success"}
 
 
 def train_lines(run: ArmRun) -> dict[str, dict[str, Any]]:
-    """Round label ("00", …) -> that round's ``train`` line of the run's history."""
+    """Round label ("00", …) -> that round's ``train`` line of the run's history, with the round's
+    training signal (``train/signal.json``: prompts with mixed outcomes, sampled success) beside it."""
+    import json
+
     from envengineer.rundir import RunDir
 
-    return {f"{r['round']:02d}": r for r in json_records(RunDir(run.view.path).history_path)
-            if r.get("step") == "train" and isinstance(r.get("round"), int)}
+    folder = RunDir(run.view.path)
+    lines = {f"{r['round']:02d}": dict(r) for r in json_records(folder.history_path)
+             if r.get("step") == "train" and isinstance(r.get("round"), int)}
+    for line in lines.values():
+        try:
+            overall = json.loads(folder.signal(line["round"]).read_text(encoding="utf-8")).get("overall") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(overall.get("mixed"), int):
+            line["signal_mixed"] = overall["mixed"]
+        if isinstance(overall.get("success"), (int, float)):
+            line["signal_success"] = 100 * overall["success"]
+    return lines
 
 
 def signal_table(report: ArmsReport) -> Comparison | None:
@@ -433,13 +450,15 @@ def signal_table(report: ArmsReport) -> Comparison | None:
             per_seed = [lines[(arm.stem, run.seed)] for run in arm.runs]
             for label in labels:
                 row[f"r:{label}"] = Stat.of([_number(rounds.get(label, {}).get(key)) for rounds in per_seed])
-            totals = [sum(_number(r.get(key)) or 0 for r in rounds.values()) if rounds else None for rounds in per_seed]
+            totals = [sum(_number(r.get(key)) or 0 for r in rounds.values()) if rounds and key not in _RATES else None for rounds in per_seed]
             row["total"] = Stat.of(totals)
             rows.append(row)
     note = ("What each round trained on, from the trainer's own record (history.jsonl): the prompts it kept (a GRPO "
             "prefilter keeps those the policy solves sometimes: all-right and all-wrong groups carry no signal) and "
-            "its optimizer steps. Every arm generates the same number of instances a round; what it trains on depends "
-            "on how well its environment matches the policy. Mean ± sd over seeds.")
+            "its optimizer steps; and from the round's training signal (train/signal.json), the prompts whose sampled "
+            "outcomes were mixed (the ones GRPO learns from) and the share of sampled completions that were valid. Every "
+            "arm generates the same number of instances a round; what it trains on depends on how well its environment "
+            "matches the policy. Mean ± sd over seeds.")
     return Comparison(columns, rows, note, over_seeds=True)
 
 
