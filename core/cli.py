@@ -462,10 +462,29 @@ def _plugin_commands() -> None:
 _plugin_commands()
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: user errors print as one red message and exit 2, without a traceback."""
+def _usage_errors() -> tuple[type[BaseException], ...]:
+    """click's usage-error class, and typer's vendored copy of it (typer >= 0.20 ships its own click)."""
+    found: list[type[BaseException]] = []
     try:
-        app(args=argv, standalone_mode=False)
+        import click
+
+        found.append(click.ClickException)
+    except ImportError:
+        pass
+    try:
+        from typer._click import exceptions as vendored  # type: ignore[import-not-found]
+
+        found.append(vendored.ClickException)
+    except ImportError:
+        pass
+    return tuple(found)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user errors print as one red message and exit 2, without a traceback; a
+    command's returned exit code is the process's."""
+    try:
+        code = app(args=argv, standalone_mode=False)
     except EnvEngineerError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         sys.exit(2)
@@ -476,12 +495,12 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print("aborted")
         sys.exit(130)
     except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
+        if isinstance(exc, _usage_errors()):
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(exc.exit_code)  # type: ignore[attr-defined]
         raise
+    if isinstance(code, int) and not isinstance(code, bool) and code:
+        sys.exit(code)
 
 
 if __name__ == "__main__":
