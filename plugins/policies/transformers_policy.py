@@ -5,6 +5,8 @@ policy's ``chat_template_kwargs``) or plain strings (tokenized as they are, e.g.
 policy's compact style). Greedy decoding
 (``temperature: 0``) is deterministic; sampling is seeded per call, so the same policy
 and prompts give the same texts. Only the new tokens are decoded, special tokens skipped.
+On the CPU, Qwen3 models sample through :mod:`fast_sampler` (``generate``'s tokens, checked
+against ``generate`` on each model's first batch; option ``fast_sampler``).
 """
 
 from __future__ import annotations
@@ -132,6 +134,12 @@ class TransformersOptions(ModelDirOptions):
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="auto: bfloat16 on cuda, float32 on cpu")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
+    fast_sampler: Literal["auto"] | bool = Field(
+        "auto",
+        description="CPU float32 Qwen3 models: sample with the fast sampler (plugins/policies/fast_sampler.py: generate's "
+        "tokens, without its per-step overhead); auto: once it matched generate on the model's first batch "
+        "(else generate, with one warning); true: the same, but an error instead of falling back; false: always generate",
+    )
 
 
 class TransformersPolicy(ModelDirPolicy):
@@ -195,6 +203,8 @@ class TransformersPolicy(ModelDirPolicy):
         """``n`` decoded responses per prompt (greedy: ``n`` copies of one response)."""
         import torch
 
+        from envengineer.plugins.policies import fast_sampler
+
         if n < 1:
             raise ValueError(f"n: must be at least 1, got {n}")
         if not prompts:
@@ -223,7 +233,7 @@ class TransformersPolicy(ModelDirPolicy):
                 torch.manual_seed(generator_seed + start)
                 kwargs.update(do_sample=True, temperature=o.temperature, top_p=o.top_p, top_k=0, num_return_sequences=n)
             with torch.inference_mode(), quiet_hf():
-                generated = model.generate(**batch, **kwargs)
+                generated = fast_sampler.generate(model, batch["input_ids"], batch["attention_mask"], mode=o.fast_sampler, **kwargs)
             new = generated[:, batch["input_ids"].shape[1] :]
             decoded = tokenizer.batch_decode(new, skip_special_tokens=True)
             for j, i in enumerate(idx):
