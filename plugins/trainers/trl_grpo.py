@@ -29,6 +29,8 @@ optimiser step takes trains one smaller step on them (TRL's sampler would drop t
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
 import json
 import time
@@ -118,6 +120,109 @@ def answer_tokens(tokenizer, ids: list[int], end_of, eos_ids) -> int | None:
     return low
 
 
+#: GenerationConfig fields that do not change the tokens generate samples
+_INERT_GENERATION_FIELDS = {"disable_compile", "bos_token_id"}
+
+
+def rollout_settings(model, generation_config) -> tuple[dict[str, Any] | None, str | None]:
+    """The fast sampler's keyword arguments for TRL's ``model.generate(..., generation_config=...)``, or
+    ``(None, why not)``: every setting that is in effect for ``generate`` (TRL's config over the model's
+    defaults) must be one the fast sampler's arguments give it as well."""
+    try:
+        effective, extra = model._prepare_generation_config(copy.deepcopy(generation_config))
+        kwargs = {key: getattr(effective, key) for key in
+                  ("max_new_tokens", "do_sample", "pad_token_id", "eos_token_id", "temperature", "top_p", "top_k",
+                   "num_return_sequences")}
+        ours, our_extra = model._prepare_generation_config(None, **kwargs)
+    except Exception as exc:
+        return None, f"generation config: {type(exc).__name__}: {exc}"
+    theirs, mine = effective.to_dict(), ours.to_dict()
+    differ = sorted(k for k in set(theirs) | set(mine) if k not in _INERT_GENERATION_FIELDS and theirs.get(k) != mine.get(k))
+    if extra or our_extra or differ:
+        return None, f"generation settings {differ or sorted({**extra, **our_extra})}"
+    if getattr(model.config, "attention_dropout", 0.0):
+        return None, "attention dropout (generate in training mode would draw for it)"
+    return kwargs, None
+
+
+class RolloutLog:
+    """How each rollout was sampled: counts of fast-sampler and ``generate`` calls, why ``generate``."""
+
+    def __init__(self) -> None:
+        self.fast = 0
+        self.generate = 0
+        self.reasons: list[str] = []
+
+    def slow(self, reason: str) -> None:
+        self.generate += 1
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+
+    def metrics(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"rollouts_fast": self.fast, "rollouts_generate": self.generate}
+        if self.reasons:
+            out["rollouts_generate_why"] = "; ".join(self.reasons)
+        return out
+
+
+@contextlib.contextmanager
+def routed_generate(model, mode: Literal["auto"] | bool, log: RolloutLog):
+    """``model.generate`` answered by the fast sampler inside the block (TRL's rollouts call it with
+    ``input_ids``, ``attention_mask`` and ``generation_config``; one prompt per row, the group's repeats
+    already in the batch). The model runs in eval mode for it, as the fast sampler requires: Qwen3's only
+    dropout is its attention dropout, checked to be 0, so train-mode ``generate`` computes the same and draws
+    no more random numbers; the fast sampler consumes torch's global random state exactly as ``generate``
+    does, so training afterwards sees the same state. Anything else goes to ``generate`` as TRL called it
+    (``mode`` True: an error)."""
+    from envengineer.plugins.policies import fast_sampler
+
+    original = model.generate
+
+    def generate(input_ids=None, attention_mask=None, generation_config=None, **rest):
+        if rest:
+            kwargs, reason = None, f"generate arguments {sorted(rest)}"
+        elif generation_config is None:
+            kwargs, reason = None, "no generation config"
+        else:
+            kwargs, reason = rollout_settings(model, generation_config)
+        training = model.training
+        model.train(False)
+        try:
+            if kwargs is not None:
+                if attention_mask is None:
+                    reason = "no attention mask"
+                else:
+                    try:
+                        fast_sampler._plan(model, input_ids, **kwargs)
+                    except fast_sampler.Unsupported as exc:
+                        reason = str(exc)
+            if reason is not None:
+                if mode is True:
+                    raise fast_sampler.Unsupported(f"trainer.trl.fast_rollouts: true, but {reason}")
+                log.slow(reason)
+                model.train(training)
+                return original(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config, **rest)
+            del model.generate  # the self-check (and a fallback after it) call transformers' own generate
+            try:
+                out = fast_sampler.generate(model, input_ids, attention_mask, mode=mode, **kwargs)
+            finally:
+                model.generate = generate
+            if fast_sampler._decisions.get(model):
+                log.fast += 1
+            else:
+                log.slow("the fast sampler's self-check differed from generate")
+            return out.clone()  # a plain tensor (the fast sampler's is an inference tensor)
+        finally:
+            model.train(training)
+
+    model.generate = generate
+    try:
+        yield
+    finally:
+        if model.__dict__.get("generate") is generate:
+            del model.generate
+
+
 class TrlGrpoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -163,7 +268,19 @@ class TrlGrpoOptions(BaseModel):
         "budget_mode kept_prompts always prefilters, with num_generations samples when this is 0)",
     )
     use_cpu: Literal["auto"] | bool = Field("auto", description="auto: CPU when no CUDA device is available")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's)")
+    threads: int | None = Field(
+        None, ge=1,
+        description="torch CPU threads during the round (default: 1 on the CPU, torch's default with a GPU); more "
+        "threads can be faster on an idle machine (two were 1.56x faster on an idle 2-core machine) but collapse when "
+        "another process competes for the cores (5-30x slower measured), and they change float rounding, not the "
+        "tables, as measured",
+    )
+    fast_rollouts: Literal["auto"] | StrictBool = Field(
+        "auto",
+        description="GRPO's rollouts through the fast sampler (envengineer.plugins.policies.fast_sampler: generate's "
+        "tokens and random draws for CPU float32 Qwen3 models, checked against generate on the round's first rollout); "
+        "auto: where it applies and its self-check passes, else generate; true: an error where it does not; false: generate",
+    )
     seed: int | None = Field(None, description="default: the loop's seed for the round")
     logging_steps: int = Field(1, ge=1)
     mask_after_answer: bool = Field(
@@ -427,8 +544,24 @@ class TrlGrpoTrainer(Trainer):
     def train(self, request: TrainRequest) -> TrainResult:
         from envengineer.plugins.policies.transformers_policy import quiet_hf
 
-        with quiet_hf():
+        with quiet_hf(), self._threads():
             return self._train(request)
+
+    @contextlib.contextmanager
+    def _threads(self):
+        """torch's CPU threads for the round (``threads``; default 1 on the CPU), torch's own again after it."""
+        import torch
+
+        o = self.options
+        use_cpu = (not torch.cuda.is_available()) if o.use_cpu == "auto" else bool(o.use_cpu)
+        threads = o.threads or (1 if use_cpu else None)
+        before = torch.get_num_threads()
+        if threads:
+            torch.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
     def _train(self, request: TrainRequest) -> TrainResult:
         import torch
@@ -437,8 +570,6 @@ class TrlGrpoTrainer(Trainer):
         from trl import GRPOTrainer
 
         o = self.options
-        if o.threads:
-            torch.set_num_threads(o.threads)
         seed = o.seed if o.seed is not None else request.seed
         out_dir = Path(request.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -447,7 +578,7 @@ class TrlGrpoTrainer(Trainer):
             records = records[: o.max_prompts]
         if not records:
             raise ConfigError("trainer.trl: the round has no training instances")
-        metrics: dict[str, Any] = {"prompts_given": len(request.records)}
+        metrics: dict[str, Any] = {"prompts_given": len(request.records), "threads": torch.get_num_threads()}
         started = time.perf_counter()
         drawn: Drawn | None = None
         if self.prefilter_samples(request):
@@ -506,8 +637,20 @@ class TrlGrpoTrainer(Trainer):
         generator, style = request.generator, request.prompt_style
         mask_after = o.mask_after_answer and type(generator).answer_end is not Generator.answer_end
 
+        rollout_log = RolloutLog()
+        fast_mode = o.fast_rollouts
+
         class RoundTrainer(GRPOTrainer):
-            """TRL's GRPO; tokens after the answer's end leave the loss, negative advantages weighted."""
+            """TRL's GRPO; rollouts through the fast sampler, tokens after the answer's end leave the loss,
+            negative advantages weighted."""
+
+            def _generate_single_turn(self, *args, **kwargs):
+                if fast_mode is False or self.use_vllm or getattr(self, "use_transformers_continuous_batching", False):
+                    if fast_mode is True:
+                        raise ConfigError("trainer.trl.fast_rollouts: true, but TRL generates with vLLM or continuous batching")
+                    return super()._generate_single_turn(*args, **kwargs)
+                with routed_generate(self.accelerator.unwrap_model(self.model_wrapped), fast_mode, rollout_log):
+                    return super()._generate_single_turn(*args, **kwargs)
 
             def _generate_and_score_completions(self, inputs):
                 out = super()._generate_and_score_completions(inputs)
@@ -529,8 +672,7 @@ class TrlGrpoTrainer(Trainer):
                     out["advantages"] = weight_negative_advantages(out["advantages"], weight)
                 return out
 
-        trainer_class = RoundTrainer if (mask_after or weight != 1.0) else GRPOTrainer
-        trainer = trainer_class(
+        trainer = RoundTrainer(
             model=str(request.policy_path),
             reward_funcs=self.reward_fn(request, records, outcomes),
             args=config,
@@ -565,6 +707,7 @@ class TrlGrpoTrainer(Trainer):
             "zero_std_frac": mean("zero_std_frac"),
             "completion_length": mean("completion_length"),
             "last_reward_mean": lines[-1]["reward_mean"] if lines else None,
+            **rollout_log.metrics(),
         })
         del trainer
         return TrainResult(checkpoint=checkpoint, curves=curves_path, metrics=metrics)
