@@ -146,9 +146,11 @@ def rollout_settings(model, generation_config) -> tuple[dict[str, Any] | None, s
 
 
 class RolloutLog:
-    """How each rollout was sampled: counts of fast-sampler and ``generate`` calls, why ``generate``."""
+    """How each rollout was sampled: counts of fast-sampler and ``generate`` calls, why ``generate``, and
+    the seconds TRL's generation took (tokenized prompts to completion ids, all rollouts together)."""
 
     def __init__(self) -> None:
+        self.seconds = 0.0
         self.fast = 0
         self.generate = 0
         self.reasons: list[str] = []
@@ -159,7 +161,8 @@ class RolloutLog:
             self.reasons.append(reason)
 
     def metrics(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"rollouts_fast": self.fast, "rollouts_generate": self.generate}
+        out: dict[str, Any] = {"rollout_seconds": round(self.seconds, 2), "rollouts_fast": self.fast,
+                               "rollouts_generate": self.generate}
         if self.reasons:
             out["rollouts_generate_why"] = "; ".join(self.reasons)
         return out
@@ -645,6 +648,13 @@ class TrlGrpoTrainer(Trainer):
             negative advantages weighted."""
 
             def _generate_single_turn(self, *args, **kwargs):
+                started = time.perf_counter()
+                try:
+                    return self._rollout(*args, **kwargs)
+                finally:
+                    rollout_log.seconds += time.perf_counter() - started
+
+            def _rollout(self, *args, **kwargs):
                 if fast_mode is False or self.use_vllm or getattr(self, "use_transformers_continuous_batching", False):
                     if fast_mode is True:
                         raise ConfigError("trainer.trl.fast_rollouts: true, but TRL generates with vLLM or continuous batching")
