@@ -140,6 +140,18 @@ def test_failures_and_graded_scores(task, records):
     assert partial.failure == "partial" and partial.score == 0.05
 
 
+def test_the_answer_ends_at_the_first_closing_tag_after_the_last_opening_one(task, records):
+    generator, validator = task
+    chain = next(r for r in records if r["dataset"] == "chain_sum")
+    oracle = chain["answer"]
+    for response in (f"<answer>{oracle}</answer></answer>", f"<answer>x</answer><answer>{oracle}</answer> </answer>",
+                     f"<answer><answer>{oracle}</answer>", f"<answer>{oracle}</answer> then <answer>unclosed"):
+        assert validator.score(chain, response).optimal, response
+    response = f"<answer>{oracle}</answer></answer> more"
+    assert generator.answer_end(chain, response, "full") == len(f"<answer>{oracle}</answer>")
+    assert validator.score(chain, "</answer><answer>").failure == "no_answer"
+
+
 def test_hostile_answers_get_a_verdict_within_a_second_and_execute_nothing(task, records, tmp_path):
     _, validator = task
     marker = tmp_path / "executed"

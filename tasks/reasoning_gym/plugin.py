@@ -283,8 +283,8 @@ class RGGenerator(Generator):
         """Full: the validator reads the last <answer>...</answer>; compact: the first line. What follows changes nothing."""
         if style == "compact":
             return compact.answer_end(response)
-        end = response.rfind(CLOSE)
-        return None if end < 0 else end + len(CLOSE)
+        span = answer_span(response)
+        return None if span is None else span[1] + len(CLOSE)
 
     def check_record(self, record: Mapping[str, Any]) -> None:
         for key in ("id", "dataset", "levels", "question", "answer", "metadata"):
@@ -349,11 +349,10 @@ class RGValidator(Validator):
 
     def score(self, record: Mapping[str, Any], response: str) -> Verdict:
         response = response if isinstance(response, str) else str(response)
-        end = response.rfind(CLOSE)
-        start = response.rfind(OPEN, 0, end) if end >= 0 else -1
-        if start < 0:
+        span = answer_span(response)
+        if span is None:
             return Verdict(False, False, "no_answer", ("no_answer",))
-        answer = response[start + len(OPEN):end].strip()
+        answer = response[span[0]:span[1]].strip()
         oracle = str(record.get("answer", ""))
         if len(answer) > max(MIN_ANSWER_CHARS, ANSWER_FACTOR * len(oracle)):
             return Verdict(False, False, "too_long", ("too_long",))
@@ -379,6 +378,20 @@ class RGValidator(Validator):
             return Verdict(False, False, "rejected", ("rejected",), score=0.0)
         kind = "partial" if entry.partial_at is not None and score >= entry.partial_at else "wrong"
         return Verdict(False, False, kind, (kind,), score=score)
+
+
+def answer_span(response: str) -> tuple[int, int] | None:
+    """Where the graded answer lies in ``response``: after the last ``<answer>`` that a ``</answer>`` follows, up to the
+    first ``</answer>`` after it (``<answer>A</answer></answer>`` is ``A``); None without such a pair. Three linear
+    scans, whatever the input."""
+    last_close = response.rfind(CLOSE)
+    if last_close < 0:
+        return None
+    start = response.rfind(OPEN, 0, last_close)
+    if start < 0:
+        return None
+    start += len(OPEN)
+    return start, response.find(CLOSE, start)
 
 
 def bounded_call(scorer: Any, answer: str, item: dict[str, Any], limit: float) -> float | None:
