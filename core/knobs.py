@@ -150,13 +150,30 @@ def random_config(generator: Generator, seed: int) -> BaseModel:
         proposal[group] = drawn
     if generator.knob_table is None:
         top = {knob.name: snap(knob, rng.uniform(knob.low, knob.high)) for knob in generator.knobs if not knob.share}
-        return project(generator, top, base).config
+        return _drawn(generator, project(generator, top, base), seed)
     share = generator.share_knob()
     if share is not None:
         weights = {g: v[share.name] for g, v in proposal.items() if share.name in v}
         for group, value in renormalize(weights, share).items():
             proposal[group][share.name] = value
-    return project(generator, generator.knob_proposal(proposal), base).config
+    return _drawn(generator, project(generator, generator.knob_proposal(proposal), base), seed)
+
+
+def _drawn(generator: Generator, projection: Projection, seed: int) -> BaseModel:
+    """The random config's projection, or a ``RegistrationError`` when part of the draw was dropped (a knob
+    that is no field of the config, bounds beyond the field's constraints): never the default config
+    in silence."""
+    from envengineer.errors import RegistrationError
+
+    dropped = [change for change in projection.changes if change.applied is None]
+    if dropped:
+        first = dropped[0]
+        raise RegistrationError(
+            f"task {generator.name!r}: random_config({seed}) drew a config that does not validate: "
+            f"{first.field}: {first.reason} ({len(dropped)} problem{'s' if len(dropped) != 1 else ''}); "
+            "check the declared knobs against the config model (envengineer.testing.check_knob_declarations)"
+        )
+    return projection.config
 
 
 # ------------------------------------------------------------------- shares

@@ -12,6 +12,10 @@ and how to reproduce it; :func:`assert_task_conforms` runs them all and raises o
 
 What is checked:
 
+- **knob declarations**: every declared knob is a field of the config model (of the knob
+  table's per-group model when the task has a table), and its ``low`` and ``high`` each
+  validate when set into the default config (a knob declared wider than its field's
+  constraints would make proposals and ``random_config`` fall back to the current config);
 - **determinism**: the same config and seed give the same records, byte for byte, twice in
   this process and in fresh interpreters under other ``PYTHONHASHSEED`` values;
 - **projection**: ``project()`` never raises on fuzzed, hostile proposals (wrong types,
@@ -101,6 +105,92 @@ def check_determinism(
         elif done.stdout.strip() != first:
             problems.append(f"determinism: PYTHONHASHSEED={hash_seed} gave other records (sets or dicts iterated in hash order?)")
     return problems
+
+
+# ------------------------------------------------------------------ knob declarations
+
+
+def _table_groups(generator: Generator, config: Any) -> list[tuple[str, type | None, dict[str, Any]]]:
+    """``(group, per-group model or None, the group's values)`` of the knob table in ``config``."""
+    table = getattr(config, generator.knob_table, None)
+    dumped = config.model_dump().get(generator.knob_table)
+    if not isinstance(dumped, Mapping):
+        return []
+    groups = []
+    for group, values in dumped.items():
+        original = table.get(group) if isinstance(table, Mapping) else getattr(table, str(group), None)
+        model = type(original) if hasattr(type(original), "model_fields") else None
+        groups.append((str(group), model, dict(values) if isinstance(values, Mapping) else {}))
+    return groups
+
+
+def _validates(model: Any, data: Mapping[str, Any]) -> str | None:
+    """None when ``model`` accepts ``data``; else its first error, on one line."""
+    try:
+        model.model_validate(dict(data))
+    except Exception as exc:  # noqa: BLE001 - any refusal is reported
+        errors = exc.errors() if hasattr(exc, "errors") else []
+        if errors:
+            where = ".".join(map(str, errors[0].get("loc", ())))
+            return f"{where + ': ' if where else ''}{errors[0].get('msg')}"
+        return " ".join(str(exc).split())[:200]
+    return None
+
+
+def check_knob_declarations(generator: Generator) -> list[str]:
+    """Each declared knob is a field of the config model (the knob table's per-group model when the
+    task has one) and its ``low`` and ``high`` validate when set into the default config.
+
+    A bound that depends on the group is declared at its loosest: it passes when some group takes it.
+    A share knob's bounds are checked against the per-group model alone (one share set to a bound
+    alone breaks the sum to 1)."""
+    problems: list[str] = []
+    config = generator.default_config()
+    model = generator.config_model
+    table = generator.knob_table
+    base = config.model_dump()
+    if table is None:
+        for knob in generator.knobs:
+            if knob.name not in model.model_fields:
+                problems.append(f"knobs: knob {knob.name!r} is no field of {model.__name__} (fields: {', '.join(model.model_fields) or 'none'})")
+                continue
+            for label, bound in (("low", knob.low), ("high", knob.high)):
+                error = _validates(model, {**base, knob.name: _bound_value(knob, bound)})
+                if error:
+                    problems.append(f"knobs: knob {knob.name!r} {label} = {bound:g} does not validate in the default "
+                                    f"{model.__name__} ({error}); declare bounds within the field's constraints")
+        return problems
+    groups = _table_groups(generator, config)
+    if not groups:
+        return [f"knobs: the knob table {table!r} of the default config is not a mapping of groups"]
+    for knob in generator.knobs:
+        present = [(g, m, v) for g, m, v in groups if (m is not None and knob.name in m.model_fields) or knob.name in v]
+        if not present:
+            names = sorted({m.__name__ for _, m, _ in groups if m is not None})
+            fields = sorted({f for _, m, _ in groups if m is not None for f in m.model_fields} | {k for _, _, v in groups for k in v})
+            owner = f"{'/'.join(names)} (the {table!r} table's per-group model)" if names else f"any group of the {table!r} table"
+            problems.append(f"knobs: knob {knob.name!r} is no field of {owner} (fields: {', '.join(fields) or 'none'})")
+            continue
+        for label, bound in (("low", knob.low), ("high", knob.high)):
+            value = _bound_value(knob, bound)
+            errors = []
+            for group, group_model, values in present:
+                candidate = {**values, knob.name: value}
+                error = _validates(group_model, candidate) if group_model is not None else None
+                if error is None and not knob.share:
+                    merged = {**base, table: {**base[table], group: candidate}}
+                    error = _validates(model, merged)
+                if error is None:
+                    break
+                errors.append(f"{group}: {error}")
+            else:
+                problems.append(f"knobs: knob {knob.name!r} {label} = {bound:g} does not validate in any group of the default "
+                                f"config ({errors[0]}); declare bounds within the field's constraints")
+    return problems
+
+
+def _bound_value(knob: Any, bound: float) -> float | int:
+    return int(bound) if knob.integer else float(bound)
 
 
 # ------------------------------------------------------------------ projection
@@ -285,6 +375,7 @@ def check_task(
         except ValueError as exc:
             problems.append(f"generate: check_record refuses a generated record {generator.record_id(record)}: {exc}")
             break
+    problems += check_knob_declarations(generator)
     problems += check_determinism(task, options, plugins=plugins, n=n, seed=seed, hash_seeds=hash_seeds, generator=generator)
     problems += check_projection(generator, count=fuzz, seed=seed)
     problems += check_validator(generator, validator, records, time_limit=time_limit)
