@@ -152,6 +152,23 @@ def test_the_answer_ends_at_the_first_closing_tag_after_the_last_opening_one(tas
     assert validator.score(chain, "</answer><answer>").failure == "no_answer"
 
 
+def test_a_scorer_raising_on_the_answer_is_the_models_failure_and_on_the_oracle_the_scorers(task):
+    from envengineer.tasks.reasoning_gym.plugin import default_table
+
+    generator, validator = task
+    record = generator.generate(RGConfig(datasets=default_table(["prime_factorization"])), n=1, seed=0).records[0]
+    oracle = record["answer"]
+    assert " × " in oracle
+    formats = [oracle.replace(" × ", " * "), oracle.replace(" × ", " x "), oracle.replace(" × ", ", "), oracle + ".",
+               f"The answer is {oracle}", "457.0"]
+    for text in formats:  # prime_factorization's scorer raises on each: a format mistake of the model
+        verdict = validator.score(record, f"<answer>{text}</answer>")
+        assert (verdict.failure, verdict.score) == ("rejected", 0.0), text
+    assert "scorer_error" in validator.failure_types and "rejected" in validator.failure_types
+    broken = {**record, "answer": "not a factorization"}  # the scorer cannot grade its own oracle: its failure
+    assert validator.score(broken, f"<answer>{formats[0]}</answer>").failure == "scorer_error"
+
+
 def test_hostile_answers_get_a_verdict_within_a_second_and_execute_nothing(task, records, tmp_path):
     _, validator = task
     marker = tmp_path / "executed"

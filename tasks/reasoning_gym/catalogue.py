@@ -1,8 +1,9 @@
 """The vetted catalogue: the reasoning-gym datasets this family trains and evaluates on.
 
 Measured on reasoning-gym 0.1.25 (docs/reasoning-gym.md). A dataset is in when its scorer
-executes nothing from the answer (no ``eval``, no sympy parsing), never raises on the answers we
-tried, has an oracle answer, generates the same bytes under any ``PYTHONHASHSEED`` and takes
+executes nothing from the answer (no ``eval``, no sympy parsing), grades its own oracle answer
+(it may raise on a malformed answer, e.g. prime_factorization's on ``2 * 3`` or ``457.0``: the
+validator counts that as the model's ``rejected``), has an oracle answer, generates the same bytes under any ``PYTHONHASHSEED`` and takes
 milliseconds per item. Per entry:
 
 - ``caps``: the highest curriculum level per attribute (the config keeps each level in

@@ -368,6 +368,13 @@ class RGValidator(Validator):
             return Verdict(False, False, "scorer_error", ("scorer_error",))
         item = {"question": record.get("question", ""), "answer": oracle, "metadata": copy.deepcopy(record.get("metadata") or {})}
         score = bounded_call(scorer, answer, item, SCORE_TIME_LIMIT)
+        if score is RAISED:
+            # The scorer raised on this answer: the model's format mistake (`2 * 3`, `457.0`, a trailing `.`) when
+            # the scorer grades the oracle answer, the scorer's own failure when it cannot even do that.
+            fresh = {**item, "metadata": copy.deepcopy(record.get("metadata") or {})}
+            if isinstance(bounded_call(scorer, oracle, fresh, SCORE_TIME_LIMIT), float):
+                return Verdict(False, False, "rejected", ("rejected",), score=0.0)
+            score = None
         if score is None:
             return Verdict(False, False, "scorer_error", ("scorer_error",))
         if score >= 1.0:
@@ -394,8 +401,13 @@ def answer_span(response: str) -> tuple[int, int] | None:
     return start, response.find(CLOSE, start)
 
 
-def bounded_call(scorer: Any, answer: str, item: dict[str, Any], limit: float) -> float | None:
-    """``scorer(answer, item)`` as a float in [0, 1], or None on an exception, a non-number or ``limit`` seconds passing.
+#: What :func:`bounded_call` returns when the scorer raised (distinct from None: a non-number or a timeout).
+RAISED: Any = type("Raised", (), {"__repr__": lambda self: "RAISED", "__slots__": ()})()
+
+
+def bounded_call(scorer: Any, answer: str, item: dict[str, Any], limit: float) -> Any:
+    """``scorer(answer, item)`` as a float in [0, 1]; :data:`RAISED` when it raised; None on a non-number or ``limit``
+    seconds passing.
 
     A daemon thread per call: the answer is size-capped before it gets here, and no vetted scorer executes or parses it
     as code, so a call takes milliseconds; the limit is a safety net that keeps the loop going should one ever hang
@@ -406,8 +418,8 @@ def bounded_call(scorer: Any, answer: str, item: dict[str, Any], limit: float) -
     def work() -> None:
         try:
             result.append(scorer(answer, item))
-        except BaseException:  # noqa: BLE001 - any failure of the scorer is a scorer_error
-            result.append(None)
+        except BaseException:  # noqa: BLE001 - the validator tells the answer's fault from the scorer's
+            result.append(RAISED)
 
     thread = threading.Thread(target=work, name="reasoning-gym-scorer", daemon=True)
     thread.start()
@@ -415,6 +427,8 @@ def bounded_call(scorer: Any, answer: str, item: dict[str, Any], limit: float) -
     if thread.is_alive() or not result:
         return None
     value = result[0]
+    if value is RAISED:
+        return RAISED
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return min(1.0, max(0.0, float(value)))
