@@ -22,3 +22,8 @@ class RegistrationError(EnvEngineerError):
 
 class UnknownComponentError(EnvEngineerError):
     """A run config or command named a component that no plugin registered."""
+
+
+class ValidatorError(EnvEngineerError):
+    """A task's validator raised while scoring a response; the message names the task, the record,
+    the response and the command that reproduces it."""

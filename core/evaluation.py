@@ -122,6 +122,24 @@ def summarize_records(
     return summary
 
 
+def score_response(validator: Any, generator: Any, record: Mapping[str, Any], response: str, style: str) -> Any:
+    """``validator.score`` on the decoded ``response``; a validator that raises becomes a
+    :class:`ValidatorError` naming the task, the record, the response and how to reproduce it."""
+    try:
+        return validator.score(record, generator.decode_response(record, response, style))
+    except Exception as exc:
+        from envengineer.errors import ValidatorError
+
+        task = getattr(validator, "name", type(validator).__name__)
+        record_id = record.get("id", "?") if isinstance(record, Mapping) else "?"
+        shown = response if len(response) <= 80 else response[:80] + "…"
+        raise ValidatorError(
+            f"task {task!r}: the validator raised {type(exc).__name__}: {exc} scoring record {record_id!r} "
+            f"on the response {shown!r}; reproduce it with `envengineer score {task} --instances I.jsonl "
+            f"--responses R.jsonl` (I.jsonl: that record; R.jsonl: its id and the response)"
+        ) from exc
+
+
 def evaluate(
     policy: Any,
     generator: Any,
@@ -149,10 +167,7 @@ def evaluate(
         responses.extend(out[0] if out else "" for out in outputs)
         if progress:
             progress(len(batch))
-    verdicts = [
-        validator.score(record, generator.decode_response(record, response, style))
-        for record, response in zip(records, responses)
-    ]
+    verdicts = [score_response(validator, generator, record, response, style) for record, response in zip(records, responses)]
     summary = summarize_records(generator, verdicts, records, benchmark)
     settings = {"policy": policy.name, "prompt_style": style, **_sampling(policy)}
     failed = list(policy.failed_calls())[failed_before:]
@@ -174,7 +189,7 @@ def sampled_pass1(policy: Any, generator: Any, validator: Any, records: Sequence
     for start in range(0, len(records), batch_size):
         batch = records[start : start + batch_size]
         for record, answers in zip(batch, policy.sample_records(generator, batch, style=style, n=n)):
-            ok = sum(validator.score(record, generator.decode_response(record, a, style)).valid for a in answers)
+            ok = sum(score_response(validator, generator, record, a, style).valid for a in answers)
             cell = by.setdefault(generator.group(record), [0, 0])
             cell[0] += ok
             cell[1] += len(answers)

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, f
 
 from envengineer.components import Generator, Trainer, retired_options
 from envengineer.errors import ConfigError
+from envengineer.evaluation import score_response
 from envengineer.plugins.trainers.rollouts import Groups, prompt_line
 from envengineer.training import (
     CURVE_KEYS,
@@ -397,7 +398,7 @@ class TrlGrpoTrainer(Trainer):
             for completion, index in zip(completions, record_index):
                 record = records[int(index)]
                 text = completion if isinstance(completion, str) else completion[-1]["content"]
-                verdict = validator.score(record, generator.decode_response(record, text, style))
+                verdict = score_response(validator, generator, record, text, style)
                 rewards.append(reward_value(verdict, reward, bonus))
                 valid.append(bool(verdict.valid))
             if outcomes is not None:
