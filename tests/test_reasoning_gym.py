@@ -169,6 +169,18 @@ def test_a_scorer_raising_on_the_answer_is_the_models_failure_and_on_the_oracle_
     assert validator.score(broken, f"<answer>{formats[0]}</answer>").failure == "scorer_error"
 
 
+def test_scoring_prints_nothing(task, records, capfd):
+    _, validator = task
+    hanoi = next(r for r in records if r["dataset"] == "tower_of_hanoi")
+    capfd.readouterr()
+    verdict = validator.score(hanoi, "<answer>Move disk 1 from Peg 99 to Peg 3</answer>")  # its scorer prints
+    assert verdict.failure is not None
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+    print("still captured")  # the streams are back
+    assert capfd.readouterr().out == "still captured\n"
+
+
 def test_hostile_answers_get_a_verdict_within_a_second_and_execute_nothing(task, records, tmp_path):
     _, validator = task
     marker = tmp_path / "executed"

@@ -7,9 +7,11 @@ those methods then stop with what to install.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import hashlib
+import io
 import json
 import math
 import threading
@@ -401,6 +403,8 @@ def answer_span(response: str) -> tuple[int, int] | None:
     return start, response.find(CLOSE, start)
 
 
+#: Held while a scorer's output is redirected (bounded_call).
+_QUIET = threading.Lock()
 #: What :func:`bounded_call` returns when the scorer raised (distinct from None: a non-number or a timeout).
 RAISED: Any = type("Raised", (), {"__repr__": lambda self: "RAISED", "__slots__": ()})()
 
@@ -422,8 +426,13 @@ def bounded_call(scorer: Any, answer: str, item: dict[str, Any], limit: float) -
             result.append(RAISED)
 
     thread = threading.Thread(target=work, name="reasoning-gym-scorer", daemon=True)
-    thread.start()
-    thread.join(limit)
+    # Some scorers print (tower_of_hanoi: "Error validating move …"), which would corrupt `envengineer score`'s output:
+    # stdout and stderr go to a throwaway buffer while the caller waits. The swap of sys.stdout is process-wide, so one
+    # lock keeps concurrent callers from restoring each other's buffer; a scorer left running past the limit prints
+    # to the real streams again.
+    with _QUIET, contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        thread.start()
+        thread.join(limit)
     if thread.is_alive() or not result:
         return None
     value = result[0]
