@@ -84,6 +84,22 @@ def test_compact_prompts_are_the_expression_and_answers_the_bare_number(chain):
     assert generator.decode_response(record, "x", "full") == "x" and generator.render(record, "full")[1]["content"] == record["question"]
 
 
+def test_a_compact_answer_scores_what_reasoning_gym_scores_on_the_line_as_written(chain):
+    import reasoning_gym
+
+    generator, validator, records = chain
+    record = records[0]
+    oracle = record["answer"]
+    dataset = reasoning_gym.create_dataset("chain_sum", size=1, seed=0)
+    item = {"question": record["question"], "answer": oracle, "metadata": record["metadata"]}
+    for line in (f"junk<answer>{oracle}", f"<answer>{oracle}</answer>", f"{oracle}</answer>", f"<answer></answer>{oracle}", oracle):
+        expected = dataset.score_answer(line, item)
+        verdict = validator.score(record, generator.decode_response(record, line, "compact"))
+        assert verdict.score == pytest.approx(expected), line
+        assert verdict.optimal == (expected == 1.0), line
+    assert validator.score(record, generator.decode_response(record, f"junk<answer>{oracle}", "compact")).failure == "wrong"
+
+
 def test_the_compact_style_refuses_datasets_it_has_no_form_for(registry_module):
     generator, _ = registry_module.task(TASK)
     maze = next(r for r in generator.generate(generator.default_config(), n=12, seed=0).records if r["dataset"] == "maze")

@@ -6,7 +6,8 @@ only what a ~1 M-parameter model can learn from, for the datasets listed in :dat
 
 - ``chain_sum``: the expression without spaces and an ``=`` (``38-45-35=``), answered by the bare number
   (``-42``); the converter (:func:`to_answer`) puts it inside ``<answer>…</answer>`` for the validator,
-  so the verdict is reasoning-gym's own scorer on exactly what the model wrote.
+  so the verdict is reasoning-gym's own scorer on exactly what the model wrote (:class:`Answer` carries the line,
+  tag text in it included, past the validator's tag extraction).
 
 Prompts are plain strings of printable ASCII, so the tiny policy's default character tokenizer reads them
 (no vocabulary hook). The warm start (:func:`warm_start_pairs`) draws chain_sum items at levels
@@ -54,11 +55,24 @@ def answer_end(response: str) -> int:
     return len(response) if end < 0 else end
 
 
+class Answer(str):
+    """A decoded compact answer: ``<answer>line</answer>`` as a string, with ``line`` itself in :attr:`exact`.
+
+    The validator grades :attr:`exact` as it is instead of extracting from the tags: a line holding tag text
+    (``junk<answer>5``) would otherwise be cut down to its last tagged piece (``5``) and score what the model did
+    not write."""
+
+    exact: str
+
+
 def to_answer(response: str) -> str:
     """The validator's format: the first line, stripped, inside ``<answer>…</answer>`` (the validator's size cap then
-    refuses an over-long one as too_long)."""
+    refuses an over-long one as too_long); an :class:`Answer`, so the validator scores exactly that line."""
     text = str(response)
-    return f"<answer>{text[: answer_end(text)].strip()}</answer>"
+    line = text[: answer_end(text)].strip()
+    answer = Answer(f"<answer>{line}</answer>")
+    answer.exact = line
+    return answer
 
 
 def warm_start_pairs(*, n: int, seed: int) -> list[tuple[str, str]]:

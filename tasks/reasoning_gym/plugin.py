@@ -350,11 +350,15 @@ class RGValidator(Validator):
     failure_types: ClassVar[tuple[str, ...]] = ("no_answer", "too_long", "scorer_error", "rejected", "wrong", "partial")
 
     def score(self, record: Mapping[str, Any], response: str) -> Verdict:
+        exact = getattr(response, "exact", None) if isinstance(response, compact.Answer) else None
         response = response if isinstance(response, str) else str(response)
-        span = answer_span(response)
-        if span is None:
-            return Verdict(False, False, "no_answer", ("no_answer",))
-        answer = response[span[0]:span[1]].strip()
+        if isinstance(exact, str):  # a compact answer: the line the model wrote, as it is
+            answer = exact
+        else:
+            span = answer_span(response)
+            if span is None:
+                return Verdict(False, False, "no_answer", ("no_answer",))
+            answer = response[span[0]:span[1]].strip()
         oracle = str(record.get("answer", ""))
         if len(answer) > max(MIN_ANSWER_CHARS, ANSWER_FACTOR * len(oracle)):
             return Verdict(False, False, "too_long", ("too_long",))
