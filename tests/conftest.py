@@ -190,3 +190,16 @@ def tiny_models():
     import types
 
     return types.SimpleNamespace(char_model=char_model, byte_chat_tokenizer=byte_chat_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory):
+    """A very small tiny-policy model (1 layer, hidden 32) saved as a model folder, built once per session."""
+    from envengineer.plugins.policies import tiny
+
+    tokenizer = tiny.build_tokenizer()
+    model = tiny.build_model(tokenizer, hidden_size=32, layers=1, ffn=64, seed=0)
+    path = tmp_path_factory.mktemp("tiny-base")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

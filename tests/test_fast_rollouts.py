@@ -12,15 +12,8 @@ from envengineer.training import ROLLOUTS_FILE, TrainRequest  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    from envengineer.plugins.policies import tiny
-
-    tokenizer = tiny.build_tokenizer()
-    model = tiny.build_model(tokenizer, hidden_size=32, layers=1, ffn=64, seed=0)
-    path = tmp_path_factory.mktemp("base")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+def base(tiny_base):
+    return tiny_base
 
 
 def one_round(registry, base, out_dir, **options):

@@ -11,18 +11,11 @@ from envengineer.training import CURVE_KEYS, TrainRequest  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
+def base(tiny_base):
     import torch
 
     torch.set_num_threads(2)
-    from envengineer.plugins.policies import tiny
-
-    tokenizer = tiny.build_tokenizer()
-    model = tiny.build_model(tokenizer, hidden_size=32, layers=1, ffn=64, seed=0)
-    path = tmp_path_factory.mktemp("base")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return tiny_base
 
 
 def test_options_are_checked(registry):
