@@ -278,7 +278,7 @@ class Loop:
                 f"[bold]round {round}: training[/] on {len(request.records)} instances from {escape(str(request.policy_path))}"
             )
             result = self.run.trainer.train(request)
-            signal = self._signal(round, partial)
+            signal = self._signal(round, partial, request.records)
             details = {
                 "full": dict(self.run.trainer.describe()),
                 "bookkeeping": {"round": round, "rounds_total": self.cfg.rounds, "budget": self.cfg.budget,
@@ -297,18 +297,18 @@ class Loop:
         metrics = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float, str)) and k != "checkpoint"}
         self._finish("train", round, started, checkpoint=str(checkpoint), **metrics)
 
-    def _signal(self, round: int, folder: Path) -> dict[str, Any] | None:
-        """The trainer's ``rollouts.jsonl`` in ``folder`` aggregated by the task's groupings (None: it wrote none)."""
+    def _signal(self, round: int, folder: Path, records: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The trainer's ``rollouts.jsonl`` in ``folder`` aggregated by the task's groupings (None: it wrote none);
+        ``records``: the round's training set, to which the trainer's draws (``drawn.jsonl``) are added."""
         from envengineer.signal import aggregate, check_line
 
         path = folder / self.dir.rollouts(round).name
         if not path.exists():
             return None
         lines = [check_line(line, f"{path}:{i + 1}") for i, line in enumerate(read_jsonl(path))]
-        records = read_jsonl(self.dir.train_set(round))
         drawn = folder / self.dir.drawn(round).name
         if drawn.exists():
-            records += read_jsonl(drawn)
+            records = [*records, *read_jsonl(drawn)]
         return aggregate(lines, records, self.run.generator)
 
     def draw_fn(self, round: int, out_dir: Path) -> Any:
@@ -336,7 +336,7 @@ class Loop:
         kept = self.cfg.budget_mode == "kept_prompts"
         return TrainRequest(
             budget_mode=self.cfg.budget_mode, kept_target=self.cfg.budget if kept else 0,
-            max_draws=int(self.cfg.draw_cap * self.cfg.budget) if kept else 0, draw=self.draw_fn(round, out_dir),
+            max_draws=int(self.cfg.draw_cap * self.cfg.budget) if kept else 0, draw=self.draw_fn(round, out_dir) if kept else None,
             policy_path=self.base_path() if round == 0 else self.dir.checkpoint(round - 1),
             records=read_jsonl(self.dir.train_set(round)),
             generator=self.run.generator, validator=self.run.validator,

@@ -144,7 +144,8 @@ def aggregate(lines: Iterable[Mapping[str, Any]], records: Iterable[Mapping[str,
 
 
 def group_success(signal: Mapping[str, Any] | None, dimension: str | None = None) -> dict[str, dict[str, Any]]:
-    """``{group: cell}`` of the named grouping of an aggregated signal (default: its first), {} without one."""
+    """``{group: cell}`` of the named grouping of an aggregated signal (default: its first), {} without one.
+    An evaluation summary has the same ``by`` shape: the baselines read its rates through this too."""
     by = (signal or {}).get("by") or {}
     if dimension is not None:
         return dict(by.get(dimension) or {})

@@ -636,41 +636,31 @@ def write_arms_report(report: ArmsReport, output: Path, slug: str, console: Any 
     if report.baseline is None:
         parts.append("No baseline arm (a manifest's `baseline`, an arm named `fixed`, or the only config with the "
                      "`fixed` engineer): no paired tests.\n")
-    for key, view in report.sets:
-        table = set_table(report, key, view)
-        parts += [f"## {report.set_label(key, view)}\n", to_markdown(table)]
-        csv_path = output / f"{slug}-{_slug(view.name)}.csv"
+    def add(heading: str, name: str, table: Comparison) -> None:
+        """A table under its heading in the markdown, and as ``<slug>-<name>.csv`` beside it."""
+        parts.extend([f"## {heading}\n", to_markdown(table)])
+        csv_path = output / f"{slug}-{name}.csv"
         write_text(csv_path, to_csv(table))
         written.append(csv_path)
+
+    for key, view in report.sets:
+        add(report.set_label(key, view), _slug(view.name), set_table(report, key, view))
     tables = paired_tables(report)
     if tables is not None:
         pooled_table, seed_table = tables
-        parts += [f"## Paired against {report.baseline.label}: pooled over seeds\n", to_markdown(pooled_table),
-                  f"## Paired against {report.baseline.label}: per seed\n", to_markdown(seed_table)]
-        for name, table in (("paired", pooled_table), ("paired-per-seed", seed_table)):
-            csv_path = output / f"{slug}-{name}.csv"
-            write_text(csv_path, to_csv(table))
-            written.append(csv_path)
+        add(f"Paired against {report.baseline.label}: pooled over seeds", "paired", pooled_table)
+        add(f"Paired against {report.baseline.label}: per seed", "paired-per-seed", seed_table)
     seeds = seed_tests(report)
     if seeds is not None:
-        parts += [f"## Against {report.baseline.label} with seeds as the unit\n", to_markdown(seeds)]
-        csv_path = output / f"{slug}-seed-tests.csv"
-        write_text(csv_path, to_csv(seeds))
-        written.append(csv_path)
+        add(f"Against {report.baseline.label} with seeds as the unit", "seed-tests", seeds)
         if console is not None:
             console.print(rich_table(seeds, f"{report.title}: against {report.baseline.label} with seeds as the unit"))
     distances = distance_table(report)
     if distances is not None:
-        parts += [f"## Configs against {report.baseline.label}'s\n", to_markdown(distances)]
-        csv_path = output / f"{slug}-config-distance.csv"
-        write_text(csv_path, to_csv(distances))
-        written.append(csv_path)
+        add(f"Configs against {report.baseline.label}'s", "config-distance", distances)
     signal = signal_table(report)
     if signal is not None:
-        parts += ["## Training signal at the same budget\n", to_markdown(signal)]
-        csv_path = output / f"{slug}-signal.csv"
-        write_text(csv_path, to_csv(signal))
-        written.append(csv_path)
+        add("Training signal at the same budget", "signal", signal)
     images, problem = _plots(report, output / f"{slug}-plots")
     if images:
         parts.append("## Plots\n")

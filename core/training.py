@@ -89,6 +89,14 @@ class Drawn:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+def screening_samples(prefilter_samples: int, num_generations: int, budget_mode: str) -> int:
+    """Samples per prompt before training (0: none): the trainer's ``prefilter_samples``, and in
+    ``kept_prompts`` mode, which must judge a prompt to keep it, the GRPO group size when that is off."""
+    if prefilter_samples:
+        return prefilter_samples
+    return num_generations if budget_mode == "kept_prompts" else 0
+
+
 def mixed(valid: list[bool]) -> bool:
     """Sampled outcomes that are neither all right nor all wrong: a GRPO group with signal."""
     return any(valid) and not all(valid)

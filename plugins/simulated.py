@@ -47,10 +47,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envengineer.components import Policy, Trainer
 from envengineer.errors import ConfigError, InputError
-from envengineer.fileio import cache_root, write_json
+from envengineer.fileio import cache_root, write_json, write_jsonl
 from envengineer.hookspecs import hookimpl
 from envengineer.signal import rollout_line
-from envengineer.training import ROLLOUTS_FILE, TrainRequest, TrainResult, fill_kept
+from envengineer.evaluation import score_response
+from envengineer.training import ROLLOUTS_FILE, TrainRequest, TrainResult, fill_kept, screening_samples
 
 STUDENT_FILE = "student.json"
 
@@ -259,11 +260,11 @@ class SimulatedTrainer(Trainer):
                 rid = generator.record_id(record)
                 if ok and rid not in answers:
                     answers[rid] = generator.reference_completion(record, style)
-                verdict = validator.score(record, generator.decode_response(record, answers[rid] if ok else "", style))
+                verdict = score_response(validator, generator, record, answers[rid] if ok else "", style)
                 rewards.append(float(verdict.reward))
             return rewards, [r > 0 for r in rewards]
 
-        screen = o.prefilter_samples or (o.num_generations if request.budget_mode == "kept_prompts" else 0)
+        screen = screening_samples(o.prefilter_samples, o.num_generations, request.budget_mode)
         if screen:
             drawn = fill_kept(request, lambda batch: [outcomes(r, screen) for r in batch])
             records, judged = drawn.records, list(zip(drawn.rewards, drawn.valid))
@@ -305,8 +306,7 @@ class SimulatedTrainer(Trainer):
             student.skills[g] = s + gain if gain > 0 else max(min(start, s), s - o.forget)
         out = Path(request.out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        with open(out / ROLLOUTS_FILE, "w", encoding="utf-8") as handle:
-            handle.writelines(json.dumps(line) + "\n" for line in lines)
+        write_jsonl(out / ROLLOUTS_FILE, lines)
         checkpoint = student.save(out / "checkpoint")
         curves = out / "curves.jsonl"
         curves.write_text("")

@@ -30,13 +30,7 @@ class _Options(BaseModel):
 
 def group_rates(report: Mapping[str, Any], dimension: str | None = None) -> dict[str, dict[str, Any]]:
     """``{group: rates}`` of the named grouping, or the first one the report has."""
-    by = report.get("by") or {}
-    if dimension is not None:
-        return dict(by.get(dimension) or {})
-    for values in by.values():
-        if values:
-            return dict(values)
-    return {}
+    return group_success(report, dimension)
 
 
 def knob_table(request: DesignRequest) -> dict[str, dict[str, Any]]:

@@ -52,6 +52,7 @@ from envengineer.training import (
     fill_kept,
     reward_text,
     reward_value,
+    screening_samples,
 )
 
 #: ``gradient_checkpointing: auto`` recomputes activations for models with at least this many
@@ -410,10 +411,7 @@ class TrlGrpoTrainer(Trainer):
     def prefilter_samples(self, request: TrainRequest) -> int:
         """Samples per prompt before training (0: no prefilter). ``kept_prompts`` must judge prompts to keep
         them, so it samples ``num_generations`` times when ``prefilter_samples`` is off: GRPO's own group size."""
-        o = self.options
-        if o.prefilter_samples:
-            return o.prefilter_samples
-        return o.num_generations if request.budget_mode == "kept_prompts" else 0
+        return screening_samples(self.options.prefilter_samples, self.options.num_generations, request.budget_mode)
 
     def _prefilter(self, request: TrainRequest) -> tuple[Drawn, dict[str, Any]]:
         """Sample ``request.records`` (and in ``kept_prompts`` mode fresh draws, :func:`fill_kept`) and keep
@@ -440,7 +438,7 @@ class TrlGrpoTrainer(Trainer):
             samples = policy.sample([generator.render(r, style) for r in batch], n=n)
             judged = []
             for record, texts in zip(batch, samples):
-                verdicts = [validator.score(record, generator.decode_response(record, t, style)) for t in texts]
+                verdicts = [score_response(validator, generator, record, t, style) for t in texts]
                 judged.append(([reward_value(v, o.reward, o.optimality_bonus) for v in verdicts], [bool(v.valid) for v in verdicts]))
             return judged
 
