@@ -197,6 +197,13 @@ def _fill(weights: Mapping[str, float], total: float, low: float, high: float) -
     return {name: min(high, max(low, hi * w[name])) for name in names}
 
 
+def share_bounds(knob: Knob, n: int) -> tuple[float, float]:
+    """The bounds ``n`` shares can keep while summing to 1: the knob's, narrowed to 1/n where they cannot."""
+    low = knob.low if n * knob.low <= 1.0 else 1.0 / n
+    high = knob.high if n * knob.high >= 1.0 else 1.0 / n
+    return low, high
+
+
 def renormalize(values: Mapping[str, float], knob: Knob, pinned: Collection[str] = ()) -> dict[str, float]:
     """Shares within the knob's bounds that sum to 1, on its step.
 
@@ -207,9 +214,7 @@ def renormalize(values: Mapping[str, float], knob: Knob, pinned: Collection[str]
     names = list(values)
     if not names:
         return {}
-    n = len(names)
-    low = knob.low if n * knob.low <= 1.0 else 1.0 / n
-    high = knob.high if n * knob.high >= 1.0 else 1.0 / n
+    low, high = share_bounds(knob, len(names))
     clipped = {name: min(high, max(low, float(values[name]))) for name in names}
     rest = [name for name in names if name not in pinned]
     fixed = 1.0 - sum(clipped[name] for name in names if name in pinned)

@@ -38,7 +38,7 @@ def load_generator_config(generator: Generator, path: str | Path | None, *, chec
 def knobs_out_of_bounds(generator: Generator, config: BaseModel) -> list[str]:
     """One line per declared knob value outside the bounds the default projection keeps it in,
     naming the field (a share's bounds as :func:`envengineer.knobs.renormalize` narrows them)."""
-    from envengineer.knobs import number
+    from envengineer.knobs import number, share_bounds
 
     table = generator.knob_table
     if table is None:
@@ -55,10 +55,7 @@ def knobs_out_of_bounds(generator: Generator, config: BaseModel) -> list[str]:
             value = number(raw)
             if value is None:
                 continue
-            low, high = knob.low, knob.high
-            if knob.share and table is not None and shared:
-                low = low if shared * low <= 1.0 else 1.0 / shared
-                high = high if shared * high >= 1.0 else 1.0 / shared
+            low, high = share_bounds(knob, shared) if knob.share and table is not None and shared else (knob.low, knob.high)
             where = knob.name if group is None else f"{table}.{group}.{knob.name}"
             clips = f"the design step's projection clips it into [{low:g}, {high:g}] when it moves it"
             if value < low - 1e-9:
