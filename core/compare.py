@@ -94,7 +94,8 @@ def _columns(benchmarks: Sequence[BenchView]) -> list[Column]:
     return [*head, *metric_columns(benchmarks), Column("from", "from", "", "from", False)]
 
 
-def _pct(value: float | None) -> float | None:
+def percent(value: float | None) -> float | None:
+    """A rate in percent (None stays None)."""
     return None if value is None else 100 * value
 
 
@@ -127,12 +128,12 @@ def run_figures(run: RunView, benchmarks: Sequence[BenchView]) -> tuple[dict[str
         for metric in ("valid", "optimal"):
             if view.aggregate is not None:
                 figures[f"{bench}:{metric}_agg"] = view.figure(summary, metric)
-            figures[f"{bench}:{metric}"] = _pct(rate(summary, f"{metric}_rate"))
+            figures[f"{bench}:{metric}"] = percent(rate(summary, f"{metric}_rate"))
         if stage:
             sources.setdefault(stage.label, []).append(bench)
     val = run.last_eval()
-    figures["val:valid"] = _pct(rate(val.eval if val else None, "valid_rate"))
-    figures["val:optimal"] = _pct(rate(val.eval if val else None, "optimal_rate"))
+    figures["val:valid"] = percent(rate(val.eval if val else None, "valid_rate"))
+    figures["val:optimal"] = percent(rate(val.eval if val else None, "optimal_rate"))
     return figures, sources, val
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envengineer.compare import MISSING, Column, Comparison, Stat, cell
+from envengineer.compare import MISSING, Column, Comparison, Stat, cell, percent
 from envengineer.comparison_stats import area_under_rounds, holm, permutation_test, welch
 from envengineer.runview import rate
 
@@ -31,10 +31,6 @@ if TYPE_CHECKING:
 
 #: The report's key for the validation set (its other sets are keyed by benchmark name).
 VALIDATION = "validation"
-
-
-def _pct(value: float | None) -> float | None:
-    return None if value is None else 100 * value
 
 
 # ------------------------------------------------------------------ what a run holds beyond the last round
@@ -75,7 +71,7 @@ def round_rates(run: ArmRun, metric: str = "valid") -> list[float | None]:
     if not evaluated:
         return []
     stages = {s.index: s for s in rounds}
-    return [_pct(rate(getattr(stages.get(i), "eval", None), f"{metric}_rate")) for i in range(max(evaluated) + 1)]
+    return [percent(rate(getattr(stages.get(i), "eval", None), f"{metric}_rate")) for i in range(max(evaluated) + 1)]
 
 
 def run_auc(run: ArmRun, metric: str = "valid") -> float | None:
@@ -128,7 +124,7 @@ def seed_figures(report: ArmsReport) -> list[tuple[str, Callable[[ArmRun], float
     for key, view in report.sets:
         label = report.set_label(key, view)
         figures.append((f"{label} valid %",
-                        lambda run, key=key: _pct(rate(_summary(run, key), "valid_rate"))))
+                        lambda run, key=key: percent(rate(_summary(run, key), "valid_rate"))))
         if key == VALIDATION:
             figures.append((f"{label} valid, mean over rounds %", run_auc))
     return figures
