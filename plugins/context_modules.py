@@ -127,7 +127,7 @@ def _sampled(cell: Mapping[str, Any] | None) -> str:
     return f"{pct(cell.get('success'))} ({cell.get('prompts', 0)})"
 
 
-def signal_table(signal: Mapping[str, Any], dim: str, cells: Mapping[str, Any]) -> str:
+def signal_table(dim: str, cells: Mapping[str, Any]) -> str:
     """One grouping's training signal: prompts, samples, sampled success, mixed/all-right/all-wrong prompts."""
     rows = [
         [_cell(group), str(c.get("prompts", 0)), str(c.get("samples", 0)), pct(c.get("success")),
@@ -337,7 +337,7 @@ class TrainingDetails(ContextModule):
             )
             for dim, cells in (signal.get("by") or {}).items():
                 if cells:
-                    text += f"\n\nSampled success by {dim}:\n\n" + signal_table(signal, dim, cells)
+                    text += f"\n\nSampled success by {dim}:\n\n" + signal_table(dim, cells)
         if self.options.mode == "full":
             full = evidence.training.get("full") or {}
             if full:
