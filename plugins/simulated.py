@@ -145,6 +145,7 @@ class SimulatedPolicy(Policy):
     def __init__(self, options: BaseModel | None = None) -> None:
         super().__init__(options)
         self._answers: dict[str, str] = {}  # reference answers by instance id (the validation set repeats every round)
+        self._calls = 0  # sampled calls so far: each draws afresh, reproducibly
 
     def params(self) -> dict[str, Any]:
         o = self.options
@@ -196,7 +197,7 @@ class SimulatedPolicy(Policy):
             raise ConfigError("policy.simulated.path: no student yet: prepare() it first")
         student = Student.load(self.options.path, generator)
         out: list[list[str]] = []
-        self._calls = getattr(self, "_calls", 0) + 1  # a sampled call draws afresh each time, reproducibly
+        self._calls += 1
         for record in records:
             p, rid = student.p(record), generator.record_id(record)
             if self.options.temperature == 0:
