@@ -27,6 +27,7 @@ BLOCK_ENV = "ENVENGINEER_BLOCK_PLUGINS"
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "envengineer.tasks.mapf_frozenlake.plugin",
     "envengineer.tasks.reasoning_gym.plugin",
+    "envengineer.tasks.gridwalk.plugin",
     "envengineer.plugins.context_modules",
     "envengineer.plugins.engineers",
     "envengineer.plugins.policies", "envengineer.plugins.trainers",
