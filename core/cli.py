@@ -287,15 +287,16 @@ def run_command(
     from envengineer.loop import run
     from envengineer.runconfig import load_run_config
 
-    cfg = load_run_config(config, overrides or ())
+    registry = _registry()
+    cfg = load_run_config(config, overrides or (), registry)
     target = Path(output or cfg.output or Path("runs") / cfg.name)
     if not resume and (target / "history.jsonl").exists():
         raise EnvEngineerError(f"{target}: already holds a run; pass --resume to continue it or choose another --output")
     if dry_run:
-        plan = run(config, console=console, output=output, overrides=overrides or (), dry_run=True)
+        plan = run(config, registry=registry, console=console, output=output, overrides=overrides or (), dry_run=True)
         _print_plan(plan)
         return
-    run(config, console=console, output=output, overrides=overrides or ())
+    run(config, registry=registry, console=console, output=output, overrides=overrides or ())
     console.print(f"run directory: [bold]{escape(str(target))}[/]  (report: envengineer report {escape(str(target))})")
 
 

@@ -255,7 +255,7 @@ def test_cli_run_rejects_a_bad_config_without_writing(tmp_path):
     from envengineer.cli import main
 
     path = tmp_path / "bad.yaml"
-    path.write_text("name: x\nengineer: {name: heuristic, bogus: 1}\noutput: " + str(tmp_path / "run") + "\n")
+    path.write_text("name: x\ntask: mapf-frozenlake\nengineer: {name: heuristic, bogus: 1}\noutput: " + str(tmp_path / "run") + "\n")
     with pytest.raises(SystemExit) as info:
         main(["run", str(path)])
     assert info.value.code == 2
