@@ -63,3 +63,43 @@ def test_pretrain_without_task_names_the_option_and_the_installed_families(monke
     result = CliRunner().invoke(app, ["pretrain", "--limit", "1"])
     assert isinstance(result.exception, ConfigError)
     assert str(result.exception) == f"--task: required when more than one task family is installed; name one of: {FAMILIES}"
+
+
+# ------------------------------------------------------------- 2. the heuristic's practice options
+
+SIZES = ("3x3", "4x4", "5x5", "6x6", "7x7", "8x8", "9x9", "10x10")
+RENAMED = {"conflict_failure": "practice_failure", "conflict_share": "practice_share", "wait_knob": "practice_knob", "wait_step": "practice_step"}
+
+
+def test_the_heuristics_old_mapf_option_names_are_refused_naming_the_new_ones(registry):
+    fields = registry.get("engineer", "heuristic").Options.model_fields
+    assert set(RENAMED.values()) <= set(fields) and not set(RENAMED) & set(fields)
+    assert "practices" in fields["practice_knob"].description and "practices" in fields["practice_failure"].description
+    for old, new in RENAMED.items():
+        value = "conflict" if "failure" in old else "wait_ratio" if "knob" in old else 0.4
+        with pytest.raises(ConfigError) as caught:
+            registry.create("engineer", "heuristic", {old: value}, where="engineer.heuristic")
+        assert f"engineer.heuristic: Value error, {old}: was renamed {new} (same meaning and default): write {new}: {value}" == str(caught.value)
+
+
+def test_the_heuristics_practice_options_do_what_they_say(registry, recorded_run, report_factory):
+    """Where a knob's declared practice dominates a group's validation failures (mapf-frozenlake:
+    wait_ratio practises conflict), that knob rises by practice_step; practice_share sets the bar,
+    practice_knob and practice_failure pick another knob and failure type."""
+    from envengineer.design import design
+    from envengineer.evidence import load_evidence
+    from envengineer.prompts import build_request
+
+    evidence = load_evidence(recorded_run, 1, registry)
+    evidence.report = report_factory(dict(zip(SIZES, (0.9, 0.9, 0.9, 0.6, 0.6, 0.5, 0.4, 0.0))), conflict_share=0.8)
+    request = build_request(evidence, registry, {"modules": ["F"]})
+    before = request.current_config.sizes["9x9"]
+
+    def after(**options):
+        return design(registry.create("engineer", "heuristic", options), request).config.sizes["9x9"]
+
+    assert after(practice_step=0.25).wait_ratio == pytest.approx(before.wait_ratio + 0.25)
+    assert after(practice_step=0.25, practice_share=0.9).wait_ratio == before.wait_ratio  # 80% conflicts: under the bar
+    moved = after(practice_knob="hole_ratio", practice_failure="conflict", practice_step=0.05)
+    assert moved.hole_ratio == pytest.approx(before.hole_ratio + 0.05) and moved.wait_ratio == before.wait_ratio
+    assert after(practice_knob="hole_ratio", practice_step=0.05).hole_ratio == before.hole_ratio  # hole_ratio declares no practices
