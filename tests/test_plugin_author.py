@@ -103,3 +103,19 @@ def test_the_heuristics_practice_options_do_what_they_say(registry, recorded_run
     moved = after(practice_knob="hole_ratio", practice_failure="conflict", practice_step=0.05)
     assert moved.hole_ratio == pytest.approx(before.hole_ratio + 0.05) and moved.wait_ratio == before.wait_ratio
     assert after(practice_knob="hole_ratio", practice_step=0.05).hole_ratio == before.hole_ratio  # hole_ratio declares no practices
+
+
+# ------------------------------------------------------------- 3. the trl trainer's reward function
+
+
+def test_the_trl_reward_function_has_a_task_neutral_name(registry, tmp_path):
+    """TRL logs a reward function's mean and std under its __name__ (rewards/<name>/mean)."""
+    pytest.importorskip("trl")
+    from envengineer.training import TrainRequest
+
+    generator, validator = registry.task("grid-walk")
+    records = generator.generate(generator.default_config(), n=2, seed=1).records
+    request = TrainRequest(policy_path=tmp_path, records=records, generator=generator, validator=validator, out_dir=tmp_path)
+    reward = registry.create("trainer", "trl", {}).reward_fn(request, records)
+    assert reward.__name__ == "task_reward"
+    assert reward(prompts=["p"], completions=["no answer"], record_index=[0]) == [0.0]
