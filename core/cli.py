@@ -84,8 +84,8 @@ def _progress(description: str, total: int | None):
     return progress_bar(description, total, console=err_console)
 
 
-TaskArg = typer.Argument(..., help="task family, e.g. mapf-frozenlake (see `envengineer plugins`)")
-OptionOpt = typer.Option(None, "--option", "-o", help="task option KEY=VALUE (repeatable); a task's options also go as --KEY VALUE after the task, e.g. --agents 2")
+TaskArg = typer.Argument(..., help="task family: a registered generator's name (`envengineer plugins` lists them)")
+OptionOpt = typer.Option(None, "--option", "-o", help="task option KEY=VALUE (repeatable); a task's options also go as --KEY VALUE after the task (mapf-frozenlake: --agents 2)")
 #: Commands on a task take the task's own options as --KEY VALUE (checked against the task's Options).
 TASK_COMMAND = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -101,7 +101,7 @@ def generate(
     workers: int = typer.Option(1, "--workers", min=1, help="processes (output is identical)"),
     option: Optional[list[str]] = OptionOpt,
 ) -> None:
-    """Generate instance records (task options: --KEY VALUE, e.g. --agents 2 for mapf-frozenlake)."""
+    """Generate instance records (task options: --KEY VALUE after the task; mapf-frozenlake: --agents 2)."""
     from envengineer.taskops import generate_file, load_generator_config
 
     generator, _ = _task(task, option, ctx.args)
@@ -323,7 +323,7 @@ def _print_plan(plan: dict) -> None:
 @app.command("eval")
 def eval_command(
     policy: str = typer.Option(..., "--policy", help="NAME or NAME:PATH, e.g. tiny, transformers:/models/qwen3-4b, openai-compatible"),
-    bench: list[str] = typer.Option(..., "--bench", help="benchmark name (repeatable), e.g. mapf-3agents"),
+    bench: list[str] = typer.Option(..., "--bench", help="benchmark name (repeatable; `envengineer bench list` lists them)"),
     policy_config: Optional[Path] = typer.Option(None, "--policy-config", help="YAML with the policy's options"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="evaluate N instances, evenly spread over the set"),
     output: Optional[Path] = typer.Option(None, "--output", help="folder for summary.json, rates.csv, verdicts, responses"),
@@ -387,7 +387,7 @@ def compare(
     run_dirs: list[Path] = typer.Argument(..., help="run directories to put side by side"),
     output: Optional[Path] = typer.Option(None, "--output", help="also write the table to FILE.md or FILE.csv"),
 ) -> None:
-    """Runs side by side: each benchmark's declared aggregate over its subsets (MAPF: the paper's Sum) and overall rates, then validation."""
+    """Runs side by side: each benchmark's declared aggregate over its subsets (mapf-frozenlake: the paper's Sum) and overall rates, then validation."""
     from envengineer.compare import load_comparison, rich_tables, write_comparison
 
     comparison = load_comparison(run_dirs)

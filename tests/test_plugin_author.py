@@ -119,3 +119,62 @@ def test_the_trl_reward_function_has_a_task_neutral_name(registry, tmp_path):
     reward = registry.create("trainer", "trl", {}).reward_fn(request, records)
     assert reward.__name__ == "task_reward"
     assert reward(prompts=["p"], completions=["no answer"], record_index=[0]) == [0.0]
+
+
+# ------------------------------------------------------------- 4. help texts that hold for any task
+
+MAPF_WORDS = r"mapf|frozenlake|\bagents?\b|conflict|wait_ratio|hole_ratio|\bwaits\b"
+
+
+def _field_texts(model, where):
+    """(where, description) of every field of a pydantic model and of the models nested in it."""
+    import typing
+
+    from pydantic import BaseModel
+
+    seen, todo, out = set(), [(model, where)], []
+    while todo:
+        model, where = todo.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        for name, field in model.model_fields.items():
+            out.append((f"{where}.{name}", field.description or ""))
+            stack = [field.annotation]
+            while stack:
+                tp = stack.pop()
+                if isinstance(tp, type) and issubclass(tp, BaseModel):
+                    todo.append((tp, f"{where}.{name}"))
+                stack.extend(typing.get_args(tp))
+    return out
+
+
+def test_help_texts_and_option_descriptions_say_when_they_speak_of_one_task(registry):
+    """A help text or an option's description outside the task families that speaks of MAPF says
+    so ("mapf-frozenlake: ..."), never offers it as what every task has."""
+    import re
+
+    import typer
+
+    from envengineer.cli import app
+    from envengineer.runconfig import RunConfig
+
+    texts = []
+    command = typer.main.get_command(app)
+
+    def walk(cmd, path):
+        texts.append((path, cmd.help or ""))
+        texts.extend((f"{path} {p.name}", getattr(p, "help", None) or "") for p in cmd.params)
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, f"{path} {name}")
+
+    walk(command, "envengineer")
+    texts += _field_texts(RunConfig, "run config")
+    for entry in registry.entries():
+        if entry.kind in ("generator", "validator", "benchmark"):
+            continue  # a task family's own texts may speak of its task
+        texts.append((f"{entry.kind} {entry.name}", entry.description))
+        texts += _field_texts(entry.obj.Options, f"{entry.kind}.{entry.name}")
+    assert len(texts) > 200
+    loose = [(where, text) for where, text in texts if re.search(MAPF_WORDS, text, re.I) and "mapf-frozenlake:" not in text]
+    assert not loose, loose
