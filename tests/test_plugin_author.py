@@ -178,3 +178,70 @@ def test_help_texts_and_option_descriptions_say_when_they_speak_of_one_task(regi
     assert len(texts) > 200
     loose = [(where, text) for where, text in texts if re.search(MAPF_WORDS, text, re.I) and "mapf-frozenlake:" not in text]
     assert not loose, loose
+
+
+# ------------------------------------------------------------- 5. envengineer plugins --options NAME
+
+
+@pytest.fixture
+def plugins_cli(monkeypatch):
+    """``invoke(*args)``: ``envengineer plugins ARGS`` through typer's CliRunner, printed wide, with
+    its exit code and its output (stdout and stderr) on one line."""
+    from rich.console import Console
+
+    from envengineer import cli
+
+    monkeypatch.setattr(cli, "console", Console(width=400))
+    monkeypatch.setattr(cli, "err_console", Console(width=400, stderr=True))
+
+    def invoke(*args):
+        result = CliRunner().invoke(cli.app, ["plugins", *args])
+        return result.exit_code, " ".join(result.output.split())  # the runner's output holds stderr too
+
+    return invoke
+
+
+def _row(*cells):
+    return " │ ".join(cells)
+
+
+def test_plugins_options_prints_a_components_options(plugins_cli):
+    code, out = plugins_cli("--options", "tiny")
+    assert code == 0 and "policy tiny (envengineer.plugins.policies): the run config's policy: section" in out
+    assert "field ┃ type ┃ default ┃ description" in out
+    assert _row("prompt_style", "'full' | 'compact'", "compact", "the task's prompt style") in out
+    assert _row("cache_dir", "str | None", "null", "default:") in out
+    code, out = plugins_cli("--options", "trl")
+    assert code == 0 and _row("reward", "'valid' | 'score'", "valid", "valid: R_acc") in out
+    assert _row("generation_batch_size", "int | None", "null") in out
+    code, out = plugins_cli("--options", "learnability")
+    assert code == 0 and _row("difficulty_knobs", "list[str] | None", "null", "knobs that make a group harder") in out
+    code, out = plugins_cli("--options", "curriculum")
+    assert code == 0 and _row("ramps", "dict[str, RampOptions]", "{}") in out and "RampOptions (in ramps)" in out  # nested options too
+
+
+def test_plugins_options_of_a_name_several_kinds_share(plugins_cli):
+    code, out = plugins_cli("--options", "grid-walk")  # a task: its generator and its validator
+    assert code == 0 and "grid-walk is registered as 2 kinds of component (generator, validator); --kind picks one" in out
+    assert "generator grid-walk (envengineer.tasks.gridwalk.plugin): task options: the run config's task: section" in out
+    assert _row("prompt_style", "'full' | 'compact'", "full") in out and _row("warm_start_max_moves", "int", "4") in out
+    assert "validator grid-walk (envengineer.tasks.gridwalk.plugin): no options" in out
+    for kind in ("task", "generator"):
+        code, out = plugins_cli("--options", "grid-walk", "--kind", kind)
+        assert code == 0 and "warm_start_max_moves" in out and "validator" not in out and "kinds of component" not in out
+    code, out = plugins_cli("--options", "simulated", "--kind", "trainer")
+    assert code == 0 and "trainer simulated" in out and "policy simulated" not in out and "initial_skill" not in out
+    code, out = plugins_cli("--options", "mapf-3agents")
+    assert code == 0 and "benchmark mapf-3agents: a frozen set of task mapf-frozenlake (drawn under task options agents: 3)" in out
+
+
+def test_plugins_options_of_an_unknown_name_exits_2_listing_the_names(plugins_cli):
+    code, out = plugins_cli("--options", "nope")
+    assert code == 2 and "--options nope: no component is called 'nope'; registered: generator: grid-walk, mapf-frozenlake, reasoning-gym;" in out
+    assert "engineer: base, checkpoint, curriculum," in out and "policy: openai-compatible, simulated, tiny, transformers, vllm" in out
+    code, out = plugins_cli("--options", "tiny", "--kind", "engineer")
+    assert code == 2 and "no engineer is called 'tiny' (it is a policy: pass --kind policy); registered: engineer: base," in out
+    code, out = plugins_cli("--options", "tiny", "--kind", "nope")
+    assert code == 2 and "--kind nope: no such kind (kinds: generator, validator, benchmark, context-module, engineer, trainer, policy" in out
+    code, out = plugins_cli("--kind", "trainer")  # the list, of one kind
+    assert code == 0 and "trl" in out and "heuristic" not in out
