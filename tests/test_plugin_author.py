@@ -245,3 +245,50 @@ def test_plugins_options_of_an_unknown_name_exits_2_listing_the_names(plugins_cl
     assert code == 2 and "--kind nope: no such kind (kinds: generator, validator, benchmark, context-module, engineer, trainer, policy" in out
     code, out = plugins_cli("--kind", "trainer")  # the list, of one kind
     assert code == 0 and "trl" in out and "heuristic" not in out
+
+
+# ------------------------------------------------------------- 6. writing-a-plugin.md says what the code does
+
+
+def test_writing_a_plugin_states_what_the_code_does(registry):
+    """Each statement the guide makes about these points, and the code it describes."""
+    import dataclasses
+    import inspect
+    from pathlib import Path
+
+    from envengineer.api import Benchmark, GenerationResult
+    from envengineer.plugins.policies.tiny import TinyOptions
+    from envengineer.plugins.policies.transformers_policy import TransformersOptions
+    from envengineer.testing import assert_task_conforms, check_task
+
+    guide = " ".join((Path(__file__).resolve().parents[1] / "docs" / "writing-a-plugin.md").read_text().split())
+
+    # the tiny policy prompts in its own prompt_style, compact by default; the policy: section holds it
+    assert TinyOptions.model_fields["prompt_style"].default == "compact" and TransformersOptions.model_fields["prompt_style"].default == "full"
+    assert "own `prompt_style` option names, and that option defaults to `compact`" in guide
+    assert "`policy: {name: tiny, prompt_style: full}`" in guide and "`prompt_style` lives in the run config's `policy:` section" in guide
+
+    # generate's progress: None or a callable advanced by a count; GenerationResult: records and discarded counts
+    generator, _ = registry.task("grid-walk")
+    counted = []
+    result = generator.generate(generator.default_config(), n=7, seed=0, progress=counted.append)
+    assert isinstance(result, GenerationResult) and sum(counted) == len(result.records) == 7 and result.discarded == {}
+    assert generator.generate(generator.default_config(), n=7, seed=0, progress=None).records == result.records  # None: nothing to call
+    assert "`progress` is None or a callable to advance by a count: call `progress(k)`" in guide
+    assert "`GenerationResult(records, discarded)`" in guide and [f.name for f in dataclasses.fields(GenerationResult)] == ["records", "discarded"]
+
+    # assert_task_conforms's second argument: the task options
+    assert list(inspect.signature(assert_task_conforms).parameters)[:2] == ["task", "options"]
+    assert {"plugins", "n", "seed", "fuzz", "time_limit", "hash_seeds"} <= set(inspect.signature(check_task).parameters)
+    assert "The second argument is the task options the checks build your task with, written as a run config's `task:` section minus `name`" in guide
+
+    # Benchmark: description required, options the task options the set was drawn under
+    required = [f.name for f in dataclasses.fields(Benchmark) if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    assert required == ["name", "task", "description", "path", "sha256"]
+    assert "`Benchmark(name=, task=, description=, path=, sha256=, ...)` needs all five" in guide
+    assert registry.benchmark("mapf-3agents").options == {"agents": 3} and "Its `options` are the task options the set was drawn under" in guide
+
+    # ENVENGINEER_BLOCK_PLUGINS / ENVENGINEER_LOAD_PLUGINS: comma-separated lists
+    blocked = create_plugin_manager(entry_points=False, environ={"ENVENGINEER_BLOCK_PLUGINS": "mapf_frozenlake, reasoning_gym"})
+    assert Registry(blocked).names("generator") == ["grid-walk"]
+    assert "Both variables take comma-separated lists of names" in guide and "`ENVENGINEER_BLOCK_PLUGINS=name1,name2`" in guide
