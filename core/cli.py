@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -158,7 +158,7 @@ def score(
 KIND_ALIASES = {"task": "generator", "context-module": "context_module"}
 
 
-def _kind(kind: str | None, registry: Any) -> str | None:
+def _kind(kind: str | None) -> str | None:
     """A ``--kind`` value as the registry names it; an unknown one exits 2, listing the kinds."""
     if kind is None:
         return None
@@ -171,7 +171,8 @@ def _kind(kind: str | None, registry: Any) -> str | None:
     return name
 
 
-def _usage_error(message: str) -> None:
+def _usage_error(message: str) -> NoReturn:
+    """Print ``message`` as an error and exit 2 (a usage mistake)."""
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
@@ -193,7 +194,7 @@ def _print_options(registry: Any, name: str, kind: str | None) -> None:
             if (names := [e.name for e in scope if e.kind == k])
         )
         where = f"no {kind.replace('_', '-')} is called {name!r}" if kind else f"no component is called {name!r}"
-        hint = f" (it is a {', a '.join(elsewhere)}: pass --kind {elsewhere[0]})" if elsewhere else ""
+        hint = f" (registered as {', '.join(elsewhere)}: pass --kind {elsewhere[0]})" if elsewhere else ""
         _usage_error(f"--options {name}: {where}{hint}; registered: {listed or 'none'}")
     if len(entries) > 1:
         console.print(f"[dim]{escape(name)} is registered as {len(entries)} kinds of component "
@@ -237,7 +238,7 @@ def plugins(
     from envengineer.registry import load_registry
 
     registry = load_registry()
-    kind = _kind(kind, registry)
+    kind = _kind(kind)
     if options is not None:
         _print_options(registry, options, kind)
         return

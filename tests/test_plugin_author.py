@@ -240,7 +240,7 @@ def test_plugins_options_of_an_unknown_name_exits_2_listing_the_names(plugins_cl
     assert code == 2 and "--options nope: no component is called 'nope'; registered: generator: grid-walk, mapf-frozenlake, reasoning-gym;" in out
     assert "engineer: base, checkpoint, curriculum," in out and "policy: openai-compatible, simulated, tiny, transformers, vllm" in out
     code, out = plugins_cli("--options", "tiny", "--kind", "engineer")
-    assert code == 2 and "no engineer is called 'tiny' (it is a policy: pass --kind policy); registered: engineer: base," in out
+    assert code == 2 and "no engineer is called 'tiny' (registered as policy: pass --kind policy); registered: engineer: base," in out
     code, out = plugins_cli("--options", "tiny", "--kind", "nope")
     assert code == 2 and "--kind nope: no such kind (kinds: generator, validator, benchmark, context-module, engineer, trainer, policy" in out
     code, out = plugins_cli("--kind", "trainer")  # the list, of one kind
