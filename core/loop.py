@@ -544,7 +544,7 @@ def run(
     from envengineer.runconfig import load_run_config, resolve
 
     registry = registry or load_registry()
-    config = load_run_config(config_path, overrides)
+    config = load_run_config(config_path, overrides, registry)
     if output:
         config = config.model_copy(update={"output": output})
     resolved = resolve(config, registry)

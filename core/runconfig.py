@@ -68,7 +68,10 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    task: dict[str, Any] = Field(default_factory=lambda: {"name": "mapf-frozenlake"})
+    task: dict[str, Any] = Field(
+        description="the task family and its options: {name: FAMILY, ...} or just FAMILY; may be left out only when "
+        "exactly one task family is installed (parse_run_config fills it in)",
+    )
     rounds: int = Field(3, ge=1, le=1000)
     seed: int = 0
     budget: int = Field(4000, ge=1, description="training instances per round (budget_mode instances), or prompts with mixed outcomes to keep (kept_prompts)")
@@ -115,9 +118,49 @@ def _section(registry: Registry, kind: str, section: dict[str, Any], where: str)
     return registry.create(kind, name, options, where=f"{where}.{name}")
 
 
-def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
+def task_families(registry: Registry) -> list[str]:
+    """The installed task families: every registered generator's name."""
+    return registry.names("generator")
+
+
+def only_task(registry: Registry, where: str = "task") -> str:
+    """The one installed task family, for a run config or command that names none; else an error
+    naming ``where`` (the field or option) and listing the installed families."""
+    families = task_families(registry)
+    if len(families) == 1:
+        return families[0]
+    if not families:
+        raise ConfigError(f"{where}: required, and no task family is installed (see `envengineer plugins`)")
+    raise ConfigError(
+        f"{where}: required when more than one task family is installed; name one of: {', '.join(families)}"
+    )
+
+
+def _with_task(data: dict[str, Any], source: str, registry: Registry | None) -> dict[str, Any]:
+    """``data`` with ``task`` (or its ``name``) filled in when it names none (left out, empty, or a
+    mapping of options without ``name``) and exactly one task family is installed."""
+    task = data.get("task")
+    if task is not None and not (isinstance(task, dict) and "name" not in task):
+        return data
+    if registry is None:
+        from envengineer.registry import load_registry
+
+        registry = load_registry()
+    where = "task" if task is None else "task.name"
+    try:
+        name = only_task(registry, where)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return {**data, "task": {"name": name} if task is None else {"name": name, **task}}
+
+
+def parse_run_config(data: Any, source: str = "run config", registry: Registry | None = None) -> RunConfig:
+    """Validate a run config. Without ``task`` (or without ``task.name``) it runs the one installed
+    task family (from ``registry``, loaded when needed); with several installed, that is an error
+    naming the field and listing them."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
+    data = _with_task(data, source, registry)
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
@@ -236,12 +279,13 @@ def apply_overrides(data: Any, overrides: list[str] | tuple[str, ...]) -> dict[s
     return result
 
 
-def load_run_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """A run config file, with dotted overrides (``seed=2``) applied before validation."""
+def load_run_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), registry: Registry | None = None) -> RunConfig:
+    """A run config file, with dotted overrides (``seed=2``) applied before validation; ``registry``
+    gives the installed task families when the file names no task (see :func:`parse_run_config`)."""
     data = read_yaml(path)
     if overrides:
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping at the top level")
         data = apply_overrides(data, overrides)
-        return parse_run_config(data, f"{path} with {' '.join(overrides)}")
-    return parse_run_config(data, str(path))
+        return parse_run_config(data, f"{path} with {' '.join(overrides)}", registry)
+    return parse_run_config(data, str(path), registry)

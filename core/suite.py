@@ -219,7 +219,7 @@ def read_manifest(path: Path, registry: Any = None) -> list[SuiteEntry]:
         arm_data["suite"] = {**base_suite, "table": table, "row": arm, "order": order}
         where = f"{path}: arm {arm} ({base_path}" + (f" with {' '.join(overrides)})" if overrides else ")")
         try:
-            config = parse_run_config(apply_overrides(arm_data, overrides), where)
+            config = parse_run_config(apply_overrides(arm_data, overrides), where, registry)
             resolve(config, registry)  # every plugin section, as `envengineer run` checks it before writing anything
         except EnvEngineerError as exc:
             message = str(exc) if str(exc).startswith(where) else f"{where}: {exc}"
@@ -263,7 +263,7 @@ def read_entries(sources: Sequence[str | Path], registry: Any = None) -> list[Su
         if is_manifest(path):
             entries.extend(read_manifest(path, registry))
         else:
-            entries.append(SuiteEntry(path, load_run_config(path)))
+            entries.append(SuiteEntry(path, load_run_config(path, registry=registry)))
     stems: dict[str, SuiteEntry] = {}
     for entry in entries:
         other = stems.get(entry.stem)

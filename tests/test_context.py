@@ -206,7 +206,7 @@ def test_round0_start_has_one_source(registry, tmp_path):
 def test_run_config_chooses_the_other_reading_of_v4(registry, tmp_path):
     from envengineer.runconfig import parse_run_config, resolve
 
-    data = {"name": "v4-random", "context": {"preset": "V4", "start": "random", "options": {"H": {"omit_round0": True}}}}
+    data = {"name": "v4-random", "task": "mapf-frozenlake", "context": {"preset": "V4", "start": "random", "options": {"H": {"omit_round0": True}}}}
     run = resolve(parse_run_config(data), registry, base_dir=tmp_path)
     assert run.context_initial == "random"
     assert dict(resolve_context(run.context)[0])["H"] == {"omit_round0": True}

@@ -196,8 +196,14 @@ def test_plugin_commands_are_added_and_clashes_or_failures_reported(monkeypatch,
 
 
 def test_pretrain_command_builds_caches_and_measures(tmp_path, monkeypatch):
+    """Without --task, pretrain builds the base of the one installed task family."""
+    import envengineer.registry
     from envengineer.cli import app
+    from envengineer.plugin_manager import create_plugin_manager
+    from envengineer.registry import Registry
 
+    only_mapf = Registry(create_plugin_manager(entry_points=False, environ={}, block=("reasoning_gym", "gridwalk")))
+    monkeypatch.setattr(envengineer.registry, "load_registry", lambda *a, **k: only_mapf)
     monkeypatch.setenv("ENVENGINEER_CACHE", str(tmp_path))
     args = ["pretrain", "--instances", "40", "--epochs", "1", "--threads", "1", "--limit", "8"]
     result = CliRunner().invoke(app, args)

@@ -18,13 +18,6 @@ HELD_OUT_SEED = 424242  # fresh instances when the task ships no matching benchm
 HELD_OUT_N = 300
 
 
-def default_task() -> str:
-    """The task a run config names when it names none."""
-    from envengineer.runconfig import RunConfig
-
-    return RunConfig.model_fields["task"].default_factory()["name"]  # type: ignore[misc]
-
-
 def held_out_records(registry: Any, generator: Any, bench: str | None = None) -> tuple[str, list[dict[str, Any]]]:
     """Held-out records to measure the base model on, and their name.
 
@@ -71,6 +64,13 @@ def greedy_valid(policy: Any, generator: Any, validator: Any, records: list[dict
 def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int | None, epochs: float | None,
                      threads: int | None, task: str | None = None, task_options: dict[str, Any] | None = None,
                      bench: str | None = None, limit: int | None = None) -> None:
+    """Build (or find) the tiny policy's base model for ``task`` and print its greedy rates.
+
+    ``task`` None: the one installed task family; with several installed, an error naming ``--task``."""
+    from envengineer.runconfig import only_task
+
+    if task is None:
+        task = only_task(registry, "--task")
     import transformers
     from rich.table import Table
 
@@ -81,7 +81,7 @@ def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int
 
     options: dict[str, Any] = {k: v for k, v in {"instances": instances, "epochs": epochs, "threads": threads}.items() if v is not None}
     policy = registry.create("policy", "tiny", options, where="policy.tiny")
-    generator, validator = registry.task(task or default_task(), task_options or {})
+    generator, validator = registry.task(task, task_options or {})
     shipped = policy.prebuilt_dir(generator)
     if force:  # build here; the shipped base (if any) is only compared with
         policy = registry.create("policy", "tiny", {**options, "prebuilt": False}, where="policy.tiny")
@@ -140,7 +140,7 @@ def pretrain(
     instances: Optional[int] = typer.Option(None, "--instances", help="warm-start instances (default: the tiny policy's)"),
     epochs: Optional[float] = typer.Option(None, "--epochs", help="warm-start epochs (default: the tiny policy's)"),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads"),
-    task: Optional[str] = typer.Option(None, "--task", help="task family whose warm start is built (default: a run config's default task)"),
+    task: Optional[str] = typer.Option(None, "--task", help="task family whose warm start is built (required unless exactly one is installed; see `envengineer plugins`)"),
     option: Optional[list[str]] = typer.Option(None, "--option", "-o", help="task option KEY=VALUE (repeatable)"),
     bench: Optional[str] = typer.Option(None, "--bench", help="benchmark to measure on (default: the task's benchmark matching its options, else fresh instances)"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="measure on N instances, evenly spread over the set"),

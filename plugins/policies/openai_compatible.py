@@ -1,4 +1,4 @@
-"""API models as MAPF solvers (the paper's baseline rows), over any OpenAI-compatible endpoint.
+"""API models as policies that answer a task's prompts (the MAPF paper's baseline rows), over any OpenAI-compatible endpoint.
 
 One chat-completions call per response, ``concurrency`` at a time, carrying only the
 parameters the model family accepts (``envengineer.plugins.api_params``, shared with the API

@@ -350,9 +350,9 @@ class TinyOptions(TransformersOptions):
     """Sampling options of the transformers policy, plus the warm start's recipe."""
 
     prompt_style: Literal["full", "compact"] = Field("compact", description="the task's prompt style the model reads and is warm-started on (compact: short plain strings)")
-    max_new_tokens: int = Field(128, ge=1, description="mapf-frozenlake: compact answers of 2-agent 10x10 instances are at most ~60-70 tokens")
+    max_new_tokens: int = Field(128, ge=1, description="most tokens sampled per answer (mapf-frozenlake: compact answers of 2-agent 10x10 instances take ~60-70)")
     batch_size: int = Field(512, ge=1)
-    instances: int = Field(18000, ge=1, description="(prompt, optimal answer) pairs of the supervised warm start, from the task (mapf-frozenlake: 18000 × 3 epochs ≈ 2 M tokens, ~3.5 min on one core: 16.5% valid on mapf-2agents-val)")
+    instances: int = Field(18000, ge=1, description="(prompt, reference answer) pairs of the supervised warm start, from the task's Generator.warm_start_pairs (mapf-frozenlake: 18000 × 3 epochs ≈ 2 M tokens, ~3.5 min on one core: 16.5% valid on mapf-2agents-val)")
     epochs: float = Field(3.0, gt=0, description="passes over the warm-start instances")
     lr: float = Field(2e-3, gt=0, description="warm-start learning rate (AdamW, cosine)")
     train_batch_size: int = Field(64, ge=1, description="warm-start batch size")

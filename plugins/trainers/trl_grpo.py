@@ -394,7 +394,7 @@ class TrlGrpoTrainer(Trainer):
         generator, validator, style, bonus = request.generator, request.validator, request.prompt_style, self.options.optimality_bonus
         reward = self.options.reward
 
-        def mapf_reward(prompts, completions, record_index, **_: Any) -> list[float]:
+        def task_reward(prompts, completions, record_index, **_: Any) -> list[float]:
             rewards, valid = [], []
             for completion, index in zip(completions, record_index):
                 record = records[int(index)]
@@ -406,7 +406,7 @@ class TrlGrpoTrainer(Trainer):
                 outcomes.add([int(i) for i in record_index], rewards, valid)
             return rewards
 
-        return mapf_reward
+        return task_reward
 
     def prefilter_samples(self, request: TrainRequest) -> int:
         """Samples per prompt before training (0: no prefilter). ``kept_prompts`` must judge prompts to keep
