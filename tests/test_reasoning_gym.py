@@ -235,6 +235,121 @@ def test_projection_keeps_each_dataset_to_its_levels_and_caps(task):
     assert "cap 0" in reasons and "not a level of maze" in reasons and "unknown group" in reasons
 
 
+def _depth(statement) -> int:
+    return 1 if statement[0] in ("telling-truth", "lying") else 1 + max(_depth(s) for s in statement[1:])
+
+
+def _width(statement) -> int:
+    if statement[0] in ("telling-truth", "lying"):
+        return 0
+    return max([len(statement) - 1 if statement[0] in ("and", "or") else 0, *(_width(s) for s in statement[1:])])
+
+
+#: What each catalogue attribute draws, read off an item's metadata (the quantity its ``draws`` names).
+DRAWN = {
+    ("chain_sum", "num_terms"): lambda m: [m["num_terms"]],
+    ("chain_sum", "num_digits"): lambda m: [m["num_digits"]],
+    ("maze", "dist"): lambda m: [m["shortest_path_length"]],
+    ("maze", "grid_size"): lambda m: [m["grid_size"]],
+    ("shortest_path", "rows"): lambda m: [len(m["matrix"])],
+    ("shortest_path", "cols"): lambda m: [len(m["matrix"][0])],
+    ("knights_knaves", "n_people"): lambda m: [len(m["statements"])],
+    ("knights_knaves", "depth_constraint"): lambda m: [max(map(_depth, m["statements"]))],
+    ("knights_knaves", "width_constraint"): lambda m: [max(map(_width, m["statements"]))],
+    ("mini_sudoku", "empty"): lambda m: [sum(cell == 0 for row in m["puzzle"] for cell in row)],
+    ("tower_of_hanoi", "num_disks"): lambda m: [m["num_disks"]],
+    ("tower_of_hanoi", "num_pegs"): lambda m: [m["num_pegs"]],
+    ("gcd", "num_terms"): lambda m: [len(m["numbers"])],
+    ("gcd", "value"): lambda m: m["numbers"],
+    ("lcm", "numbers"): lambda m: [len(m["numbers"])],
+    ("lcm", "value"): lambda m: m["numbers"],
+    ("leg_counting", "num_animals"): lambda m: [len(m["animals"])],
+    ("leg_counting", "num_instances"): lambda m: list(m["animals"].values()),
+    ("count_bits", "n"): lambda m: [m["number"]],
+    ("base_conversion", "base"): lambda m: [m["source_base"], m["target_base"]],
+    ("base_conversion", "value"): lambda m: [m["decimal_value"]],
+    ("prime_factorization", "value"): lambda m: [m["number"]],
+    ("fraction_simplification", "value"): lambda m: [m["simplified_numerator"], m["simplified_denominator"]],
+    ("fraction_simplification", "factor"): lambda m: [m["factor"]],
+}
+
+
+def test_what_each_level_draws_is_what_the_guidelines_and_docs_say(task):
+    """Per catalogue attribute and level up to the cap (the others at 0, 120 seeds): every drawn value lies in the range
+    the guidelines state, the draws reach into both ends of it (a scalar: its value is the largest drawn), a level differs
+    from the one below, and a level marked as repeating the one below gives the very same items (also with every other
+    attribute at its cap). docs/reasoning-gym.md's table states the same."""
+    from envengineer.tasks.reasoning_gym.plugin import describe_levels, item_seed, level_ranges, make_item, repeated_levels
+
+    from reasoning_gym.coaching.attributes import ScalarAttributeDefinition
+    from reasoning_gym.factory import create_curriculum
+
+    generator, _ = load_task_all()
+    guidelines = generator.guidelines()
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "reasoning-gym.md").read_text()
+    assert set(DRAWN) == {(name, attr) for name, entry in catalogue.CATALOGUE.items() for attr in entry.caps}
+    seeds = [item_seed(11, "levels", i) for i in range(120)]
+    repeats = []
+    for name, entry in catalogue.CATALOGUE.items():
+        assert set(entry.draws) == set(entry.caps), name
+        for attr, cap in entry.caps.items():
+            described = describe_levels(name, attr)
+            assert f"`{attr}` (0-{cap}): {entry.draws[attr]}; per level {described}" in guidelines, (name, attr)
+            assert f"| {name} | `{attr}` | {entry.draws[attr]} | {described} |" in docs, (name, attr)
+            scalar = isinstance(create_curriculum(name).attributes[attr], ScalarAttributeDefinition)
+            ranges, repeated = level_ranges(name, attr), set(repeated_levels(name, attr))
+            below = None
+            for level, (low, high) in enumerate(ranges):
+                items = [make_item(name, {attr: level}, seed) for seed in seeds]
+                drawn = [value for item in items for value in DRAWN[(name, attr)](item["metadata"])]
+                where = (name, attr, level, (low, high), min(drawn), max(drawn))
+                if scalar:  # a count, or a bound a statement may reach (knights_knaves' depth and width)
+                    assert low == high and max(drawn) == high, where
+                else:
+                    assert low <= min(drawn) and max(drawn) <= high, where
+                    assert min(drawn) <= low + (high - low) / 4 and max(drawn) >= high - (high - low) / 4, where
+                if level in repeated:
+                    assert ranges[level - 1] == (low, high) and items == below, where
+                    tops = {a: c for a, c in entry.caps.items() if a != attr}
+                    assert [make_item(name, {**tops, attr: level}, s) for s in seeds[:20]] == \
+                        [make_item(name, {**tops, attr: level - 1}, s) for s in seeds[:20]], where
+                    assert f"{level}: {low}–{high} (the same items as level {level - 1})" in described
+                    repeats.append(f"{name}.{attr}")
+                elif below is not None:
+                    assert ranges[level - 1] != (low, high) and items != below, where
+                below = items
+    # every ensure_interval attribute capped at its last level repeats the one below there (the caps stay: lowering
+    # one would change a frozen set; test_lowering_a_repeated_top_level_would_change_a_frozen_set)
+    assert repeats == ["maze.dist", "mini_sudoku.empty", "gcd.value", "lcm.value", "leg_counting.num_instances", "count_bits.n",
+                       "base_conversion.base", "base_conversion.value", "prime_factorization.value",
+                       "fraction_simplification.value", "fraction_simplification.factor"]
+
+
+def test_lowering_a_repeated_top_level_would_change_a_frozen_set(monkeypatch):
+    """Why the repeated top levels keep their caps: with any one of them a level lower, a frozen set's recipe gives
+    other records (the levels are drawn from 0 to the caps)."""
+    from dataclasses import replace
+
+    from envengineer.tasks.reasoning_gym import benchmarks
+    from envengineer.tasks.reasoning_gym.plugin import repeated_levels
+
+    builders = {"rg-val": benchmarks.build_validation, "rg-hard": benchmarks.build_hard, "rg-transfer": benchmarks.build_transfer}
+    frozen = {name: build() for name, build in builders.items()}
+    for name, entry in catalogue.CATALOGUE.items():
+        for attr, cap in entry.caps.items():
+            if cap not in repeated_levels(name, attr):
+                continue
+            monkeypatch.setitem(catalogue.CATALOGUE, name, replace(entry, caps={**entry.caps, attr: cap - 1}))
+            assert any(build() != frozen[set_name] for set_name, build in builders.items()), (name, attr)
+            monkeypatch.setitem(catalogue.CATALOGUE, name, entry)
+
+
+def load_task_all():
+    from envengineer.testing import load_task
+
+    return load_task(TASK, {"datasets": list(catalogue.CATALOGUE)})
+
+
 # ------------------------------------------------------------------ baselines
 
 
