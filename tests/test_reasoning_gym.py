@@ -350,6 +350,72 @@ def load_task_all():
     return load_task(TASK, {"datasets": list(catalogue.CATALOGUE)})
 
 
+# ------------------------------------------------------------------ the size cap against the longer-answer credit
+
+
+def _longest_fitting(validator, record, padded):
+    """The most pads that fit the size cap: its verdict, and the verdict with one pad more."""
+    from envengineer.tasks.reasoning_gym.plugin import ANSWER_FACTOR, MIN_ANSWER_CHARS
+
+    cap = max(MIN_ANSWER_CHARS, ANSWER_FACTOR * len(record["answer"]))
+    k = 0
+    while len(padded(k + 1)) <= cap:
+        k += 1
+    return k, validator.score(record, f"<answer>{padded(k)}</answer>"), validator.score(record, f"<answer>{padded(k + 1)}</answer>")
+
+
+def test_a_solved_tower_of_hanoi_answer_fits_the_size_cap_only_under_4x_the_optimal_moves(task):
+    """valid_at 0.06 reads "solved": an answer padded with legal back-and-forth moves of disk 1 stays valid up to the
+    size cap, which it reaches below 4x the optimal move count (a score above 0.25, far from 0.06); one pair more is
+    too_long. Every level combination up to the caps, 10 items each."""
+    generator, validator = task
+    caps = catalogue.CATALOGUE["tower_of_hanoi"].caps
+    ratios = []
+    for disks in range(caps["num_disks"] + 1):
+        for pegs in range(caps["num_pegs"] + 1):
+            config = RGConfig.model_validate({"datasets": {"tower_of_hanoi": {"ratio": 1.0, "num_disks": disks, "num_pegs": pegs}}})
+            for record in generator.generate(config, n=10, seed=disks * 3 + pegs).records:
+                meta = record["metadata"]
+                start, other = meta["start_peg"], next(p for p in range(1, meta["num_pegs"] + 1) if p != meta["start_peg"])
+                pair = f"Move disk 1 from Peg {start} to Peg {other}\nMove disk 1 from Peg {other} to Peg {start}"
+                k, fits, over = _longest_fitting(validator, record, lambda k: "\n".join([pair] * k + [record["answer"]]))
+                optimal = meta["solution_length"]
+                assert fits.valid and not fits.optimal and fits.score == pytest.approx(optimal / (optimal + 2 * k)), record["id"]
+                assert over.failure == "too_long"
+                ratios.append((optimal + 2 * k) / optimal)
+    assert 3.5 < min(ratios) and max(ratios) < 4
+
+
+def test_a_longer_shortest_path_is_valid_while_it_fits_the_size_cap(task):
+    """A valid longer path gets 0.5 (valid) only while it fits max(256, 4 x the oracle's characters): an oracle of
+    64+ characters lets through about 3-5x its moves, a shorter one more (the 256 floor). On rg-val's and rg-hard's
+    shortest paths and 60 more at the caps."""
+    from envengineer.tasks.reasoning_gym.benchmarks import FOLDER
+
+    generator, validator = task
+    records = [json.loads(line) for name in ("rg-val", "rg-hard") for line in (FOLDER / f"{name}.jsonl").read_text().splitlines()]
+    top = RGConfig.model_validate({"datasets": {"shortest_path": {"ratio": 1.0, **catalogue.CATALOGUE["shortest_path"].caps}}})
+    records += generator.generate(top, n=60, seed=0).records
+    seen = long = 0
+    for record in records:
+        if record["dataset"] != "shortest_path" or record["answer"] == "infeasible":
+            continue
+        matrix = record["metadata"]["matrix"]
+        rows, cols = len(matrix), len(matrix[0])
+        r, c = next((i, j) for i in range(rows) for j in range(cols) if matrix[i][j] == "*")
+        free = {"up down": r > 0 and matrix[r - 1][c] != "X", "down up": r + 1 < rows and matrix[r + 1][c] != "X",
+                "left right": c > 0 and matrix[r][c - 1] != "X", "right left": c + 1 < cols and matrix[r][c + 1] != "X"}
+        pair = next(p for p, ok in free.items() if ok)
+        k, fits, over = _longest_fitting(validator, record, lambda k: " ".join([pair] * k + [record["answer"]]))
+        assert (fits.valid, fits.optimal, fits.score) == (True, False, 0.5) and over.failure == "too_long"
+        moves = len(record["answer"].split())
+        if len(record["answer"]) >= 64:
+            assert 2.5 < (moves + 2 * k) / moves < 5.5
+            long += 1
+        seen += 1
+    assert seen >= 20 and long >= 5
+
+
 # ------------------------------------------------------------------ baselines
 
 

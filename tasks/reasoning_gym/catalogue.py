@@ -77,7 +77,8 @@ CATALOGUE: dict[str, Entry] = {
         valid_at=0.06,
         partial_at=0.05,
         note="moves that solve the puzzle: 1.0 at the optimal move count, optimal/used above it, 0.05 for legal moves that do not solve it; "
-        "valid from 0.06 (solved in at most ~16x the optimal count); num_disks above level 1 (10+ disks) makes the oracle answer 1k+ moves",
+        "valid when solved (0.06 is just above 0.05): the size cap (4x the oracle's characters) keeps a solved answer under 4x the "
+        "optimal count, so it scores above 0.25; num_disks level 2 would draw up to 10 disks (oracle answers up to 1023 moves)",
     ),
     "gcd": Entry(caps={"num_terms": 3, "value": 3}, draws={"num_terms": "numbers", "value": "each number"},
                  note="greatest common divisor; base scorer"),
