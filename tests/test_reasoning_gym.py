@@ -416,6 +416,28 @@ def test_a_longer_shortest_path_is_valid_while_it_fits_the_size_cap(task):
     assert seen >= 20 and long >= 5
 
 
+def test_the_exclusion_reasons_of_number_sorting_and_polynomial_equations_hold(tmp_path):
+    """number_sorting's scorer evals the record's answer, never the model's; polynomial_equations' scorer reads the
+    answer with float(), not sympy (a power tower is scored at once)."""
+    import reasoning_gym
+
+    assert "record's own answer" in catalogue.EXCLUDED["number_sorting"]
+    assert "float()" in catalogue.EXCLUDED["polynomial_equations"]
+    marker = tmp_path / "ran"
+    code = f"__import__('pathlib').Path({str(marker)!r}).write_text('x') or ['1']"
+    sorting = reasoning_gym.create_dataset("number_sorting", seed=3, size=1)
+    item = sorting[0]
+    assert sorting.score_answer(item["answer"], item) == 1.0
+    assert sorting.score_answer(code, item) == 0.0 and not marker.exists()  # the model's answer: JSON, never run
+    sorting.score_answer("['1']", {**item, "answer": code})  # the record's answer: run
+    assert marker.exists()
+    equations = reasoning_gym.create_dataset("polynomial_equations", seed=3, size=1)
+    item = equations[0]
+    assert equations.score_answer(item["answer"], item) == 1.0
+    started = time.perf_counter()
+    assert equations.score_answer("9**9**9**9", item) == 0.0 and time.perf_counter() - started < 0.1
+
+
 # ------------------------------------------------------------------ baselines
 
 

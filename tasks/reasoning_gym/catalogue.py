@@ -1,7 +1,7 @@
 """The vetted catalogue: the reasoning-gym datasets this family trains and evaluates on.
 
 Measured on reasoning-gym 0.1.25 (docs/reasoning-gym.md). A dataset is in when its scorer
-executes nothing from the answer (no ``eval``, no sympy parsing), grades its own oracle answer
+executes nothing from the answer (no ``eval``, no sympy parsing), grades its own oracle answer as valid
 (it may raise on a malformed answer, e.g. prime_factorization's on ``2 * 3`` or ``457.0``: the
 validator counts that as the model's ``rejected``), has an oracle answer, generates the same bytes under any ``PYTHONHASHSEED`` and takes
 milliseconds per item. Per entry:
@@ -112,15 +112,16 @@ EXCLUDED: dict[str, str] = {
     "string_insertion": "its scorer evals the answer",
     "spiral_matrix": "its scorer evals the answer",
     "binary_matrix": "its scorer evals the answer",
-    "number_sorting": "its scorer evals the answer",
+    "number_sorting": "its scorer evals the record's own answer on every call (the model's answer is only JSON-parsed): "
+    "scoring an instance file would run the file's answer field as code",
     "countdown": "its scorer parses the answer with sympy (9**9**9**9 ran past 20 s)",
     "puzzle24": "its scorer parses the answer with sympy",
     "simple_integration": "its scorer parses the answer with sympy",
     "intermediate_integration": "its scorer parses the answer with sympy",
-    "polynomial_equations": "its scorer parses the answer with sympy",
+    "polynomial_equations": "an item takes ~10 ms and up to ~0.5 s to generate (sympy's solve; its scorer only float()s the answer)",
     "polynomial_multiplication": "its scorer parses the answer with sympy; its output depends on PYTHONHASHSEED",
-    "boxnet": "no oracle answer; its scorer raises on some answers",
-    "propositional_logic": "no oracle answer; its scorer raises on some answers",
+    "boxnet": "no oracle answer",
+    "propositional_logic": "no oracle answer",
     "codeio": "its output depends on PYTHONHASHSEED",
     "isomorphic_strings": "its output depends on PYTHONHASHSEED",
     "knight_swap": "its output depends on PYTHONHASHSEED",
