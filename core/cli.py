@@ -249,8 +249,8 @@ def plugins(
         table.add_row(entry.kind.replace("_", " "), entry.name, entry.owner, entry.origin, entry.description)
     console.print(table)
     report = registry.pm.load_report
-    for who, error in report.failed:
-        err_console.print(f"[red]failed to load[/] {escape(str(who))}: {escape(str(error))}")
+    if report.failed:  # each error is logged once, when the first manager of the process loads the plugins
+        err_console.print(f"[red]failed to load (the error is above):[/] {escape(', '.join(str(who) for who, _ in report.failed))}")
     for who in report.blocked:
         console.print(f"[dim]blocked: {escape(str(who))}[/]")
 
