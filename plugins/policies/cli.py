@@ -85,13 +85,14 @@ def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int
     shipped = policy.prebuilt_dir(generator)
     if force:  # build here; the shipped base (if any) is only compared with
         policy = registry.create("policy", "tiny", {**options, "prebuilt": False}, where="policy.tiny")
-    cached = policy.warm_start_info(generator) is not None and not force
     started = time.perf_counter()
     with stage_progress(console, transient=False) as progress:
         path = policy.prepare(generator=generator, force=force, progress=progress)
     info = policy.warm_start_info(generator) or {}
     train = info.get("train", {})
-    how = "shipped with the task" if path == shipped else "cached" if cached else f"built in {time.perf_counter() - started:.0f}s"
+    seconds = f"{time.perf_counter() - started:.0f}s"
+    how = {"shipped": "shipped with the task", "cached": "cached", "built": f"built in {seconds}"}.get(
+        policy.prepared or "", f"{policy.prepared}; built in {seconds}")
     console.print(f"base model ({how}): {path}", highlight=False)
     if force and shipped is not None:
         from envengineer.benchmarks import sha256_file
