@@ -140,7 +140,7 @@ def test_arms_and_config_files_that_would_share_a_folder_are_refused(tmp_path, c
 
 
 def test_an_override_value_is_the_yaml_the_command_line_would_read():
-    from envengineer.suite import yaml_value
+    from envengineer.suite_manifest import yaml_value
 
     for value in ("fixed", 0.01, 1e-5, "yes", "a: b", {"name": "learnability", "mix": 0.5}, [1, 2], None, True, 3):
         assert yaml.safe_load(yaml_value(value)) == value
