@@ -144,7 +144,8 @@ def write_tables(suite: Suite, console: Console | None = None, registry: Any = N
     printing the tests with seeds as the unit."""
     from envengineer.compare import _registry, rich_tables, to_csv, to_markdown
     from envengineer.fileio import write_text
-    from envengineer.suite_report import build, write_arms_report
+    from envengineer.suite_arms import build
+    from envengineer.suite_report import write_arms_report
 
     registry = registry if registry is not None else _registry()
     written = []
