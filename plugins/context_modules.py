@@ -29,6 +29,15 @@ def groupings(report: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [(dim, values) for dim, values in (report.get("by") or {}).items() if values]
 
 
+def round_of(round: int, rounds_total: Any) -> str:
+    """``Round 1 of 3 (rounds 0–2)``: rounds are numbered from 0, as the run's ``round-NN`` folders are."""
+    try:
+        total = int(rounds_total)
+    except (TypeError, ValueError):
+        return f"Round {round}"
+    return f"Round {round} of {total} (rounds 0–{total - 1})" if total > 1 else f"Round {round} of {total} (round 0 only)"
+
+
 def _table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -75,7 +84,7 @@ class FailureBreakdown(ContextModule):
         overall = report.get("overall") or {}
         n = overall.get("n", 0)
         lines = [
-            f"Validation after round {evidence.round + 1}: {n} instances; "
+            f"Validation after round {evidence.round}: {n} instances; "
             f"valid {pct(overall.get('valid_rate'))} ({overall.get('valid', 0)}/{n}), "
             f"optimal {pct(overall.get('optimal_rate'))} ({overall.get('optimal', 0)}/{n})."
         ]
@@ -256,20 +265,20 @@ class History(ContextModule):
             records = [r for r in records if r.round != 0]
             if not records:
                 return ""
-        labels = {r.round: f"Round {r.round + 1}" + (" (the round just finished)" if r.round == evidence.round else "") for r in records}
+        labels = {r.round: f"Round {r.round}" + (" (the round just finished)" if r.round == evidence.round else "") for r in records}
         keep = self.options.max_rounds
         if len(records) <= keep:
             return "\n\n".join(history_block(r, labels[r.round], evidence.task) for r in records)
         head, tail = records[:1], records[-(keep - 1):]
         middle = records[1 : len(records) - (keep - 1)]
         lines = [
-            f"- Round {r.round + 1}: valid {pct((r.report.get('overall') or {}).get('valid_rate'))}, "
+            f"- Round {r.round}: valid {pct((r.report.get('overall') or {}).get('valid_rate'))}, "
             f"optimal {pct((r.report.get('overall') or {}).get('optimal_rate'))}" + (" (fallback)" if r.fallback else "")
             for r in middle
         ]
         return "\n\n".join(
             [history_block(head[0], labels[head[0].round], evidence.task),
-             f"Rounds {middle[0].round + 1}–{middle[-1].round + 1}, configs omitted:\n\n" + "\n".join(lines),
+             f"Rounds {middle[0].round}–{middle[-1].round}, configs omitted:\n\n" + "\n".join(lines),
              *(history_block(r, labels[r.round], evidence.task) for r in tail)]
         )
 
@@ -308,7 +317,7 @@ class TrainingOptions(BaseModel):
 
 
 class TrainingDetails(ContextModule):
-    """``bookkeeping``: where the loop stands (round n of N, epochs per round) and nothing about
+    """``bookkeeping``: where the loop stands (round n of N, numbered from 0; epochs per round) and nothing about
     the optimisation; ``full`` adds the trainer's own settings (``Trainer.describe()``, as
     recorded in the round's ``train/details.json``)."""
 
@@ -321,7 +330,7 @@ class TrainingDetails(ContextModule):
         # The recorded bookkeeping also holds steps and budget; the paper's bookkeeping T is
         # round and epoch counts only, so nothing else is read from it.
         book = evidence.training.get("bookkeeping") or {}
-        text = f"Round {int(book.get('round', evidence.round)) + 1} of {book.get('rounds_total') or evidence.rounds_total} finished."
+        text = round_of(int(book.get("round", evidence.round)), book.get("rounds_total") or evidence.rounds_total) + " finished."
         epochs = book.get("epochs")
         if isinstance(epochs, (int, float)) and not isinstance(epochs, bool):
             text += f" Each round trains for {_num(epochs)} epoch{'' if epochs == 1 else 's'} over its training set."

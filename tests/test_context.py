@@ -81,11 +81,11 @@ def test_long_history_keeps_first_and_last_rows_whole(registry, evidence):
     evidence.history = [RoundRecord(n, evidence.config, evidence.report, fallback=(n == 3)) for n in range(9)]
     evidence.round = 9
     text = registry.create("context_module", "H", {"max_rounds": 4}).render(evidence)
-    assert text.startswith("Round 1: valid")
-    assert "Rounds 2–7, configs omitted" in text and "- Round 4: valid 57.5%, optimal 40.6% (fallback)" in text
-    for n in (8, 9):
+    assert text.startswith("Round 0: valid")
+    assert "Rounds 1–6, configs omitted" in text and "- Round 3: valid 57.5%, optimal 40.6% (fallback)" in text
+    for n in (7, 8):
         assert f"\nRound {n}: valid" in text
-    assert "Round 10 (the round just finished)" in text
+    assert "Round 9 (the round just finished)" in text
     assert text.count("| 10x10 |") == 4  # every full block keeps all its rows
 
 
@@ -125,7 +125,7 @@ def test_every_prompt_states_the_setting_and_the_constraints(preset, registry, e
     prompt = build_request(evidence, registry, preset).prompt
     assert ("## Task guidelines (G)" in prompt) == (preset == "V6")
     assert "every training instance has 2 agents" in prompt and "held-out benchmarks with 3, 4 and 5 agents" in prompt
-    assert "It trains the\ncheckpoint that round 2 produced" in prompt
+    assert "It trains the\ncheckpoint that round 1 produced" in prompt
     assert "Keep all 8 map sizes (3x3 to 10x10)" in prompt and "ratios sum to 1" in prompt
     assert "The budget is fixed at 4000 instances per round" in prompt
 
@@ -145,14 +145,44 @@ def test_default_design_brief_is_task_neutral(registry):
     assert not re.search(r"\b(agents?|sizes?|ratios?|MAPF)\b", text)
 
 
+# ------------------------------------------------------------------ round numbering
+
+
+@pytest.mark.parametrize("round", [0, 1])
+def test_rounds_are_numbered_as_their_folders(round, registry, recorded_run):
+    """round-NN is round NN in every module and prompt: the evidence of round-01 is "round 1", and
+    the engineer after it designs round 2 (round-02/config.yaml)."""
+    from envengineer.contract import DesignOutcome
+    from envengineer.prompts import build_request, factual_note, summary_prompt
+
+    evidence = load_evidence(recorded_run, round, registry)
+    request = build_request(evidence, registry, "V6")
+    context = request.context
+    assert f"Validation after round {round}: " in context
+    assert f"Round {round} (the round just finished)" in context
+    assert f"Round {round} of 3 (rounds 0–2) finished." in context
+    assert f"Round {round} of 3 has just finished (rounds are numbered from 0: this run's rounds\nare 0 to 2)" in request.prompt
+    assert f"Then propose the configuration for round {round + 1}," in request.prompt
+    assert f"used to generate the training set of round {round})" in request.prompt
+    outcome = DesignOutcome(config=request.current_config, projection=None, fallback=True, reason="test")
+    summary = summary_prompt(request, outcome)
+    assert f"configuration for round {round + 1} after reading the evidence of round {round} (rounds are\nnumbered from 0)" in summary
+    assert f"## Configuration of round {round}\n" in summary and f"## Configuration chosen for round {round + 1}\n" in summary
+    assert factual_note(request, outcome).startswith(f"Round {round}: validation valid rate")
+    # no 1-based numbering anywhere: round 1 of 3 is never called "round 2", round 0 never "round 1"
+    shown = re.findall(r"\b[Rr]ounds? (\d+)", request.prompt + summary)
+    assert {int(n) for n in shown} <= {0, round, round + 1, 2}
+    assert f"after round {round + 1}" not in context and f"Round {round + 1} of 3" not in request.prompt
+
+
 # ------------------------------------------------------------------ T bookkeeping vs full
 
 
 def test_bookkeeping_shows_round_and_epochs_only(registry, evidence):
     text = registry.create("context_module", "T", {"mode": "bookkeeping"}).render(evidence)
-    assert text == "Round 2 of 3 finished. Each round trains for 3 epochs over its training set."
+    assert text == "Round 1 of 3 (rounds 0–2) finished. Each round trains for 3 epochs over its training set."
     evidence.training = {}  # a trainer that recorded nothing: the round still shows
-    assert registry.create("context_module", "T", {}).render(evidence) == "Round 2 of 3 finished."
+    assert registry.create("context_module", "T", {}).render(evidence) == "Round 1 of 3 (rounds 0–2) finished."
 
 
 def test_full_training_details_show_the_recorded_settings(registry, evidence):
@@ -167,7 +197,7 @@ def test_full_training_details_show_the_recorded_settings(registry, evidence):
 
 def test_omit_round0_leaves_round_0_out_of_the_history(registry, evidence):
     text = registry.create("context_module", "H", {"omit_round0": True}).render(evidence)
-    assert text.startswith("Round 2 (the round just finished)") and "Round 1:" not in text
+    assert text.startswith("Round 1 (the round just finished)") and "Round 0:" not in text
 
 
 def test_round0_only_history_is_left_out_when_omitted(registry, recorded_run):
