@@ -29,6 +29,14 @@ def groupings(report: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [(dim, values) for dim, values in (report.get("by") or {}).items() if values]
 
 
+def grouping_titles(task: Generator | None) -> dict[str, str]:
+    """Each declared grouping's title by its name (the report's ``by`` keys); a grouping the task
+    does not declare (or a run whose task is not at hand) is shown under its name."""
+    if task is None:
+        return {}
+    return {g.name: g.title or g.name for g in task.evaluation_groupings()}
+
+
 def round_of(round: int, rounds_total: Any) -> str:
     """``Round 1 of 3 (rounds 0–2)``: rounds are numbered from 0, as the run's ``round-NN`` folders are."""
     try:
@@ -99,17 +107,19 @@ class FailureBreakdown(ContextModule):
         # validation; another grouping may file a training set's values differently (e.g. exact ratios)
         train = ((evidence.signal or {}).get("by") or {}) if self.options.signal else {}
         primary = evidence.task.evaluation_groupings()[0].name if evidence.task is not None else None
+        titles = grouping_titles(evidence.task)
         for dim, values in groupings(report):
+            title = titles.get(dim, dim)
             seen = [k for k in kinds if any((r.get("failures") or {}).get(k) for r in values.values())]
             cited = (train.get(dim) or {}) if dim == primary else {}
-            header = [dim, "n", "valid", "optimal", *seen, *(["sampled in training"] if cited else [])]
+            header = [_cell(title), "n", "valid", "optimal", *seen, *(["sampled in training"] if cited else [])]
             rows = [
                 [_cell(group), str(r.get("n", 0)), pct(r.get("valid_rate")), pct(r.get("optimal_rate")),
                  *(str((r.get("failures") or {}).get(k, 0)) for k in seen),
                  *([_sampled(cited.get(group))] if cited else [])]
                 for group, r in values.items()
             ]
-            lines += ["", f"By {dim}:", "", _table(header, rows)]
+            lines += ["", f"By {_cell(title)}:", "", _table(header, rows)]
             if cited:
                 lines += ["", "Sampled in training: the share of valid completions the trainer sampled on this round's own "
                           "training prompts of the group (prompts in brackets); the validation columns are greedy answers "
@@ -233,6 +243,7 @@ def history_block(record: RoundRecord, label: str, task: Generator | None = None
     )
     dims = groupings(record.report)
     dim, values = dims[0] if dims else ("group", {})
+    dim = _cell(grouping_titles(task).get(dim, dim))
     found = _knob_table(record.config, task)
     if found:
         field, knobs = found
@@ -344,9 +355,11 @@ class TrainingDetails(ContextModule):
                 f"{overall.get('all_right', 0)} were always right and {overall.get('all_wrong', 0)} always wrong; "
                 f"{overall.get('kept', 0)} reached an optimizer step."
             )
+            titles = grouping_titles(evidence.task)
             for dim, cells in (signal.get("by") or {}).items():
                 if cells:
-                    text += f"\n\nSampled success by {dim}:\n\n" + signal_table(dim, cells)
+                    title = _cell(titles.get(dim, dim))
+                    text += f"\n\nSampled success by {title}:\n\n" + signal_table(title, cells)
         if self.options.mode == "full":
             full = evidence.training.get("full") or {}
             if full:

@@ -175,6 +175,33 @@ def test_rounds_are_numbered_as_their_folders(round, registry, recorded_run):
     assert f"after round {round + 1}" not in context and f"Round {round + 1} of 3" not in request.prompt
 
 
+# ------------------------------------------------------------------ groupings under their titles
+
+
+def test_modules_head_groupings_by_their_titles(registry):
+    """grid-walk files validation by `moves` (titled "moves") and `size` (titled "grid"): F, H and T
+    head the size tables "grid", as the report does, never the key "size"."""
+    from envengineer.evidence import Evidence
+
+    task = registry.create("generator", "grid-walk", {})
+    rates = lambda v: {"n": 10, "valid": int(10 * v), "valid_rate": v, "optimal": int(10 * v), "optimal_rate": v, "failures": {"wrong": 10 - int(10 * v)}}  # noqa: E731
+    report = {"overall": rates(0.5), "by": {"moves": {"k3": rates(0.9), "k4": rates(0.1)}, "size": {"4x4": rates(0.6), "5x5": rates(0.4)}}}
+    cell = {"prompts": 4, "samples": 16, "success": 0.5, "mixed_share": 0.5, "mixed": 2, "all_right": 1, "all_wrong": 1, "kept": 4}
+    signal = {"overall": cell, "by": {"moves": {"k3": cell}, "size": {"4x4": cell}}}
+    config = task.default_config()
+    config = config.model_dump() if hasattr(config, "model_dump") else dict(config)
+    evidence = Evidence(task=task, round=0, rounds_total=2, config=config, report=report, failure_types=("parse", "length", "wrong"),
+                        signal=signal, training={"bookkeeping": {"round": 0, "rounds_total": 2}})
+    f = registry.create("context_module", "F", {}).render(evidence)
+    assert "By grid:\n\n| grid | n | valid |" in f and "By moves:\n\n| moves | n |" in f and "By size" not in f
+    t = registry.create("context_module", "T", {}).render(evidence)
+    assert "Sampled success by grid:\n\n| grid | prompts |" in t and "by size" not in t
+    h = registry.create("context_module", "H", {}).render(evidence)
+    assert "| moves |" in h  # the primary grouping, under its title
+    evidence.report = {"overall": rates(0.5), "by": {"size": report["by"]["size"]}}  # a report filed by size only
+    assert "| grid |" in registry.create("context_module", "H", {}).render(evidence)
+
+
 # ------------------------------------------------------------------ T bookkeeping vs full
 
 
