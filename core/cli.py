@@ -288,7 +288,7 @@ def bench_build(
 
 
 RunOpt = typer.Option(..., "--run", help="run directory")
-RoundOpt = typer.Option(..., "--round", min=0, help="recorded round (0-based)")
+RoundOpt = typer.Option(..., "--round", min=0, help="recorded round N, the run's round-NN folder (rounds are numbered from 0)")
 
 
 @app.command()
@@ -337,7 +337,7 @@ def propose(
             table.add_row(change.field, repr(change.proposed), repr(change.applied), change.reason)
         console.print(table if table.row_count else "projection: no changes to the proposal")
         console.print(f"accepted: {escape(', '.join(outcome.projection.accepted) or 'none')}", highlight=False)
-    diff = Table(title=f"config: round {round} -> next", title_justify="left")
+    diff = Table(title=f"config: round {round} -> round {round + 1}", title_justify="left")
     for column in ("field", "current", "next"):
         diff.add_column(column)
     for row in diff_rows(request.current_config, outcome.config):

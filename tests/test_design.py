@@ -124,3 +124,4 @@ def test_cli_context_and_propose(recorded_run):
     result = runner.invoke(app, ["propose", "--run", str(recorded_run), "--round", "1", "--engineer", "learnability"])
     assert result.exit_code == 0, result.output
     assert "proposal" in result.output and "sizes.7x7.ratio" in result.output
+    assert "config: round 1 -> round 2" in result.output  # the design step after round 1 writes round 2's config
