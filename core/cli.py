@@ -424,6 +424,11 @@ def eval_command(
     for bench_name in bench:
         spec = registry.benchmark(bench_name)
         generator, validator = registry.task(spec.task, dict(spec.options))
+        problem = generator.style_problem(style or sampler.prompt_style)
+        if problem:
+            from envengineer.errors import ConfigError
+
+            raise ConfigError(f"{'--style' if style else f'policy.{name}.prompt_style'}: {problem}")
         if sampler.has_weights:
             sampler = sampler.with_path(sampler.prepare(generator=generator))
         records = spread(read_jsonl(spec.path), limit)

@@ -155,6 +155,13 @@ class Generator(Component, abc.ABC):
     def render(self, record: Mapping[str, Any], style: str = "full") -> list[dict[str, str]] | str:
         """The prompt for one instance: chat messages, or a plain string for compact styles."""
 
+    def style_problem(self, style: str) -> str | None:
+        """Why a policy cannot prompt this task in ``style`` (None: it can): the style must be one of
+        :attr:`prompt_styles`. Callers raise it with the config field that named the style."""
+        if style in self.prompt_styles:
+            return None
+        return f"task {self.name!r} has no prompt style {style!r} (its styles: {', '.join(self.prompt_styles)})"
+
     def check_record(self, record: Mapping[str, Any]) -> None:
         """Raise ``ValueError`` naming the field when an instance record is malformed."""
 

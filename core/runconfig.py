@@ -219,6 +219,9 @@ def resolve(config: RunConfig, registry: Registry, *, base_dir: Path | None = No
     engineer = _section(registry, "engineer", config.engineer, "engineer")
     policy = _section(registry, "policy", config.policy, "policy")
     trainer = _section(registry, "trainer", config.trainer, "trainer")
+    problem = generator.style_problem(policy.prompt_style)
+    if problem:
+        raise ConfigError(f"policy.{policy.name}.prompt_style: {problem}")
     if config.budget_mode not in trainer.budget_modes:
         raise ConfigError(
             f"budget_mode: trainer {trainer.name!r} supports {', '.join(trainer.budget_modes)}, not {config.budget_mode!r}"

@@ -209,7 +209,7 @@ def test_plugins_options_prints_a_components_options(plugins_cli):
     code, out = plugins_cli("--options", "tiny")
     assert code == 0 and "policy tiny (envengineer.plugins.policies): the run config's policy: section" in out
     assert "field ┃ type ┃ default ┃ description" in out
-    assert _row("prompt_style", "'full' | 'compact'", "compact", "the task's prompt style") in out
+    assert _row("prompt_style", "str", "compact", "the task's prompt style") in out
     assert _row("cache_dir", "str | None", "null", "default:") in out
     code, out = plugins_cli("--options", "trl")
     assert code == 0 and _row("reward", "'valid' | 'score'", "valid", "valid: R_acc") in out
@@ -292,3 +292,60 @@ def test_writing_a_plugin_states_what_the_code_does(registry):
     blocked = create_plugin_manager(entry_points=False, environ={"ENVENGINEER_BLOCK_PLUGINS": "mapf_frozenlake, reasoning_gym"})
     assert Registry(blocked).names("generator") == ["grid-walk"]
     assert "Both variables take comma-separated lists of names" in guide and "`ENVENGINEER_BLOCK_PLUGINS=name1,name2`" in guide
+
+
+# ------------------------------------------------------------- 7. any task's prompt style names
+
+
+def test_a_policy_takes_any_prompt_style_the_task_declares_and_refuses_others_naming_the_field(tmp_path):
+    from typing import ClassVar
+
+    from envengineer import hookimpl
+    from envengineer.runconfig import parse_run_config, resolve
+    from typing import Literal
+
+    from envengineer.tasks.gridwalk.plugin import GridWalkGenerator, GridWalkOptions, GridWalkValidator
+
+    class TerseOptions(GridWalkOptions):
+        name: Literal["terse-walk"] = "terse-walk"
+
+    class Terse(GridWalkGenerator):
+        name: ClassVar[str] = "terse-walk"
+        Options: ClassVar[type] = TerseOptions
+        prompt_styles: ClassVar[tuple[str, ...]] = ("full", "compact", "terse")
+
+    class TerseValidator(GridWalkValidator):
+        name: ClassVar[str] = "terse-walk"
+
+    class TersePlugin:
+        @hookimpl
+        def register_generators(self, register):
+            register(Terse)
+
+        @hookimpl
+        def register_validators(self, register):
+            register(TerseValidator)
+
+        @hookimpl
+        def register_benchmarks(self, register):
+            from envengineer.api import Benchmark
+            from envengineer.tasks.gridwalk import plugin as gw
+
+            path = gw.FOLDER / "grid-walk-val.jsonl"
+            register(Benchmark(name="terse-val", task="terse-walk", path=path, sha256=gw.read_checksums(gw.FOLDER)[path.name],
+                               description="grid-walk's validation set under another task name"))
+
+    pm = create_plugin_manager(entry_points=False, environ={})
+    pm.register(TersePlugin(), name="terse")
+    registry = Registry(pm)
+    for policy in ({"name": "transformers", "path": str(tmp_path), "prompt_style": "terse"},
+                   {"name": "tiny", "prompt_style": "terse"},
+                   {"name": "openai-compatible", "model": "m", "prompt_style": "terse"}):
+        config = parse_run_config({"name": "x", "task": {"name": "terse-walk"}, "policy": policy,
+                                   "eval": {"validation": "terse-val"}}, "x.yaml", registry)
+        assert resolve(config, registry, base_dir=tmp_path).policy.prompt_style == "terse"
+        config = parse_run_config({"name": "x", "task": {"name": "grid-walk"}, "policy": policy}, "x.yaml", registry)
+        with pytest.raises(ConfigError) as caught:
+            resolve(config, registry, base_dir=tmp_path)
+        assert str(caught.value) == (f"policy.{policy['name']}.prompt_style: task 'grid-walk' has no prompt style 'terse' "
+                                     "(its styles: full, compact)")

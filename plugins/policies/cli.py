@@ -67,6 +67,7 @@ def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int
     """Build (or find) the tiny policy's base model for ``task`` and print its greedy rates.
 
     ``task`` None: the one installed task family; with several installed, an error naming ``--task``."""
+    from envengineer.errors import ConfigError
     from envengineer.runconfig import only_task
 
     if task is None:
@@ -82,6 +83,9 @@ def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int
     options: dict[str, Any] = {k: v for k, v in {"instances": instances, "epochs": epochs, "threads": threads}.items() if v is not None}
     policy = registry.create("policy", "tiny", options, where="policy.tiny")
     generator, validator = registry.task(task, task_options or {})
+    problem = generator.style_problem(policy.prompt_style)
+    if problem:
+        raise ConfigError(f"policy.tiny.prompt_style: {problem}; the tiny policy warm-starts on its prompt_style (default compact)")
     shipped = policy.prebuilt_dir(generator)
     if force:  # build here; the shipped base (if any) is only compared with
         policy = registry.create("policy", "tiny", {**options, "prebuilt": False}, where="policy.tiny")

@@ -28,7 +28,7 @@ import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
@@ -402,7 +402,7 @@ def build_base_model(
 class TinyOptions(TransformersOptions):
     """Sampling options of the transformers policy, plus the warm start's recipe."""
 
-    prompt_style: Literal["full", "compact"] = Field("compact", description="the task's prompt style the model reads and is warm-started on (compact: short plain strings)")
+    prompt_style: str = Field("compact", min_length=1, description="the task's prompt style the model reads and is warm-started on: one of the task's prompt styles (compact: short plain strings; a family without one: full)")
     max_new_tokens: int = Field(128, ge=1, description="most tokens sampled per answer (mapf-frozenlake: compact answers of 2-agent 10x10 instances take ~60-70)")
     batch_size: int = Field(512, ge=1)
     instances: int = Field(18000, ge=1, description="(prompt, reference answer) pairs of the supervised warm start, from the task's Generator.warm_start_pairs (mapf-frozenlake: 18000 × 3 epochs ≈ 2 M tokens, ~3.5 min on one core: 16.5% valid on mapf-2agents-val)")
