@@ -511,3 +511,63 @@ def test_verl_logs_to_the_run_trackers_through_its_own_loggers(tmp_path):
     secret = {**trackers, "mlflow": {**trackers["mlflow"], "tracking_uri": "https://user:pw@mlflow.example"}}
     assert "MLFLOW_TRACKING_URI" not in trainer.tracker_env(TrainRequest(
         policy_path=tmp_path / "model", records=[], generator=None, validator=None, out_dir=tmp_path / "round", trackers=secret))
+
+
+def test_a_resumed_run_continues_the_same_tracker_runs(tmp_path):
+    """Killed after round 0, then resumed: the same MLflow run (its id kept in trackers/mlflow.json), each round's
+    metrics once, and TensorBoard's event files of both processes read as one run."""
+    pytest.importorskip("mlflow")
+    pytest.importorskip("tensorboard")
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    class Killed(BaseException):
+        """Stands for the process dying."""
+
+    class KillAt:
+        @hookimpl
+        def on_step_end(self, step, round):
+            if (step, round) == ("train", 1):
+                raise Killed()
+
+    config = {**SIM, "output": str(tmp_path / "run"), "trackers": ["tensorboard", "mlflow"]}
+    with pytest.raises(Killed):
+        _loop(config, KillAt()).run_all()
+    first = json.loads((tmp_path / "run/trackers/mlflow.json").read_text())
+    client = MlflowClient(first["tracking_uri"])
+    assert client.get_run(first["run_id"]).info.status == "KILLED"  # on_run_end said interrupted
+    _loop(config).run_all()
+    state = json.loads((tmp_path / "run/trackers/mlflow.json").read_text())
+    assert state["run_id"] == first["run_id"]
+    run = client.get_run(state["run_id"])
+    assert run.info.status == "FINISHED" and len(client.search_runs([run.info.experiment_id])) == 1
+    assert [m.step for m in client.get_metric_history(state["run_id"], "validation/valid_rate")] == [0, 1]
+    assert [m.step for m in client.get_metric_history(state["run_id"], "engineer/fallback")] == [0]
+    acc = EventAccumulator(str(tmp_path / "run/tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("validation/valid_rate")] == [0, 1]
+    assert [e.step for e in acc.Scalars("base/validation/valid_rate")] == [0]
+
+
+def test_a_trainer_that_did_not_report_gets_its_curves_logged_at_the_global_steps(tmp_path):
+    """verl (or any trainer that wrote no step metrics to the tracker): the tracker logs the round's curves.jsonl
+    as curves/* at the step offset plus the step within the round."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from envengineer.plugins.trackers.tensorboard_tracker import TensorBoardTracker
+    from envengineer.rundir import RunDir
+    from envengineer.trackers import curve_points
+
+    curves = [{"step": 1, "reward_mean": 0.25, "kl": None, "seconds": 3.0}, {"step": 2, "reward_mean": 0.5, "kl": 0.01, "seconds": 6.0}]
+    metrics = {"round": 3, "train": {"step_offset": 40, "live_trackers": []}, "curves": curves}
+    assert curve_points(metrics) == [(41, {"curves/reward_mean": 0.25}), (42, {"curves/reward_mean": 0.5, "curves/kl": 0.01})]
+    tracker = TensorBoardTracker()
+    tracker.on_run_start(RunDir(tmp_path), {"name": "r", "seed": 0, "config": {"name": "r"}})
+    assert tracker.trainer_settings() == {"log_dir": str(tmp_path / "tb"), "name": "r/seed-0"}
+    tracker.on_round_end(3, metrics)
+    tracker.on_round_end(4, {"round": 4, "train": {"step_offset": 42, "live_trackers": ["tensorboard"]}, "curves": curves})
+    tracker.on_run_end({"status": "finished"})
+    acc = EventAccumulator(str(tmp_path / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("curves/reward_mean")] == [(41, 0.25), (42, 0.5)]  # round 4's trainer wrote its own
