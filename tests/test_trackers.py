@@ -513,9 +513,11 @@ def test_verl_logs_to_the_run_trackers_through_its_own_loggers(tmp_path):
         policy_path=tmp_path / "model", records=[], generator=None, validator=None, out_dir=tmp_path / "round", trackers=secret))
 
 
-def test_a_resumed_run_continues_the_same_tracker_runs(tmp_path):
+def test_a_resumed_run_continues_the_same_tracker_runs(tmp_path, monkeypatch):
     """Killed after round 0, then resumed: the same MLflow run (its id kept in trackers/mlflow.json), each round's
-    metrics once, and TensorBoard's event files of both processes read as one run."""
+    metrics once, and TensorBoard's event files of both processes read as one run. Each run in a process logs to its
+    own store (MLflow exports the URI it is given; the tracker takes it back)."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     pytest.importorskip("mlflow")
     pytest.importorskip("tensorboard")
     from mlflow.tracking import MlflowClient
@@ -534,6 +536,7 @@ def test_a_resumed_run_continues_the_same_tracker_runs(tmp_path):
     with pytest.raises(Killed):
         _loop(config, KillAt()).run_all()
     first = json.loads((tmp_path / "run/trackers/mlflow.json").read_text())
+    assert first["tracking_uri"] == f"sqlite:///{tmp_path / 'run' / 'mlflow' / 'mlflow.db'}" and "MLFLOW_TRACKING_URI" not in os.environ
     client = MlflowClient(first["tracking_uri"])
     assert client.get_run(first["run_id"]).info.status == "KILLED"  # on_run_end said interrupted
     _loop(config).run_all()

@@ -115,7 +115,13 @@ class MlflowTracker(Tracker):
             folder.mkdir(parents=True, exist_ok=True)
             uri = f"sqlite:///{folder / 'mlflow.db'}"
         self.tracking_uri = uri
+        given = os.environ.get("MLFLOW_TRACKING_URI")
         mlflow.set_tracking_uri(uri)  # the fluent API (and TRL's MLflow callback) log to this store
+        # MLflow 3 also exports the URI as MLFLOW_TRACKING_URI: the next run in this process (a suite) must not log here
+        if given is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = given
         self.client = MlflowClient(uri)
         name = self.options.experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or "envengineer"
         experiment = self.client.get_experiment_by_name(name)
