@@ -210,6 +210,7 @@ def _print_options(registry: Any, name: str, kind: str | None) -> None:
         what = {
             "generator": "task options: the run config's task: section",
             "context_module": f"the run config's context.options.{name} section",
+            "tracker": f"an entry of the run config's trackers: list, {{name: {name}, ...}}",
         }.get(entry.kind, f"the run config's {entry.kind}: section" if entry.kind in ("engineer", "policy", "trainer") else "options")
         title = f"{label} {name} ({entry.owner}): {what}"
         model = entry.obj.Options
@@ -228,7 +229,7 @@ def plugins(
         None, "--options", metavar="NAME", help="print the options of the component(s) called NAME as a table: field, type, default, description",
     ),
     kind: Optional[str] = typer.Option(
-        None, "--kind", help="only components of this kind: generator (or task), validator, benchmark, context-module, engineer, trainer, policy; "
+        None, "--kind", help="only components of this kind: generator (or task), validator, benchmark, context-module, engineer, trainer, policy, tracker; "
         "with --options, picks one of several components of the same name",
     ),
 ) -> None:

@@ -41,7 +41,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "envengineer.plugins.context_modules",
     "envengineer.plugins.engineers",
     "envengineer.plugins.policies", "envengineer.plugins.trainers",
-    "envengineer.plugins.simulated",
+    "envengineer.plugins.simulated", "envengineer.plugins.trackers",
 )
 
 

@@ -7,7 +7,7 @@ The top level is checked here; each plugin checks its own section (``task``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -88,6 +88,11 @@ class RunConfig(BaseModel):
     eval: EvalSection = Field(default_factory=EvalSection)
     design: DesignSection = Field(default_factory=DesignSection)
     output: str | None = Field(None, description="run directory (default: runs/<name>)")
+    trackers: list[str | dict[str, Any]] = Field(
+        default_factory=list,
+        description="experiment trackers the run also logs to (tensorboard, wandb, mlflow, or a plugin's): a name, or "
+        "{name: NAME, ...its options}; never part of what the run produces (a resumed run may change them)",
+    )
     # Excluded from run.yaml: relabelling a row must not make a run directory "a different run".
     suite: SuiteSection | None = Field(None, exclude=True, description="table and row for `envengineer suite`")
 
@@ -95,6 +100,27 @@ class RunConfig(BaseModel):
     @classmethod
     def _name_or_mapping(cls, value: Any, info: Any) -> dict[str, Any]:
         return _named(value, info.field_name)
+
+    @field_validator("trackers", mode="before")
+    @classmethod
+    def _tracker_list(cls, value: Any) -> Any:
+        if value is None:
+            return []
+        if isinstance(value, (str, dict)):  # one tracker: trackers=wandb on the command line
+            value = [value]
+        if not isinstance(value, list):
+            raise ValueError("a list of tracker names (or {name: ..., options} mappings), e.g. [tensorboard, wandb]")
+        seen: set[str] = set()
+        for index, item in enumerate(value):
+            name = _named(item, f"trackers[{index}]")["name"]
+            if name in seen:
+                raise ValueError(f"{name} is listed twice")
+            seen.add(name)
+        return value
+
+    def tracker_sections(self) -> list[dict[str, Any]]:
+        """``trackers`` with every entry as a mapping with a ``name``."""
+        return [_named(item, f"trackers[{index}]") for index, item in enumerate(self.trackers)]
 
 
 @dataclass
@@ -110,6 +136,7 @@ class ResolvedRun:
     context: Any
     run_dir: Path
     context_initial: str = "uniform"  # the round-0 config: initial_config, context.start or the preset's
+    trackers: list[Any] = field(default_factory=list)  # the run's experiment trackers (envengineer.trackers.Tracker)
 
 
 def _section(registry: Registry, kind: str, section: dict[str, Any], where: str) -> Any:
@@ -239,7 +266,16 @@ def resolve(config: RunConfig, registry: Registry, *, base_dir: Path | None = No
     if not run_dir.is_absolute():
         run_dir = base / run_dir
     initial = choose_start(context, config.initial_config, generator)
-    return ResolvedRun(config, generator, validator, engineer, policy, trainer, context, run_dir, initial)
+    trackers = [_tracker(registry, section, index) for index, section in enumerate(config.tracker_sections())]
+    return ResolvedRun(config, generator, validator, engineer, policy, trainer, context, run_dir, initial, trackers)
+
+
+def _tracker(registry: Registry, section: dict[str, Any], index: int) -> Any:
+    name = section["name"]
+    if name not in registry.names("tracker"):
+        known = ", ".join(registry.names("tracker")) or "none"
+        raise UnknownComponentError(f"trackers[{index}]: unknown tracker {name!r} (registered: {known})")
+    return _section(registry, "tracker", section, f"trackers[{index}]")
 
 
 #: Sections that may be written as just a name (``engineer: heuristic``).

@@ -65,6 +65,10 @@ from envengineer.plugins.trainers.verl_launch import run_job
 from envengineer.training import ROLLOUTS_FILE, TrainRequest, TrainResult, reward_text
 
 
+#: The run's trackers verl's own ``Tracking`` (verl/utils/tracking.py) can write to, by the same names.
+TRACKER_LOGGERS = ("tensorboard", "wandb", "mlflow")
+
+
 def flash_attn_available() -> bool:
     return importlib.util.find_spec("flash_attn") is not None
 
@@ -259,11 +263,11 @@ class VerlGrpoTrainer(Trainer):
             "trainer.val_before_train": o.verl_validation,
             "trainer.resume_mode": "disable",  # auto would resume from whatever an old run left there
             "trainer.default_local_dir": str(paths["checkpoints"]),
-            "trainer.logger": [*dict.fromkeys([*o.loggers, "file"])],
-            "trainer.project_name": o.project_name,
-            "trainer.experiment_name": f"round-{request.round:02d}",
+            "trainer.logger": [*dict.fromkeys([*o.loggers, *self.tracker_loggers(request), "file"])],
+            "trainer.project_name": (request.trackers.get("wandb") or {}).get("project") or o.project_name,
+            "trainer.experiment_name": self.experiment_name(request),
             f"{ENV_PREFIX}VERL_FILE_LOGGER_PATH": str(paths["metrics"]),
-            **{f"{ENV_PREFIX}{k}": v for k, v in sorted(o.env.items())},
+            **{f"{ENV_PREFIX}{k}": v for k, v in sorted({**self.tracker_env(request), **o.env}.items())},
             **({"+ray_kwargs.ray_init.address": o.ray_address} if o.ray_address else {}),
         }
         ours = [f"{key}={hydra_string(value) if key.startswith(ENV_PREFIX) else hydra_value(value)}" for key, value in items.items()]
@@ -275,9 +279,45 @@ class VerlGrpoTrainer(Trainer):
         return [self.options.python or sys.executable, "-m", self.options.module, *overrides]
 
     def environment(self, request: TrainRequest) -> dict[str, str]:
-        """Variables set for verl (the file logger's path also goes into Ray's runtime env)."""
+        """Variables set for verl (the file logger's path and the trackers' settings also go into Ray's runtime env)."""
         paths = self.paths(request.out_dir)
-        return {"VERL_FILE_LOGGER_PATH": str(paths["metrics"]), "RAY_USAGE_STATS_ENABLED": "0", **self.options.env}
+        return {"VERL_FILE_LOGGER_PATH": str(paths["metrics"]), "RAY_USAGE_STATS_ENABLED": "0", **self.tracker_env(request),
+                **self.options.env}
+
+    # ------------------------------------------------------------------ the run's trackers
+
+    def tracker_loggers(self, request: TrainRequest) -> list[str]:
+        """verl's own loggers for the run's live trackers (verl's ``Tracking`` has tensorboard, wandb and mlflow)."""
+        return [name for name in TRACKER_LOGGERS if name in request.trackers]
+
+    def experiment_name(self, request: TrainRequest) -> str:
+        """verl's ``trainer.experiment_name``: ``round-NN``, or ``<arm>/seed-<s>/round-NN`` when trackers log it
+        (the W&B or MLflow run verl starts for the round)."""
+        round_name = f"round-{request.round:02d}"
+        if not self.tracker_loggers(request):
+            return round_name
+        names = [settings.get("name") for settings in request.trackers.values() if settings.get("name")]
+        return f"{names[0]}/{round_name}" if names else round_name
+
+    def tracker_env(self, request: TrainRequest) -> dict[str, str]:
+        """Where verl's loggers write for the run's trackers. verl counts its steps from 1 each round and cannot
+        start from the round's offset, so each round is a run of its own beside the tracker's (TensorBoard:
+        ``<tb>/verl/round-NN``; W&B: a run in the tracker's group, job type ``verl-round``; MLflow: a run in the
+        tracker's store); the tracker's own run gets the round's ``curves.jsonl`` at the round's offset. Never a key:
+        verl's workers read those from their own environment."""
+        env: dict[str, str] = {}
+        tb = request.trackers.get("tensorboard")
+        if tb and tb.get("log_dir"):
+            env["TENSORBOARD_DIR"] = str(Path(tb["log_dir"]) / "verl" / f"round-{request.round:02d}")
+        wandb = request.trackers.get("wandb")
+        if wandb:
+            env.update({"WANDB_RUN_GROUP": str(wandb.get("group") or wandb.get("name") or ""), "WANDB_JOB_TYPE": "verl-round"})
+            env.update({key: str(wandb[field]) for key, field in (("WANDB_DIR", "dir"), ("WANDB_MODE", "mode"), ("WANDB_ENTITY", "entity"))
+                        if wandb.get(field)})
+        mlflow = request.trackers.get("mlflow")
+        if mlflow and mlflow.get("tracking_uri") and "@" not in str(mlflow["tracking_uri"]):  # a URI with credentials stays in the environment
+            env["MLFLOW_TRACKING_URI"] = str(mlflow["tracking_uri"])
+        return {k: v for k, v in env.items() if v}
 
     def preflight(self, cfg: Any) -> None:
         """What verl's own entry point needs installed to launch (not for the checks above); another
