@@ -167,7 +167,9 @@ def _run_parallel(suite: Suite, todo: list[tuple[SuiteEntry, SuiteRun]], registr
                     log.parent.mkdir(parents=True, exist_ok=True)
                     with log.open("a", encoding="utf-8") as handle:
                         handle.write(f"\n===== {entry.stem} seed {run.seed}: {verb} ({time.strftime('%Y-%m-%d %H:%M:%S')}) =====\n")
-                    write_json(job, {"config": run.config.model_dump(mode="json"), "log": str(log), "result": str(result)})
+                    write_json(job, {"config": run.config.model_dump(mode="json"), "log": str(log), "result": str(result),
+                                     # the suite's table and row (excluded from a config's dump): trackers label runs by them
+                                     "suite": run.config.suite.model_dump(mode="json") if run.config.suite else None})
                     process = subprocess.Popen(
                         [sys.executable, "-m", "envengineer.suite_worker", str(job)],
                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ),
