@@ -129,7 +129,7 @@ def test_every_core_command_works_on_arith_without_mapf(env, arith_run, tmp_path
     compared = cli(env, "compare", run_dir, run_dir, "--output", tmp_path / "compare.md")
     assert "validation" in compared and (tmp_path / "compare.md").exists()
     context = cli(env, "context", "--run", run_dir, "--round", "0", "--modules", "F,G,H,S,T")
-    assert " + " in context and "By digits" in context and "By addends" in context, context  # arith's prompt and groupings
+    assert "Compute " in context and "By digits" in context and "By addends" in context, context  # arith's prompt and groupings
     out = tmp_path / "propose"
     proposed = cli(env, "propose", "--run", run_dir, "--round", "0", "--engineer", "heuristic", "--output", out)
     assert "fell back" not in proposed and yaml.safe_load((out / "projection.yaml").read_text())["fallback"] is False
@@ -167,7 +167,7 @@ def test_context_modules_and_baselines_on_the_arith_run(env, arith_run):
     for key, (code, *rest) in results.items():
         assert code == 0, f"{key}: {rest}"
     modules = {k.split()[1]: v[1] for k, v in results.items() if k.startswith("module ")}
-    assert " + " in modules["F"] and "By digits" in modules["F"]  # the real prompt, the declared grouping
+    assert "Compute " in modules["F"] and "By digits" in modules["F"]  # the real prompt, the declared grouping
     assert "add integers" in modules["G"]  # arith's guidelines
     assert "terms" in modules["H"] and "mapf" not in modules["H"].lower()
     for engineer in BASELINES:

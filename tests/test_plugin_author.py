@@ -187,6 +187,7 @@ def test_help_texts_and_option_descriptions_say_when_they_speak_of_one_task(regi
 def plugins_cli(monkeypatch):
     """``invoke(*args)``: ``envengineer plugins ARGS`` through typer's CliRunner, printed wide, with
     its exit code and its output (stdout and stderr) on one line."""
+    monkeypatch.setenv("ENVENGINEER_LOAD_PLUGINS", "")  # the built-ins only, whatever third-party package is installed
     from rich.console import Console
 
     from envengineer import cli

@@ -223,7 +223,10 @@ def test_pretrain_command_on_another_family(tmp_path, monkeypatch, arith_registr
 
     monkeypatch.setenv("ENVENGINEER_CACHE", str(tmp_path))
     monkeypatch.setattr(envengineer.registry, "load_registry", lambda *a, **k: arith_registry)
-    result = CliRunner().invoke(app, ["pretrain", "--task", "arith", "--instances", "24", "--epochs", "1", "--threads", "1", "--limit", "6"])
+    args = ["pretrain", "--task", "arith", "--instances", "24", "--epochs", "1", "--threads", "1", "--limit", "6"]
+    refused = CliRunner().invoke(app, args)  # arith declares only the full style; the tiny policy's default is compact
+    assert refused.exit_code == 1 and "task 'arith' has no prompt style 'compact' (its styles: full)" in " ".join(str(refused.exception).split())
+    result = CliRunner().invoke(app, [*args, "--style", "full"])
     assert result.exit_code == 0, result.output
     output = " ".join(result.output.split())
     assert "greedy decoding on arith-val (6)" in output and "1d" in output  # the task's declared validation set

@@ -63,7 +63,7 @@ def greedy_valid(policy: Any, generator: Any, validator: Any, records: list[dict
 
 def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int | None, epochs: float | None,
                      threads: int | None, task: str | None = None, task_options: dict[str, Any] | None = None,
-                     bench: str | None = None, limit: int | None = None) -> None:
+                     bench: str | None = None, limit: int | None = None, style: str | None = None) -> None:
     """Build (or find) the tiny policy's base model for ``task`` and print its greedy rates.
 
     ``task`` None: the one installed task family; with several installed, an error naming ``--task``."""
@@ -80,12 +80,14 @@ def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int
 
     transformers.utils.logging.disable_progress_bar()
 
-    options: dict[str, Any] = {k: v for k, v in {"instances": instances, "epochs": epochs, "threads": threads}.items() if v is not None}
+    options: dict[str, Any] = {k: v for k, v in {"instances": instances, "epochs": epochs, "threads": threads,
+                                                 "prompt_style": style}.items() if v is not None}
     policy = registry.create("policy", "tiny", options, where="policy.tiny")
     generator, validator = registry.task(task, task_options or {})
     problem = generator.style_problem(policy.prompt_style)
     if problem:
-        raise ConfigError(f"policy.tiny.prompt_style: {problem}; the tiny policy warm-starts on its prompt_style (default compact)")
+        raise ConfigError(f"{'--style' if style else 'policy.tiny.prompt_style'}: {problem}; the tiny policy warm-starts in its "
+                          "prompt_style (default compact): pass --style with one of the task's styles")
     shipped = policy.prebuilt_dir(generator)
     if force:  # build here; the shipped base (if any) is only compared with
         policy = registry.create("policy", "tiny", {**options, "prebuilt": False}, where="policy.tiny")
@@ -149,6 +151,7 @@ def pretrain(
     option: Optional[list[str]] = typer.Option(None, "--option", "-o", help="task option KEY=VALUE (repeatable)"),
     bench: Optional[str] = typer.Option(None, "--bench", help="benchmark to measure on (default: the task's benchmark matching its options, else fresh instances)"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="measure on N instances, evenly spread over the set"),
+    style: Optional[str] = typer.Option(None, "--style", help="the prompt style the base reads (the tiny policy's prompt_style; default compact): one the task declares"),
 ) -> None:
     """Build the embedded tiny policy's base model (cached), then print its greedy valid rate."""
     from rich.console import Console
@@ -156,7 +159,7 @@ def pretrain(
     from envengineer.registry import load_registry
 
     pretrain_command(load_registry(), Console(), force=force, instances=instances, epochs=epochs, threads=threads,
-                     task=task, task_options=_task_options(option), bench=bench, limit=limit)
+                     task=task, task_options=_task_options(option), bench=bench, limit=limit, style=style)
 
 
 def register(cli: Any) -> None:

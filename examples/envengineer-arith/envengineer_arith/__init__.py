@@ -59,8 +59,6 @@ class ArithGenerator(Generator):
     name: ClassVar[str] = "arith"
     description: ClassVar[str] = "Add up integers (example third-party task)"
     config_model: ClassVar[type[BaseModel]] = ArithConfig
-    #: ``full``: a chat message; ``compact``: the bare sum (``12 + 7 =``), for small models such as the tiny policy
-    prompt_styles: ClassVar[tuple[str, ...]] = ("full", "compact")
     knob_table: ClassVar[str | None] = "groups"
     knobs: ClassVar[tuple[Knob, ...]] = (
         Knob("ratio", 0.01, 1.0, 0.0001, share=True, description="share of the round's budget"),
