@@ -1,6 +1,6 @@
 """The public plugin API: everything a plugin author imports, from one place.
 
-A task family, an engineer, a context module, a trainer or a policy needs only::
+A task family, an engineer, a context module, a trainer, a policy or a tracker needs only::
 
     from envengineer.api import Generator, Validator, Verdict, Grouping, Knob, hookimpl, ...
 
@@ -37,13 +37,14 @@ from envengineer.hookspecs import hookimpl
 from envengineer.prompts import build_request, factual_note, load_prompt, summary_prompt
 from envengineer.proposals import UnusableProposal, extract_yaml_block, parse_proposal
 from envengineer.rundir import RunDir
+from envengineer.trackers import Tracker, TrackerUnavailable
 from envengineer.training import CURVE_KEYS, TrainRequest, TrainResult
 
 __all__ = [
     "Aggregate", "Benchmark", "CURVE_KEYS", "Change", "Component", "ConfigError", "ContextModule", "DesignOutcome",
     "DesignRequest", "EnvEngineerError", "Engineer", "EngineerCallError", "EngineerReply", "Evidence", "GenerationResult",
     "Generator", "Grouping", "InputError", "Knob", "NoOptions", "Policy", "Projection", "RoundRecord", "RunDir",
-    "TrainRequest", "TrainResult", "Trainer", "UnusableProposal", "Validator", "Verdict", "atomic_open", "build_request",
+    "Tracker", "TrackerUnavailable", "TrainRequest", "TrainResult", "Trainer", "UnusableProposal", "Validator", "Verdict", "atomic_open", "build_request",
     "extract_yaml_block", "factual_note", "hookimpl", "load_prompt", "parse_proposal", "read_checksums", "read_jsonl", "retired_options",
     "summary_prompt", "write_json", "write_jsonl", "write_text", "write_yaml",
 ]

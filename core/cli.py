@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -84,8 +84,9 @@ def _progress(description: str, total: int | None):
     return progress_bar(description, total, console=err_console)
 
 
-TaskArg = typer.Argument(..., help="task family, e.g. mapf-frozenlake (see `envengineer plugins`)")
-OptionOpt = typer.Option(None, "--option", "-o", help="task option KEY=VALUE (repeatable); a task's options also go as --KEY VALUE after the task, e.g. --agents 2")
+TaskArg = typer.Argument(..., help="task family: a registered generator's name (`envengineer plugins` lists them)")
+OptionOpt = typer.Option(None, "--option", "-o", help="task option KEY=VALUE (repeatable); a task's options also go as --KEY VALUE after the task (mapf-frozenlake: --agents 2); "
+                         "`envengineer plugins --options TASK --kind task` lists them")
 #: Commands on a task take the task's own options as --KEY VALUE (checked against the task's Options).
 TASK_COMMAND = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -101,7 +102,7 @@ def generate(
     workers: int = typer.Option(1, "--workers", min=1, help="processes (output is identical)"),
     option: Optional[list[str]] = OptionOpt,
 ) -> None:
-    """Generate instance records (task options: --KEY VALUE, e.g. --agents 2 for mapf-frozenlake)."""
+    """Generate instance records (task options: --KEY VALUE after the task; mapf-frozenlake: --agents 2)."""
     from envengineer.taskops import generate_file, load_generator_config
 
     generator, _ = _task(task, option, ctx.args)
@@ -153,23 +154,104 @@ def score(
     console.print(f"wrote {summary.overall.n} verdicts to [bold]{escape(str(output))}[/]")
 
 
+#: ``--kind`` spellings beyond the registry's own kinds.
+KIND_ALIASES = {"task": "generator", "context-module": "context_module"}
+
+
+def _kind(kind: str | None) -> str | None:
+    """A ``--kind`` value as the registry names it; an unknown one exits 2, listing the kinds."""
+    if kind is None:
+        return None
+    from envengineer.registry import HOOKS
+
+    name = KIND_ALIASES.get(kind, kind)
+    if name not in HOOKS:
+        known = ", ".join(k.replace("_", "-") for k in HOOKS)
+        _usage_error(f"--kind {kind}: no such kind (kinds: {known}; task is generator)")
+    return name
+
+
+def _usage_error(message: str) -> NoReturn:
+    """Print ``message`` as an error and exit 2 (a usage mistake)."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _print_options(registry: Any, name: str, kind: str | None) -> None:
+    """Every component called ``name`` (of ``kind``, if given): its options as a table; a name
+    no component of that kind has exits 2, listing the names there are."""
+    from rich.text import Text
+
+    from envengineer.display import options_tables
+
+    entries = [e for e in registry.entries(kind) if e.name == name]
+    if not entries:
+        scope = registry.entries(kind)
+        elsewhere = [e.kind.replace("_", "-") for e in registry.entries() if e.name == name]
+        listed = "; ".join(
+            f"{k.replace('_', '-')}: {', '.join(names)}"
+            for k in dict.fromkeys(e.kind for e in scope)
+            if (names := [e.name for e in scope if e.kind == k])
+        )
+        where = f"no {kind.replace('_', '-')} is called {name!r}" if kind else f"no component is called {name!r}"
+        hint = f" (registered as {', '.join(elsewhere)}: pass --kind {elsewhere[0]})" if elsewhere else ""
+        _usage_error(f"--options {name}: {where}{hint}; registered: {listed or 'none'}")
+    if len(entries) > 1:
+        console.print(f"[dim]{escape(name)} is registered as {len(entries)} kinds of component "
+                      f"({escape(', '.join(e.kind.replace('_', ' ') for e in entries))}); --kind picks one[/]", highlight=False)
+    for entry in entries:
+        label = entry.kind.replace("_", " ")
+        if entry.kind == "benchmark":
+            spec = entry.obj
+            drawn = ", ".join(f"{k}: {v}" for k, v in spec.options.items()) or "the task's defaults"
+            console.print(f"[bold]benchmark {escape(name)}[/]: a frozen set of task {escape(spec.task)} "
+                          f"(drawn under task options {escape(drawn)}); it takes no options", highlight=False, soft_wrap=True)
+            continue
+        what = {
+            "generator": "task options: the run config's task: section",
+            "context_module": f"the run config's context.options.{name} section",
+            "tracker": f"an entry of the run config's trackers: list, {{name: {name}, ...}}",
+        }.get(entry.kind, f"the run config's {entry.kind}: section" if entry.kind in ("engineer", "policy", "trainer") else "options")
+        title = f"{label} {name} ({entry.owner}): {what}"
+        model = entry.obj.Options
+        if not model.model_fields:
+            console.print(f"[bold]{escape(label)} {escape(name)}[/] ({escape(entry.owner)}): no options", highlight=False, soft_wrap=True)
+            continue
+        for index, table in enumerate(options_tables(model, title)):
+            if index == 0 and entry.description:
+                table.caption, table.caption_justify = Text(entry.description), "left"
+            console.print(table)
+
+
 @app.command()
-def plugins() -> None:
-    """List every registered component and the plugin it comes from."""
+def plugins(
+    options: Optional[str] = typer.Option(
+        None, "--options", metavar="NAME", help="print the options of the component(s) called NAME as a table: field, type, default, description",
+    ),
+    kind: Optional[str] = typer.Option(
+        None, "--kind", help="only components of this kind: generator (or task), validator, benchmark, context-module, engineer, trainer, policy, tracker; "
+        "with --options, picks one of several components of the same name",
+    ),
+) -> None:
+    """List every registered component and the plugin it comes from; --options NAME prints one's options."""
     from rich.table import Table
 
     from envengineer.registry import load_registry
 
     registry = load_registry()
+    kind = _kind(kind)
+    if options is not None:
+        _print_options(registry, options, kind)
+        return
     table = Table(title="registered components", title_justify="left")
     for column in ("kind", "name", "plugin", "from", "description"):
         table.add_column(column)
-    for entry in registry.entries():
+    for entry in registry.entries(kind):
         table.add_row(entry.kind.replace("_", " "), entry.name, entry.owner, entry.origin, entry.description)
     console.print(table)
     report = registry.pm.load_report
-    for who, error in report.failed:
-        err_console.print(f"[red]failed to load[/] {escape(str(who))}: {escape(str(error))}")
+    if report.failed:  # each error is logged once, when the first manager of the process loads the plugins
+        err_console.print(f"[red]failed to load (the error is above):[/] {escape(', '.join(str(who) for who, _ in report.failed))}")
     for who in report.blocked:
         console.print(f"[dim]blocked: {escape(str(who))}[/]")
 
@@ -207,7 +289,7 @@ def bench_build(
 
 
 RunOpt = typer.Option(..., "--run", help="run directory")
-RoundOpt = typer.Option(..., "--round", min=0, help="recorded round (0-based)")
+RoundOpt = typer.Option(..., "--round", min=0, help="recorded round N, the run's round-NN folder (rounds are numbered from 0)")
 
 
 @app.command()
@@ -256,7 +338,7 @@ def propose(
             table.add_row(change.field, repr(change.proposed), repr(change.applied), change.reason)
         console.print(table if table.row_count else "projection: no changes to the proposal")
         console.print(f"accepted: {escape(', '.join(outcome.projection.accepted) or 'none')}", highlight=False)
-    diff = Table(title=f"config: round {round} -> next", title_justify="left")
+    diff = Table(title=f"config: round {round} -> round {round + 1}", title_justify="left")
     for column in ("field", "current", "next"):
         diff.add_column(column)
     for row in diff_rows(request.current_config, outcome.config):
@@ -287,15 +369,16 @@ def run_command(
     from envengineer.loop import run
     from envengineer.runconfig import load_run_config
 
-    cfg = load_run_config(config, overrides or ())
+    registry = _registry()
+    cfg = load_run_config(config, overrides or (), registry)
     target = Path(output or cfg.output or Path("runs") / cfg.name)
     if not resume and (target / "history.jsonl").exists():
         raise EnvEngineerError(f"{target}: already holds a run; pass --resume to continue it or choose another --output")
     if dry_run:
-        plan = run(config, console=console, output=output, overrides=overrides or (), dry_run=True)
+        plan = run(config, registry=registry, console=console, output=output, overrides=overrides or (), dry_run=True)
         _print_plan(plan)
         return
-    run(config, console=console, output=output, overrides=overrides or ())
+    run(config, registry=registry, console=console, output=output, overrides=overrides or ())
     console.print(f"run directory: [bold]{escape(str(target))}[/]  (report: envengineer report {escape(str(target))})")
 
 
@@ -322,7 +405,7 @@ def _print_plan(plan: dict) -> None:
 @app.command("eval")
 def eval_command(
     policy: str = typer.Option(..., "--policy", help="NAME or NAME:PATH, e.g. tiny, transformers:/models/qwen3-4b, openai-compatible"),
-    bench: list[str] = typer.Option(..., "--bench", help="benchmark name (repeatable), e.g. mapf-3agents"),
+    bench: list[str] = typer.Option(..., "--bench", help="benchmark name (repeatable; `envengineer bench list` lists them)"),
     policy_config: Optional[Path] = typer.Option(None, "--policy-config", help="YAML with the policy's options"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="evaluate N instances, evenly spread over the set"),
     output: Optional[Path] = typer.Option(None, "--output", help="folder for summary.json, rates.csv, verdicts, responses"),
@@ -342,6 +425,11 @@ def eval_command(
     for bench_name in bench:
         spec = registry.benchmark(bench_name)
         generator, validator = registry.task(spec.task, dict(spec.options))
+        problem = generator.style_problem(style or sampler.prompt_style)
+        if problem:
+            from envengineer.errors import ConfigError
+
+            raise ConfigError(f"{'--style' if style else f'policy.{name}.prompt_style'}: {problem}")
         if sampler.has_weights:
             sampler = sampler.with_path(sampler.prepare(generator=generator))
         records = spread(read_jsonl(spec.path), limit)
@@ -386,7 +474,7 @@ def compare(
     run_dirs: list[Path] = typer.Argument(..., help="run directories to put side by side"),
     output: Optional[Path] = typer.Option(None, "--output", help="also write the table to FILE.md or FILE.csv"),
 ) -> None:
-    """Runs side by side: each benchmark's declared aggregate over its subsets (MAPF: the paper's Sum) and overall rates, then validation."""
+    """Runs side by side: each benchmark's declared aggregate over its subsets (mapf-frozenlake: the paper's Sum) and overall rates, then validation."""
     from envengineer.compare import load_comparison, rich_tables, write_comparison
 
     comparison = load_comparison(run_dirs)

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from envengineer import knobs as _knobs  # the defaults of Generator's knob methods (knobs imports only declarations)
 from envengineer.declarations import (  # noqa: F401 - the value types plugins exchange, importable from here too
     METRIC_RATES,
     Aggregate,
@@ -112,9 +113,7 @@ class Generator(Component, abc.ABC):
     def knob_values(self, config: BaseModel | Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         """``{group: {knob: value}}`` of the declared knobs in ``config``'s knob table, groups in the
         table's order ({} when the task has no knob table)."""
-        from envengineer.knobs import knob_values
-
-        return knob_values(self, config)
+        return _knobs.knob_values(self, config)
 
     def knob_proposal(self, values: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         """A (partial) proposal that :meth:`project` accepts, from ``{group: {knob: value}}``."""
@@ -124,16 +123,12 @@ class Generator(Component, abc.ABC):
 
     def default_config(self) -> BaseModel:
         """The config a run starts from when the user gives none (default: ``config_model``'s field defaults)."""
-        from envengineer.knobs import default_config
-
-        return default_config(self)
+        return _knobs.default_config(self)
 
     def random_config(self, seed: int) -> BaseModel:
         """A random valid config (the paper's random round-0 start). Default: every declared knob
         drawn uniformly within its bounds in every group of the default config, shares renormalised."""
-        from envengineer.knobs import random_config
-
-        return random_config(self, seed)
+        return _knobs.random_config(self, seed)
 
     @abc.abstractmethod
     def generate(
@@ -154,13 +149,18 @@ class Generator(Component, abc.ABC):
         its bounds and put on its step, a share knob is renormalised to sum to 1, other fields of
         the config model are taken when they validate; every change is reported and every field
         applied as proposed is listed in ``accepted``."""
-        from envengineer.knobs import project
-
-        return project(self, proposal, current)
+        return _knobs.project(self, proposal, current)
 
     @abc.abstractmethod
     def render(self, record: Mapping[str, Any], style: str = "full") -> list[dict[str, str]] | str:
         """The prompt for one instance: chat messages, or a plain string for compact styles."""
+
+    def style_problem(self, style: str) -> str | None:
+        """Why a policy cannot prompt this task in ``style`` (None: it can): the style must be one of
+        :attr:`prompt_styles`. Callers raise it with the config field that named the style."""
+        if style in self.prompt_styles:
+            return None
+        return f"task {self.name!r} has no prompt style {style!r} (its styles: {', '.join(self.prompt_styles)})"
 
     def check_record(self, record: Mapping[str, Any]) -> None:
         """Raise ``ValueError`` naming the field when an instance record is malformed."""

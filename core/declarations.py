@@ -7,6 +7,7 @@ declarations. Import them from :mod:`envengineer.api` (or :mod:`envengineer.comp
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,15 +211,45 @@ class Knob:
 
     def snap(self, value: float) -> float | int:
         """``value`` clipped into the bounds and put on a multiple of the step (an int for integer knobs)."""
-        from envengineer.knobs import snap
-
-        return snap(self, value)
+        value = min(self.high, max(self.low, float(value)))
+        if self.integer:
+            n = round((value - self.low) / self.step)
+            result = int(self.low) + int(self.step) * n
+            while result > self.high:
+                result -= int(self.step)
+            return max(int(self.low), result)
+        result = _on_grid(self, value)
+        if result > self.high:
+            result = _on_grid(self, self.high - self.step / 2)
+        if result < self.low:
+            result = _on_grid(self, self.low + self.step / 2)
+        return min(self.high, max(self.low, result))
 
     def shift(self, value: float, delta: float) -> float | int:
         """``value`` moved by ``delta`` in whole steps (at least one step when ``delta`` is not 0), within the bounds."""
-        from envengineer.knobs import shift
+        start = self.snap(value)
+        target = self.snap(float(value) + delta)
+        if delta and target == start:
+            target = self.snap(start + math.copysign(self.step, delta))
+        return target
 
-        return shift(self, value, delta)
+
+# The knob's grid (:mod:`envengineer.knobs` keeps shares on it too).
+
+
+def _decimals(step: float) -> int | None:
+    """``d`` when ``step`` is 10**-d (0 <= d <= 12), else None."""
+    for d in range(13):
+        if abs(step - 10.0**-d) <= 1e-15:
+            return d
+    return None
+
+
+def _on_grid(knob: Knob, value: float) -> float:
+    d = _decimals(knob.step)
+    if d is not None:
+        return round(value, d)
+    return round(knob.low + round((value - knob.low) / knob.step) * knob.step, 12)
 
 
 def prompt_text(prompt: list[dict[str, str]] | str) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from envengineer.components import Aggregate, Grouping
 from envengineer.metrics import Rates, Summary
@@ -116,3 +117,84 @@ def stage_progress(console: Console, *, transient: bool = True) -> Iterator[Call
 
     with bars:
         yield progress
+
+
+# ------------------------------------------------------------------ a component's options
+
+
+def type_text(annotation: Any) -> str:
+    """An option's type as a person reads it: ``int``, ``str | None``, ``'full' | 'compact'``,
+    ``dict[str, RampOptions]``."""
+    import types
+    import typing
+
+    if annotation is type(None):
+        return "None"
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in args)
+    if origin is typing.Annotated:
+        return type_text(args[0])
+    if origin is typing.Union or origin is types.UnionType:
+        return " | ".join(type_text(a) for a in args)
+    if origin is not None:
+        name = getattr(origin, "__name__", str(origin))
+        return f"{name}[{', '.join('...' if a is Ellipsis else type_text(a) for a in args)}]" if args else name
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
+#: A longer default (a whole prompt) is cut to this many characters in the options table.
+DEFAULT_CHARS = 80
+
+
+def default_text(field: Any) -> str:
+    """An option's default as it would be written in YAML (flow style, on one line, cut at
+    :data:`DEFAULT_CHARS`); ``required`` when it has none."""
+    import yaml
+    from pydantic import BaseModel
+
+    if field.is_required():
+        return "required"
+    value = field.get_default(call_default_factory=True)
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    try:
+        text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=10_000).strip()
+    except yaml.YAMLError:
+        return repr(value)
+    text = " ".join(text.removesuffix("\n...").removesuffix("...").split())
+    return text if len(text) <= DEFAULT_CHARS else text[: DEFAULT_CHARS - 1] + "…"
+
+
+def options_tables(model: Any, title: str) -> list[Table]:
+    """One table of ``model``'s fields (field, type, default, description), then one for each
+    options model nested in a field's type (e.g. a per-knob mapping of options), each once."""
+    import typing
+
+    from pydantic import BaseModel
+
+    tables: list[Table] = []
+    todo: list[tuple[type[BaseModel], str]] = [(model, title)]
+    seen: set[type] = set()
+    while todo:
+        current, heading = todo.pop(0)
+        if current in seen:
+            continue
+        seen.add(current)
+        table = Table(title=Text(heading), title_justify="left")
+        table.add_column("field", style="bold", no_wrap=True)
+        table.add_column("type")
+        table.add_column("default")
+        table.add_column("description")
+        for name, field in current.model_fields.items():
+            table.add_row(*(Text(cell) for cell in (name, type_text(field.annotation), default_text(field), field.description or "")))
+            stack = [field.annotation]
+            while stack:
+                tp = stack.pop()
+                if isinstance(tp, type) and issubclass(tp, BaseModel):
+                    todo.append((tp, f"{tp.__name__} (in {name})"))
+                stack.extend(typing.get_args(tp))
+        tables.append(table)
+    return tables

@@ -77,6 +77,13 @@ def register_policies(register: Callable[[type], None]) -> None:
     """Register policy samplers used by evaluation (transformers, vLLM, API models)."""
 
 
+@hookspec
+def register_trackers(register: Callable[[type], None]) -> None:
+    """Register experiment trackers: subclasses of :class:`envengineer.trackers.Tracker`, chosen per run by the
+    run config's ``trackers`` list. A tracker implements the lifecycle hooks (``on_run_start``, ...) as ``@hookimpl`` methods;
+    one that raises is disabled for the rest of the run with one warning, never failing the run."""
+
+
 # ----------------------------------------------------------------- command line
 
 
@@ -112,14 +119,26 @@ def report_sections(run: Any, generator: Any) -> list[tuple[str, str]]:
 
 
 # -------------------------------------------------------------------- lifecycle
+#
+# The lifecycle hooks tell a plugin what the loop did, for logging elsewhere (an experiment tracker, a
+# dashboard, a chat message). Each payload (``info``, ``metrics``, ``design``, ``benchmark``) is plain
+# JSON data (dicts, lists, str, int, float, bool, None) built from the files the step wrote, so a
+# plugin never needs the loop's objects; the run directory stays the record. docs/writing-a-plugin.md
+# lists every key. A hook is called once per event in the process that did it: a resumed run does
+# not repeat the events of the steps it finds done (``on_run_start`` and ``on_run_end`` come again).
 
 
 @hookspec
-def on_run_start(run_dir: Any, config: Any) -> None:
+def on_run_start(run_dir: Any, config: Any, info: dict) -> None:
     """A run is starting (fresh or resumed) in ``run_dir`` with the resolved ``config``.
 
     :param run_dir: the :class:`envengineer.rundir.RunDir`.
-    :param config: the resolved run config.
+    :param config: the resolved run config (the :class:`envengineer.runconfig.RunConfig` object).
+    :param info: the same as plain data: ``name``, ``run_dir``, ``resumed`` (the directory held a
+        started run), ``config`` (the run config as ``run.yaml`` records it), ``suite`` (``{table, row,
+        order}`` or None), ``seed``, ``rounds``, ``task``, ``engineer``, ``policy``, ``trainer``,
+        ``validation``, ``benchmarks``, ``trackers`` (the names selected), ``knobs`` (the task's declared
+        knobs: ``{name, low, high, step, integer, harder, share}``) and ``knob_table``.
     """
 
 
@@ -135,19 +154,58 @@ def on_step_end(run_dir: Any, round: int | None, step: str, record: dict) -> Non
 
 
 @hookspec
+def on_benchmark_end(run_dir: Any, round: int | None, benchmark: dict) -> None:
+    """A frozen set was evaluated: each of ``eval.benchmarks`` (on the base policy and when
+    ``eval.bench_rounds`` says), and the validation set on the base policy (a round's validation
+    comes with :func:`on_round_end`).
+
+    :param round: the round whose checkpoint was evaluated, or None for the base policy.
+    :param benchmark: ``name``, ``label``, ``role`` (``validation`` or ``benchmark``), ``round``,
+        ``overall`` (``n``, ``valid_rate``, ``optimal_rate``, ``mean_score``, ...), ``by`` (``{grouping:
+        {group: rates}}``, the set's subsets included), ``subsets`` (the grouping holding the set's
+        subsets, or None), ``aggregate`` (``{key, title, how, values: {metric: value}}`` or None) and
+        ``summary`` (the path of its ``summary.json``).
+    """
+
+
+@hookspec
+def on_design_end(run_dir: Any, round: int, design: dict) -> None:
+    """The engineer's design step after round ``round`` finished (the config round ``round + 1`` trains on).
+
+    :param design: ``round``, ``engineer``, ``model`` (or None), ``fallback``, ``reason``, ``halted``,
+        ``proposal`` (what the engineer proposed, or None), ``accepted`` (fields applied as proposed),
+        ``changes`` (what the projection changed: ``{field, proposed, applied, reason}``),
+        ``projection_changes`` (their count), ``config`` (the next config), ``knob_values``
+        (``{group: {knob: value}}`` of it), ``notes`` (the engineer's S note, or None), ``tokens``
+        (``{prompt, completion, reasoning, total}`` summed over its calls, or None when its calls report
+        none), ``calls`` (API calls made), ``engineer_seconds`` (their summed latency) and ``seconds``
+        (the whole step).
+    """
+
+
+@hookspec
 def on_round_end(run_dir: Any, round: int, metrics: dict) -> None:
-    """A round finished: log it elsewhere (wandb, a dashboard, a chat message).
+    """A round finished (trained, evaluated, benchmarked when due, designed when not the last).
 
     :param run_dir: the :class:`envengineer.rundir.RunDir` (its files hold everything else).
-    :param metrics: ``{"valid_rate", "optimal_rate", "fallback"}``: the round's validation rates and
-        whether its design step fell back.
+    :param metrics: ``valid_rate``, ``optimal_rate``, ``fallback`` (whether its design step fell back;
+        None for the last round), and ``round``, ``n``, ``sampled_pass1`` (or None), ``validation``
+        (``{name, label, overall, by, subsets, aggregate}`` as in :func:`on_benchmark_end`), ``signal``
+        (``train/signal.json``: the training signal overall and by grouping, or None), ``train``
+        (``kept_prompts``, ``optimizer_steps``, ``step_offset``: the optimizer steps of the rounds
+        before, ``global_step``: ``step_offset + optimizer_steps``, ``live_trackers``: the trackers the
+        trainer wrote its own step metrics to, and ``metrics``: the round's train line of
+        ``history.jsonl``), ``curves`` (the trainer's ``curves.jsonl`` lines, steps counted within the
+        round), ``config`` (the generator config the round trained on), ``config_yaml`` (its file's
+        text) and ``knob_values`` (``{group: {knob: value}}`` of it).
     """
 
 
 @hookspec
 def on_run_end(run_dir: Any, metrics: dict) -> None:
-    """The last round finished.
+    """The run ended: every round finished, or it stopped on an error.
 
-    :param metrics: ``{"rounds": [...]}``, the per-round table the command prints (one dict per row,
-        the base policy first).
+    :param metrics: ``rounds`` (the per-round table the command prints: one dict per row, the base
+        policy first), ``status`` (``finished``, ``failed`` or ``interrupted``) and ``error`` (the error's
+        message, or None).
     """

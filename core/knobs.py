@@ -1,9 +1,13 @@
 """A generator's declared knobs at work: values on their grid, shares that sum to 1, and the
 default projection of an untrusted proposal.
 
-:class:`envengineer.components.Knob` declares a knob; the baselines, the H context module and
-:meth:`Generator.project`'s default read the declaration through the helpers here, so a task
-family writes only what is specific to it. Nothing here raises on a proposal.
+:class:`envengineer.declarations.Knob` declares a knob (and keeps a value on its grid); the
+baselines, the H context module and :meth:`Generator.project`'s default read the declaration
+through the helpers here, so a task family writes only what is specific to it. Nothing here
+raises on a proposal.
+
+The layering: :mod:`envengineer.declarations` (the value types) <- this module (functions on them
+and on configs) <- :mod:`envengineer.components` (the base classes, whose defaults call these).
 """
 
 from __future__ import annotations
@@ -11,58 +15,40 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from envengineer.components import Change, Projection
+from envengineer.declarations import Change, Knob, Projection, _decimals, _on_grid
 
-if TYPE_CHECKING:
-    from envengineer.components import Generator, Knob
+
+class _Generator(Protocol):
+    """What the helpers here read of a generator: :class:`envengineer.components.Generator` has it
+    all and calls them (this module sits below it and does not import it)."""
+
+    name: ClassVar[str]
+    config_model: ClassVar[type[BaseModel]]
+    knob_table: ClassVar[str | None]
+    knobs: ClassVar[tuple[Knob, ...]]
+
+    def default_config(self) -> BaseModel: ...
+
+    def share_knob(self) -> Knob | None: ...
+
+    def knob_proposal(self, values: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]: ...
 
 
 # ------------------------------------------------------------------- one knob
 
 
-def _decimals(step: float) -> int | None:
-    """``d`` when ``step`` is 10**-d (0 <= d <= 12), else None."""
-    for d in range(13):
-        if abs(step - 10.0**-d) <= 1e-15:
-            return d
-    return None
-
-
-def _on_grid(knob: Knob, value: float) -> float:
-    d = _decimals(knob.step)
-    if d is not None:
-        return round(value, d)
-    return round(knob.low + round((value - knob.low) / knob.step) * knob.step, 12)
-
-
 def snap(knob: Knob, value: float) -> float | int:
-    """``value`` clipped into ``[low, high]`` and put on the knob's step (an int for integer knobs)."""
-    value = min(knob.high, max(knob.low, float(value)))
-    if knob.integer:
-        n = round((value - knob.low) / knob.step)
-        result = int(knob.low) + int(knob.step) * n
-        while result > knob.high:
-            result -= int(knob.step)
-        return max(int(knob.low), result)
-    result = _on_grid(knob, value)
-    if result > knob.high:
-        result = _on_grid(knob, knob.high - knob.step / 2)
-    if result < knob.low:
-        result = _on_grid(knob, knob.low + knob.step / 2)
-    return min(knob.high, max(knob.low, result))
+    """``value`` clipped into ``[low, high]`` and put on the knob's step (an int for integer knobs): :meth:`Knob.snap`."""
+    return knob.snap(value)
 
 
 def shift(knob: Knob, value: float, delta: float) -> float | int:
-    """``value`` moved by ``delta`` on the knob's grid, by at least one step when ``delta`` is not 0."""
-    start = snap(knob, value)
-    target = snap(knob, float(value) + delta)
-    if delta and target == start:
-        target = snap(knob, start + math.copysign(knob.step, delta))
-    return target
+    """``value`` moved by ``delta`` on the knob's grid, by at least one step when ``delta`` is not 0: :meth:`Knob.shift`."""
+    return knob.shift(value, delta)
 
 
 def toward(knob: Knob, value: float, harder: bool, amount: float) -> float | int:
@@ -102,7 +88,7 @@ def _dump(config: BaseModel | Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(config or {})
 
 
-def knob_values(generator: Generator, config: BaseModel | Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def knob_values(generator: _Generator, config: BaseModel | Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """``{group: {knob: value}}`` of the declared knobs in the config's knob table, in table order."""
     table = generator.knob_table
     if table is None:
@@ -118,7 +104,7 @@ def knob_values(generator: Generator, config: BaseModel | Mapping[str, Any]) -> 
     return result
 
 
-def default_config(generator: Generator) -> BaseModel:
+def default_config(generator: _Generator) -> BaseModel:
     """The config model built from its field defaults."""
     model = generator.config_model
     try:
@@ -131,7 +117,7 @@ def default_config(generator: Generator) -> BaseModel:
         ) from None
 
 
-def random_config(generator: Generator, seed: int) -> BaseModel:
+def random_config(generator: _Generator, seed: int) -> BaseModel:
     """The default config with every declared knob drawn within its bounds (shares renormalised)."""
     rng = random.Random(f"{generator.name}|random-config|{seed}")
     base = generator.default_config()
@@ -159,7 +145,7 @@ def random_config(generator: Generator, seed: int) -> BaseModel:
     return _drawn(generator, project(generator, generator.knob_proposal(proposal), base), seed)
 
 
-def _drawn(generator: Generator, projection: Projection, seed: int) -> BaseModel:
+def _drawn(generator: _Generator, projection: Projection, seed: int) -> BaseModel:
     """The random config's projection, or a ``RegistrationError`` when part of the draw was dropped (a knob
     that is no field of the config, bounds beyond the field's constraints): never the default config
     in silence."""
@@ -252,7 +238,7 @@ def _bounds(knob: Knob) -> str:
     return f"[{knob.low:g}, {knob.high:g}]"
 
 
-def project(generator: Generator, proposal: Any, current: BaseModel | Mapping[str, Any]) -> Projection:
+def project(generator: _Generator, proposal: Any, current: BaseModel | Mapping[str, Any]) -> Projection:
     """The default :meth:`Generator.project`: see its docstring. Never raises on any proposal."""
     model = generator.config_model
     base = current if isinstance(current, model) else model.model_validate(_dump(current))
@@ -263,7 +249,7 @@ def project(generator: Generator, proposal: Any, current: BaseModel | Mapping[st
         return Projection(config=base, changes=(Change("<proposal>", _short(proposal), None, reason),))
 
 
-def _project(generator: Generator, proposal: Any, current: BaseModel) -> Projection:
+def _project(generator: _Generator, proposal: Any, current: BaseModel) -> Projection:
     model = generator.config_model
     merged = current.model_dump()
     changes: list[Change] = []

@@ -35,6 +35,8 @@ from envengineer.runconfig import ResolvedRun, parse_run_config
 
 #: Settings that decide whether a run stops, never what it produces: a resumed run may change them.
 GUARDS = (("design", "max_fallbacks"),)
+#: Top-level fields that only say where else the run is logged: a resumed run may change them too.
+UNTRACKED = ("trackers",)
 
 
 class FallbackLimitError(EnvEngineerError):
@@ -53,6 +55,8 @@ def run_identity(data: Any) -> dict[str, Any]:
     except ConfigError:
         pass
     out = dict(data) if isinstance(data, dict) else {}
+    for key in UNTRACKED:
+        out.pop(key, None)
     for section, key in GUARDS:
         if isinstance(out.get(section), dict):
             out[section] = {k: v for k, v in out[section].items() if k != key}
@@ -72,6 +76,10 @@ class Loop:
         # one rendering of chat prompts for training, evaluation and the checkpoint/base engineers
         self.chat_template_kwargs = self.run.policy.chat_template_kwargs
         self.hook = self.registry.pm.hook
+        from envengineer.trackers import TrackerSet
+
+        self.trackers = TrackerSet(self.run.trackers)
+        self.tracking = False  # the trackers started (a dry run starts none)
 
     # ------------------------------------------------------------- helpers
     def _progress(self, description: str, total: int):
@@ -81,6 +89,18 @@ class Loop:
         line = self.dir.record(step, round, started, **fields)
         self.hook.on_step_end(run_dir=self.dir, round=round, step=step, record=line)
         return line
+
+    def _emit(self, hook: str, **kwargs: Any) -> None:
+        """A lifecycle hook: the plugins' implementations, then each of the run's trackers on its own."""
+        getattr(self.hook, hook)(run_dir=self.dir, **kwargs)
+        if self.tracking:
+            self.trackers.call(hook, run_dir=self.dir, **kwargs)
+
+    def _benchmark_end(self, round: int | None, name: str, role: str) -> None:
+        from envengineer.lifecycle import benchmark_info
+
+        info = benchmark_info(self.dir, round, name, self.registry.benchmark(name), role)
+        self._emit("on_benchmark_end", round=round, benchmark=info)
 
     def _benchmark_records(self, name: str) -> list[dict[str, Any]]:
         bench = self.registry.benchmark(name)
@@ -193,9 +213,13 @@ class Loop:
         return path
 
     # --------------------------------------------------------------- steps
-    def start(self) -> None:
-        """Write run.yaml, or check that the directory holds this same run."""
+    def start(self, *, track: bool = True) -> None:
+        """Write run.yaml, or check that the directory holds this same run; then start the trackers
+        (``track``: a dry run starts none) and call ``on_run_start``."""
+        from envengineer.lifecycle import run_info
+
         resolved = self.cfg.model_dump(mode="json")
+        resumed = self.dir.run_yaml.exists()
         if self.dir.run_yaml.exists():
             existing = read_yaml(self.dir.run_yaml)
             ours, theirs = run_identity(resolved), run_identity(existing)
@@ -211,7 +235,9 @@ class Loop:
             write_yaml(self.dir.run_yaml, resolved)
         for path in self.dir.clean():
             self.console.print(f"[dim]removed half-built {escape(str(path.relative_to(self.dir.path)))} (left by an interrupted run)[/]")
-        self.hook.on_run_start(run_dir=self.dir, config=self.cfg)
+        self.tracking = track and bool(self.trackers.live)
+        info = run_info(self.cfg, self.dir, self.run.generator, resumed=resumed, trackers=self.trackers.names if track else [])
+        self._emit("on_run_start", config=self.cfg, info=info)
 
     def pretrain(self) -> None:
         if self.dir.done("pretrain"):
@@ -229,11 +255,15 @@ class Loop:
         policy = self.run.policy.with_path(self.base_path())
         reuse = self._reuse_key(policy)
         summary = self._evaluate_base(policy, reuse, self.cfg.eval.validation, self.dir.eval_dir(None), "base eval", examples=True)
-        if self._benchmarks_due(None):
+        benched = self._benchmarks_due(None)
+        if benched:
             for name in self.cfg.eval.benchmarks:
                 self._evaluate_base(policy, reuse, name, self.dir.bench_dir(None, name), "base bench", examples=False)
         self._finish("base_eval", None, started, n=summary["overall"]["n"], valid_rate=summary["overall"]["valid_rate"],
                      optimal_rate=summary["overall"]["optimal_rate"], **_sampled_field(summary))
+        self._benchmark_end(None, self.cfg.eval.validation, "validation")
+        for name in self.cfg.eval.benchmarks if benched else ():
+            self._benchmark_end(None, name, "benchmark")
 
     def initial_config(self) -> Any:
         generator = self.run.generator
@@ -331,6 +361,7 @@ class Loop:
 
     def train_request(self, round: int, out_dir: Path) -> Any:
         """What the trainer gets for ``round``: the round's set, the model it starts from, the validation set."""
+        from envengineer.lifecycle import step_offset
         from envengineer.training import TrainRequest
 
         kept = self.cfg.budget_mode == "kept_prompts"
@@ -344,12 +375,14 @@ class Loop:
             chat_template_kwargs=self.chat_template_kwargs,
             validation_records=self._benchmark_records(self.cfg.eval.validation),
             task=dict(self.cfg.task),
+            trackers=self.trackers.trainer_settings() if self.tracking else {},
+            step_offset=step_offset(self.dir, round),
         )
 
     def plan(self) -> dict[str, Any]:
         """A dry run: prepare the starting policy and round 0's set as the run would (both are reused by it), then
         ask the trainer for its plan (for verl: the data files and the exact command), launching nothing."""
-        self.start()
+        self.start(track=False)
         self.pretrain()
         self.generate(0)
         out = self.dir.dry_run_dir()
@@ -379,6 +412,8 @@ class Loop:
             summary = self._evaluate(policy, name, self.dir.bench_dir(round, name), f"round {round} bench", examples=False)
             results[name] = {"valid_rate": summary["overall"]["valid_rate"], "optimal_rate": summary["overall"]["optimal_rate"]}
         self._finish("bench", round, started, benchmarks=results)
+        for name in self.cfg.eval.benchmarks:
+            self._benchmark_end(round, name, "benchmark")
 
     def design(self, round: int) -> None:
         if round >= self.cfg.rounds - 1:
@@ -407,8 +442,11 @@ class Loop:
         streak = [*fallback_streak(latest_designs(self.dir.history()), round - 1), round] if outcome.fallback else []
         limit = self.cfg.design.max_fallbacks
         halt = self.run.engineer.uses_llm and limit is not None and len(streak) >= limit
-        self._finish("design", round, started, engineer=self.run.engineer.name, fallback=outcome.fallback, reason=outcome.reason,
-                     projection_changes=changes, **({"halted": True} if halt else {}))
+        line = self._finish("design", round, started, engineer=self.run.engineer.name, fallback=outcome.fallback, reason=outcome.reason,
+                            projection_changes=changes, **({"halted": True} if halt else {}))
+        from envengineer.lifecycle import design_info
+
+        self._emit("on_design_end", round=round, design=design_info(self.dir, round, line, self.run.generator))
         if halt:
             raise FallbackLimitError(self._halt_message(streak, outcome.reason))
 
@@ -427,26 +465,50 @@ class Loop:
     # ----------------------------------------------------------------- run
     def run_all(self) -> list[dict[str, Any]]:
         self.start()
-        self.pretrain()
-        self.base_eval()
-        for round in range(self.cfg.rounds):
-            self.generate(round)
-            self.train(round)
-            self.eval(round)
-            self.bench(round)
-            self.design(round)
-            if not self.dir.done("round_end", round):
-                metrics = self.round_metrics(round)
-                self.hook.on_round_end(run_dir=self.dir, round=round, metrics=metrics)
-                self.dir.record("round_end", round, time.monotonic())
-        table = self.table()
-        self.hook.on_run_end(run_dir=self.dir, metrics={"rounds": table})
+        try:
+            self.pretrain()
+            self.base_eval()
+            for round in range(self.cfg.rounds):
+                self.generate(round)
+                self.train(round)
+                self.eval(round)
+                self.bench(round)
+                self.design(round)
+                if not self.dir.done("round_end", round):
+                    self._emit("on_round_end", round=round, metrics=self.round_metrics(round))
+                    self.dir.record("round_end", round, time.monotonic())
+            table = self.table()
+        except BaseException as exc:
+            self._stopped(exc)
+            raise
+        self._emit("on_run_end", metrics={"rounds": table, "status": "finished", "error": None})
+        self.trackers.close()
         return table
 
+    def _stopped(self, exc: BaseException) -> None:
+        """``on_run_end`` for a run stopped by ``exc`` (``failed``, or ``interrupted`` by Ctrl-C): each hook's own
+        error is logged, never raised over the run's."""
+        import logging
+
+        status = "failed" if isinstance(exc, Exception) else "interrupted"
+        try:
+            table = self.table()
+        except Exception:  # noqa: BLE001 - the run's own error is what matters
+            table = []
+        metrics = {"rounds": table, "status": status, "error": " ".join(str(exc).split()) or type(exc).__name__}
+        try:
+            self._emit("on_run_end", metrics=metrics)
+        except Exception as hook_error:  # noqa: BLE001
+            logging.getLogger(__name__).warning("on_run_end raised %s: %s (after the run stopped on its own error)",
+                                                type(hook_error).__name__, hook_error)
+        self.trackers.close()
+
     def round_metrics(self, round: int) -> dict[str, Any]:
-        line = self.dir.done("eval", round) or {}
-        design = self.dir.done("design", round) or {}
-        return {"valid_rate": line.get("valid_rate"), "optimal_rate": line.get("optimal_rate"), "fallback": design.get("fallback")}
+        """The payload of ``on_round_end`` (:func:`envengineer.lifecycle.round_metrics`)."""
+        from envengineer.lifecycle import round_metrics
+
+        validation = self.cfg.eval.validation
+        return round_metrics(self.dir, round, self.run.generator, validation, self.registry.benchmark(validation))
 
     def table(self) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
@@ -544,7 +606,7 @@ def run(
     from envengineer.runconfig import load_run_config, resolve
 
     registry = registry or load_registry()
-    config = load_run_config(config_path, overrides)
+    config = load_run_config(config_path, overrides, registry)
     if output:
         config = config.model_copy(update={"output": output})
     resolved = resolve(config, registry)

@@ -36,13 +36,17 @@ def fill_prompt(template: str, **values: Any) -> str:
 
 
 def analysis_prompt(evidence: Evidence, context: str, config: Any, template: str | None = None) -> str:
+    """The analysis prompt. Rounds are numbered from 0, as the run's ``round-NN`` folders are:
+    ``$round`` is the round just finished, ``$next_round`` the one being designed, ``$last_round``
+    the run's last (``$rounds_total`` - 1)."""
     return fill_prompt(
         template if template is not None else load_prompt("analysis"),
         context=context.rstrip(),
         config=_config_yaml(config),
-        round=evidence.round + 1,
-        next_round=evidence.round + 2,
+        round=evidence.round,
+        next_round=evidence.round + 1,
         rounds_total=evidence.rounds_total,
+        last_round=evidence.rounds_total - 1,
         task=evidence.task.name,
         budget=evidence.budget or "the fixed",
         brief=evidence.task.design_brief(evidence.budget or None).strip(),
@@ -69,8 +73,8 @@ def summary_prompt(request: DesignRequest, outcome: DesignOutcome, template: str
         config_changes=differ or "- none",
         projection=changes or "- none",
         fallback="yes: " + outcome.reason if outcome.fallback else "no",
-        round=evidence.round + 1,
-        next_round=evidence.round + 2,
+        round=evidence.round,
+        next_round=evidence.round + 1,
         groups=_groups_text(evidence),
         failure_types=", ".join(evidence.failure_types) or "as named in the evidence",
     )
@@ -114,7 +118,7 @@ def factual_note(request: DesignRequest, outcome: DesignOutcome) -> str:
     """A templated S note (baselines, and LLM engineers whose transport failed)."""
     overall = request.evidence.report.get("overall", {})
     valid, optimal = overall.get("valid_rate"), overall.get("optimal_rate")
-    parts = [f"Round {request.evidence.round + 1}: validation valid rate {_pct(valid)}, optimal rate {_pct(optimal)}."]
+    parts = [f"Round {request.evidence.round}: validation valid rate {_pct(valid)}, optimal rate {_pct(optimal)}."]
     by = _first_grouping(request.evidence.report)
     if by:
         worst = min(by.items(), key=lambda kv: kv[1].get("valid_rate", 0.0))

@@ -25,6 +25,7 @@ HOOKS: dict[str, str] = {
     "engineer": "register_engineers",
     "trainer": "register_trainers",
     "policy": "register_policies",
+    "tracker": "register_trackers",
 }
 
 
@@ -39,6 +40,13 @@ class Entry:
     @property
     def description(self) -> str:
         return getattr(self.obj, "description", "") or ""
+
+
+def _bases() -> dict[str, type]:
+    """The base class each kind of component must subclass."""
+    from envengineer.trackers import Tracker
+
+    return {**KINDS, "tracker": Tracker}
 
 
 def format_validation_error(exc: ValidationError, where: str = "") -> str:
@@ -85,7 +93,7 @@ class Registry:
                     f"plugin {owner!r}: register_benchmarks must register Benchmark instances, got {obj!r}"
                 )
         else:
-            base = KINDS[kind]
+            base = _bases()[kind]
             if not (isinstance(obj, type) and issubclass(obj, base)):
                 raise RegistrationError(
                     f"plugin {owner!r}: {HOOKS[kind]} must register subclasses of {base.__name__}, got {obj!r}"

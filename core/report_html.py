@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from envengineer.drawn import aggregate_notes
+from envengineer.drawn import BenchView, aggregate_notes
 from envengineer.report_plots import METRICS, benched, config_stages, evaluated, failure_types, group_plot_name, number
 from envengineer.runview import RunView, Stage, design_alarm, paired_with_base, rate
 
@@ -163,11 +163,28 @@ def _paired(stage: Stage, base: Stage) -> str:
     return _e(f"+{change['gained']} −{change['lost']} (p = {change['p']:.3f})") if change else "–"
 
 
+def _validation_view(run: RunView, stages: Sequence[Stage]) -> BenchView | None:
+    """The validation set as a benchmark when it declares an aggregate (MAPF: the Sum over its
+    wait-ratio subsets) that some stage's summary holds; else None."""
+    if not run.validation_set:
+        return None
+    view = run.bench(run.validation_set)
+    if view.aggregate is None or not any(view.figure(s.eval, m) is not None for s in stages for m in METRICS):
+        return None
+    return view
+
+
+def _aggregate_cells(view: BenchView, summary: dict[str, Any] | None) -> list[str]:
+    """A set's declared aggregate of each metric, in percent (``–`` where the summary lacks it)."""
+    return ["–" if (total := view.figure(summary, metric)) is None else f"{total:.1f}" for metric in METRICS]
+
+
 def _validation(run: RunView, images: dict[str, Path]) -> str:
     stages = evaluated(run)
     if not stages:
         return '<section id="validation"><h2>Validation</h2><p class="empty">No validation summary yet.</p></section>'
     base = run.base.eval
+    view = _validation_view(run, stages)
     rows = []
     for s in stages:
         overall = s.eval.get("overall", {})  # type: ignore[union-attr]
@@ -175,6 +192,7 @@ def _validation(run: RunView, images: dict[str, Path]) -> str:
         top = max(failures, key=failures.get) if failures else None
         rows.append([
             _e(s.title), _e(overall.get("n", "–")), _rate_cell(s.eval, "valid"), _rate_cell(s.eval, "optimal"),
+            *(_aggregate_cells(view, s.eval) if view is not None else []),
             _delta(rate(s.eval, "valid_rate"), rate(base, "valid_rate")) if s.index is not None else "",
             _delta(rate(s.eval, "optimal_rate"), rate(base, "optimal_rate")) if s.index is not None else "",
             _paired(s, run.base) if s.index is not None else "",
@@ -183,13 +201,15 @@ def _validation(run: RunView, images: dict[str, Path]) -> str:
     parts = [
         '<section id="validation"><h2>Validation</h2>',
         _img(images, "rates.png", "valid and optimal rate per round"),
-        _table(["stage", "n", "valid", "optimal", "Δ valid vs base (pts)", "Δ optimal vs base (pts)",
+        _table(["stage", "n", "valid", "optimal", *([f"{view.symbol} {metric}" for metric in METRICS] if view is not None else []),
+                "Δ valid vs base (pts)", "Δ optimal vs base (pts)",
                 "vs base, same instances: +solved −lost (sign test p)", "top failure"], rows, raw=True),
+        f"<p class='se'>{_e(view.note())}.</p>" if view is not None else "",
         _img(images, group_plot_name(run) or "", f"valid and optimal rate per {run.primary().title if run.primary() else 'group'} and round"),
     ]
     settings = (stages[-1].eval or {}).get("settings")
     if isinstance(settings, dict) and settings:
-        parts.insert(3, f"<p class='se'>evaluation settings ({_e(stages[-1].title)}): {_e(_short(settings))}</p>")
+        parts.insert(4, f"<p class='se'>evaluation settings ({_e(stages[-1].title)}): {_e(_short(settings))}</p>")
     for dimension in run.dimensions():
         keys = dimension.keys({k for s in stages for k in ((s.eval or {}).get("by") or {}).get(dimension.name, {})})
         if not keys:
@@ -346,34 +366,42 @@ def _engineer(run: RunView) -> str:
     return "".join(parts)
 
 
+def _bench_table(view: BenchView, summaries: Sequence[tuple[Stage, dict[str, Any]]]) -> str:
+    """One set's table: a row per stage, its overall rates, its subsets' and its aggregate."""
+    subsets = view.subset_keys(summary for _, summary in summaries) or (list(view.subsets.order) if view.subsets is not None else [])
+    headers = ["stage", "n", "valid", "optimal"]
+    for sub in subsets:
+        headers += [f"{sub} valid", f"{sub} optimal"]
+    if view.aggregate is not None:
+        headers += [f"{view.symbol} {metric}" for metric in METRICS]
+    rows = []
+    for s, summary in summaries:
+        row = [_e(s.title), _e(summary.get("overall", {}).get("n", "–")), _rate_cell(summary, "valid"), _rate_cell(summary, "optimal")]
+        for sub in subsets:
+            row += [_pct(rate(summary, "valid_rate", view.subsets.name, sub)), _pct(rate(summary, "optimal_rate", view.subsets.name, sub))]  # type: ignore[union-attr]
+        if view.aggregate is not None:
+            row += _aggregate_cells(view, summary)
+        rows.append(row)
+    return _table(headers, rows, raw=True)
+
+
 def _bench(run: RunView, images: dict[str, Path]) -> str:
     names = benched(run)
     if not names:
         return ""
     parts = ['<section id="benchmarks"><h2>Benchmarks</h2>', _img(images, "bench.png", "benchmark results")]
+    views = [run.bench(name) for name in names]
+    validation = _validation_view(run, evaluated(run))
+    if validation is not None and validation.name not in names:
+        # the validation set's aggregate beside the benchmarks', so the sets' headline figures read side by side
+        parts.append(f"<h3>{_e(validation.label)} <span class='se'>{_e(validation.name)}, the validation set</span></h3>")
+        parts.append(_bench_table(validation, [(s, s.eval) for s in evaluated(run)]))  # type: ignore[misc]
+        views.insert(0, validation)
     for name in names:
         view = run.bench(name)
-        stages = [s for s in run.stages if name in s.bench]
-        subsets = view.subset_keys(s.bench[name] for s in stages) or (list(view.subsets.order) if view.subsets is not None else [])
-        headers = ["stage", "n", "valid", "optimal"]
-        for sub in subsets:
-            headers += [f"{sub} valid", f"{sub} optimal"]
-        if view.aggregate is not None:
-            headers += [f"{view.symbol} {metric}" for metric in METRICS]
-        rows = []
-        for s in stages:
-            summary = s.bench[name]
-            row = [_e(s.title), _e(summary.get("overall", {}).get("n", "–")), _rate_cell(summary, "valid"), _rate_cell(summary, "optimal")]
-            for sub in subsets:
-                row += [_pct(rate(summary, "valid_rate", view.subsets.name, sub)), _pct(rate(summary, "optimal_rate", view.subsets.name, sub))]  # type: ignore[union-attr]
-            if view.aggregate is not None:
-                for metric in METRICS:
-                    total = view.figure(summary, metric)
-                    row.append("–" if total is None else f"{total:.1f}")
-            rows.append(row)
         parts.append(f"<h3>{_e(view.label)} <span class='se'>{_e(name)}</span></h3>")
-        parts.append(_table(headers, rows, raw=True))
-    notes = aggregate_notes(run.bench(n) for n in names)
+        parts.append(_bench_table(view, [(s, s.bench[name]) for s in run.stages if name in s.bench]))
+    notes = aggregate_notes(views)
     parts.append(f"<p class='se'>{_e(notes)}.</p></section>" if notes else "</section>")
     return "".join(parts)
 

@@ -7,7 +7,7 @@ The top level is checked here; each plugin checks its own section (``task``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,7 +68,10 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    task: dict[str, Any] = Field(default_factory=lambda: {"name": "mapf-frozenlake"})
+    task: dict[str, Any] = Field(
+        description="the task family and its options: {name: FAMILY, ...} or just FAMILY; may be left out only when "
+        "exactly one task family is installed (parse_run_config fills it in)",
+    )
     rounds: int = Field(3, ge=1, le=1000)
     seed: int = 0
     budget: int = Field(4000, ge=1, description="training instances per round (budget_mode instances), or prompts with mixed outcomes to keep (kept_prompts)")
@@ -85,6 +88,11 @@ class RunConfig(BaseModel):
     eval: EvalSection = Field(default_factory=EvalSection)
     design: DesignSection = Field(default_factory=DesignSection)
     output: str | None = Field(None, description="run directory (default: runs/<name>)")
+    trackers: list[str | dict[str, Any]] = Field(
+        default_factory=list,
+        description="experiment trackers the run also logs to (tensorboard, wandb, mlflow, or a plugin's): a name, or "
+        "{name: NAME, ...its options}; never part of what the run produces (a resumed run may change them)",
+    )
     # Excluded from run.yaml: relabelling a row must not make a run directory "a different run".
     suite: SuiteSection | None = Field(None, exclude=True, description="table and row for `envengineer suite`")
 
@@ -92,6 +100,27 @@ class RunConfig(BaseModel):
     @classmethod
     def _name_or_mapping(cls, value: Any, info: Any) -> dict[str, Any]:
         return _named(value, info.field_name)
+
+    @field_validator("trackers", mode="before")
+    @classmethod
+    def _tracker_list(cls, value: Any) -> Any:
+        if value is None:
+            return []
+        if isinstance(value, (str, dict)):  # one tracker: trackers=wandb on the command line
+            value = [value]
+        if not isinstance(value, list):
+            raise ValueError("a list of tracker names (or {name: ..., options} mappings), e.g. [tensorboard, wandb]")
+        seen: set[str] = set()
+        for index, item in enumerate(value):
+            name = _named(item, f"trackers[{index}]")["name"]
+            if name in seen:
+                raise ValueError(f"{name} is listed twice")
+            seen.add(name)
+        return value
+
+    def tracker_sections(self) -> list[dict[str, Any]]:
+        """``trackers`` with every entry as a mapping with a ``name``."""
+        return [_named(item, f"trackers[{index}]") for index, item in enumerate(self.trackers)]
 
 
 @dataclass
@@ -107,6 +136,7 @@ class ResolvedRun:
     context: Any
     run_dir: Path
     context_initial: str = "uniform"  # the round-0 config: initial_config, context.start or the preset's
+    trackers: list[Any] = field(default_factory=list)  # the run's experiment trackers (envengineer.trackers.Tracker)
 
 
 def _section(registry: Registry, kind: str, section: dict[str, Any], where: str) -> Any:
@@ -115,9 +145,49 @@ def _section(registry: Registry, kind: str, section: dict[str, Any], where: str)
     return registry.create(kind, name, options, where=f"{where}.{name}")
 
 
-def parse_run_config(data: Any, source: str = "run config") -> RunConfig:
+def task_families(registry: Registry) -> list[str]:
+    """The installed task families: every registered generator's name."""
+    return registry.names("generator")
+
+
+def only_task(registry: Registry, where: str = "task") -> str:
+    """The one installed task family, for a run config or command that names none; else an error
+    naming ``where`` (the field or option) and listing the installed families."""
+    families = task_families(registry)
+    if len(families) == 1:
+        return families[0]
+    if not families:
+        raise ConfigError(f"{where}: required, and no task family is installed (see `envengineer plugins`)")
+    raise ConfigError(
+        f"{where}: required when more than one task family is installed; name one of: {', '.join(families)}"
+    )
+
+
+def _with_task(data: dict[str, Any], source: str, registry: Registry | None) -> dict[str, Any]:
+    """``data`` with ``task`` (or its ``name``) filled in when it names none (left out, empty, or a
+    mapping of options without ``name``) and exactly one task family is installed."""
+    task = data.get("task")
+    if task is not None and not (isinstance(task, dict) and "name" not in task):
+        return data
+    if registry is None:
+        from envengineer.registry import load_registry
+
+        registry = load_registry()
+    where = "task" if task is None else "task.name"
+    try:
+        name = only_task(registry, where)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return {**data, "task": {"name": name} if task is None else {"name": name, **task}}
+
+
+def parse_run_config(data: Any, source: str = "run config", registry: Registry | None = None) -> RunConfig:
+    """Validate a run config. Without ``task`` (or without ``task.name``) it runs the one installed
+    task family (from ``registry``, loaded when needed); with several installed, that is an error
+    naming the field and listing them."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
+    data = _with_task(data, source, registry)
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
@@ -176,6 +246,9 @@ def resolve(config: RunConfig, registry: Registry, *, base_dir: Path | None = No
     engineer = _section(registry, "engineer", config.engineer, "engineer")
     policy = _section(registry, "policy", config.policy, "policy")
     trainer = _section(registry, "trainer", config.trainer, "trainer")
+    problem = generator.style_problem(policy.prompt_style)
+    if problem:
+        raise ConfigError(f"policy.{policy.name}.prompt_style: {problem}")
     if config.budget_mode not in trainer.budget_modes:
         raise ConfigError(
             f"budget_mode: trainer {trainer.name!r} supports {', '.join(trainer.budget_modes)}, not {config.budget_mode!r}"
@@ -193,7 +266,16 @@ def resolve(config: RunConfig, registry: Registry, *, base_dir: Path | None = No
     if not run_dir.is_absolute():
         run_dir = base / run_dir
     initial = choose_start(context, config.initial_config, generator)
-    return ResolvedRun(config, generator, validator, engineer, policy, trainer, context, run_dir, initial)
+    trackers = [_tracker(registry, section, index) for index, section in enumerate(config.tracker_sections())]
+    return ResolvedRun(config, generator, validator, engineer, policy, trainer, context, run_dir, initial, trackers)
+
+
+def _tracker(registry: Registry, section: dict[str, Any], index: int) -> Any:
+    name = section["name"]
+    if name not in registry.names("tracker"):
+        known = ", ".join(registry.names("tracker")) or "none"
+        raise UnknownComponentError(f"trackers[{index}]: unknown tracker {name!r} (registered: {known})")
+    return _section(registry, "tracker", section, f"trackers[{index}]")
 
 
 #: Sections that may be written as just a name (``engineer: heuristic``).
@@ -236,12 +318,13 @@ def apply_overrides(data: Any, overrides: list[str] | tuple[str, ...]) -> dict[s
     return result
 
 
-def load_run_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """A run config file, with dotted overrides (``seed=2``) applied before validation."""
+def load_run_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), registry: Registry | None = None) -> RunConfig:
+    """A run config file, with dotted overrides (``seed=2``) applied before validation; ``registry``
+    gives the installed task families when the file names no task (see :func:`parse_run_config`)."""
     data = read_yaml(path)
     if overrides:
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping at the top level")
         data = apply_overrides(data, overrides)
-        return parse_run_config(data, f"{path} with {' '.join(overrides)}")
-    return parse_run_config(data, str(path))
+        return parse_run_config(data, f"{path} with {' '.join(overrides)}", registry)
+    return parse_run_config(data, str(path), registry)

@@ -38,7 +38,12 @@ def main(argv: list[str] | None = None) -> int:
             from envengineer.runconfig import parse_run_config, resolve
 
             registry = load_registry()
-            loop = Loop(resolve(parse_run_config(job["config"], "suite run"), registry), registry, console)
+            config = parse_run_config(job["config"], "suite run")
+            if job.get("suite"):  # excluded from the config's dump: the job carries it beside
+                from envengineer.runconfig import SuiteSection
+
+                config = config.model_copy(update={"suite": SuiteSection.model_validate(job["suite"])})
+            loop = Loop(resolve(config, registry), registry, console)
             print_table(loop.run_all(), console, loop.cfg.eval.validation)
         except Exception as exc:  # reported to the suite, which records it and goes on with the others
             config_error = isinstance(exc, EnvEngineerError)

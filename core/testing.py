@@ -54,15 +54,32 @@ from envengineer.components import Generator, Validator, Verdict
 
 
 def load_task(task: str, options: Mapping[str, Any] | None = None, *, plugins: Sequence[str] = ()) -> tuple[Generator, Validator]:
-    """The (generator, validator) of ``task`` from the installed plugins plus the modules in ``plugins``."""
-    from envengineer.plugin_manager import create_plugin_manager
+    """The (generator, validator) of ``task`` from the installed plugins plus the modules in ``plugins``.
+
+    A module in ``plugins`` with a misnamed hook (``register_generator`` for ``register_generators``,
+    or a hook function not marked ``@hookimpl``) raises a ``RegistrationError`` naming the module,
+    the name and the closest hook; a task no plugin registered, while an installed plugin failed
+    to load, raises one naming those failures, not only "unknown generator"."""
+    from envengineer.errors import RegistrationError, UnknownComponentError
+    from envengineer.plugin_manager import HookNameError, create_plugin_manager
     from envengineer.registry import load_registry
 
     pm = create_plugin_manager()
     for name in plugins:
-        if not pm.is_registered(importlib.import_module(name)):
-            pm.register(importlib.import_module(name), name=f"testing:{name}")
-    return load_registry(pm).task(task, dict(options or {}))
+        module = importlib.import_module(name)
+        if not pm.is_registered(module):
+            try:
+                pm.register(module, name=f"testing:{name}")
+            except HookNameError as exc:
+                raise RegistrationError(f"plugin module {name!r}: {'; '.join(exc.problems)}") from None
+    registry = load_registry(pm)
+    try:
+        return registry.task(task, dict(options or {}))
+    except UnknownComponentError as exc:
+        if not pm.load_report.failed:
+            raise
+        failed = "; ".join(f"{who}: {error}" for who, error in pm.load_report.failed)
+        raise RegistrationError(f"{exc}; plugins that failed to load: {failed}") from None
 
 
 def records_digest(records: Iterable[Mapping[str, Any]]) -> str:

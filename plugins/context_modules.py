@@ -29,6 +29,23 @@ def groupings(report: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [(dim, values) for dim, values in (report.get("by") or {}).items() if values]
 
 
+def grouping_titles(task: Generator | None) -> dict[str, str]:
+    """Each declared grouping's title by its name (the report's ``by`` keys); a grouping the task
+    does not declare (or a run whose task is not at hand) is shown under its name."""
+    if task is None:
+        return {}
+    return {g.name: g.title or g.name for g in task.evaluation_groupings()}
+
+
+def round_of(round: int, rounds_total: Any) -> str:
+    """``Round 1 of 3 (rounds 0–2)``: rounds are numbered from 0, as the run's ``round-NN`` folders are."""
+    try:
+        total = int(rounds_total)
+    except (TypeError, ValueError):
+        return f"Round {round}"
+    return f"Round {round} of {total} (rounds 0–{total - 1})" if total > 1 else f"Round {round} of {total} (round 0 only)"
+
+
 def _table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -75,7 +92,7 @@ class FailureBreakdown(ContextModule):
         overall = report.get("overall") or {}
         n = overall.get("n", 0)
         lines = [
-            f"Validation after round {evidence.round + 1}: {n} instances; "
+            f"Validation after round {evidence.round}: {n} instances; "
             f"valid {pct(overall.get('valid_rate'))} ({overall.get('valid', 0)}/{n}), "
             f"optimal {pct(overall.get('optimal_rate'))} ({overall.get('optimal', 0)}/{n})."
         ]
@@ -90,17 +107,19 @@ class FailureBreakdown(ContextModule):
         # validation; another grouping may file a training set's values differently (e.g. exact ratios)
         train = ((evidence.signal or {}).get("by") or {}) if self.options.signal else {}
         primary = evidence.task.evaluation_groupings()[0].name if evidence.task is not None else None
+        titles = grouping_titles(evidence.task)
         for dim, values in groupings(report):
+            title = titles.get(dim, dim)
             seen = [k for k in kinds if any((r.get("failures") or {}).get(k) for r in values.values())]
             cited = (train.get(dim) or {}) if dim == primary else {}
-            header = [dim, "n", "valid", "optimal", *seen, *(["sampled in training"] if cited else [])]
+            header = [_cell(title), "n", "valid", "optimal", *seen, *(["sampled in training"] if cited else [])]
             rows = [
                 [_cell(group), str(r.get("n", 0)), pct(r.get("valid_rate")), pct(r.get("optimal_rate")),
                  *(str((r.get("failures") or {}).get(k, 0)) for k in seen),
                  *([_sampled(cited.get(group))] if cited else [])]
                 for group, r in values.items()
             ]
-            lines += ["", f"By {dim}:", "", _table(header, rows)]
+            lines += ["", f"By {_cell(title)}:", "", _table(header, rows)]
             if cited:
                 lines += ["", "Sampled in training: the share of valid completions the trainer sampled on this round's own "
                           "training prompts of the group (prompts in brackets); the validation columns are greedy answers "
@@ -224,6 +243,7 @@ def history_block(record: RoundRecord, label: str, task: Generator | None = None
     )
     dims = groupings(record.report)
     dim, values = dims[0] if dims else ("group", {})
+    dim = _cell(grouping_titles(task).get(dim, dim))
     found = _knob_table(record.config, task)
     if found:
         field, knobs = found
@@ -256,20 +276,20 @@ class History(ContextModule):
             records = [r for r in records if r.round != 0]
             if not records:
                 return ""
-        labels = {r.round: f"Round {r.round + 1}" + (" (the round just finished)" if r.round == evidence.round else "") for r in records}
+        labels = {r.round: f"Round {r.round}" + (" (the round just finished)" if r.round == evidence.round else "") for r in records}
         keep = self.options.max_rounds
         if len(records) <= keep:
             return "\n\n".join(history_block(r, labels[r.round], evidence.task) for r in records)
         head, tail = records[:1], records[-(keep - 1):]
         middle = records[1 : len(records) - (keep - 1)]
         lines = [
-            f"- Round {r.round + 1}: valid {pct((r.report.get('overall') or {}).get('valid_rate'))}, "
+            f"- Round {r.round}: valid {pct((r.report.get('overall') or {}).get('valid_rate'))}, "
             f"optimal {pct((r.report.get('overall') or {}).get('optimal_rate'))}" + (" (fallback)" if r.fallback else "")
             for r in middle
         ]
         return "\n\n".join(
             [history_block(head[0], labels[head[0].round], evidence.task),
-             f"Rounds {middle[0].round + 1}–{middle[-1].round + 1}, configs omitted:\n\n" + "\n".join(lines),
+             f"Rounds {middle[0].round}–{middle[-1].round}, configs omitted:\n\n" + "\n".join(lines),
              *(history_block(r, labels[r.round], evidence.task) for r in tail)]
         )
 
@@ -308,7 +328,7 @@ class TrainingOptions(BaseModel):
 
 
 class TrainingDetails(ContextModule):
-    """``bookkeeping``: where the loop stands (round n of N, epochs per round) and nothing about
+    """``bookkeeping``: where the loop stands (round n of N, numbered from 0; epochs per round) and nothing about
     the optimisation; ``full`` adds the trainer's own settings (``Trainer.describe()``, as
     recorded in the round's ``train/details.json``)."""
 
@@ -321,7 +341,7 @@ class TrainingDetails(ContextModule):
         # The recorded bookkeeping also holds steps and budget; the paper's bookkeeping T is
         # round and epoch counts only, so nothing else is read from it.
         book = evidence.training.get("bookkeeping") or {}
-        text = f"Round {int(book.get('round', evidence.round)) + 1} of {book.get('rounds_total') or evidence.rounds_total} finished."
+        text = round_of(int(book.get("round", evidence.round)), book.get("rounds_total") or evidence.rounds_total) + " finished."
         epochs = book.get("epochs")
         if isinstance(epochs, (int, float)) and not isinstance(epochs, bool):
             text += f" Each round trains for {_num(epochs)} epoch{'' if epochs == 1 else 's'} over its training set."
@@ -335,9 +355,11 @@ class TrainingDetails(ContextModule):
                 f"{overall.get('all_right', 0)} were always right and {overall.get('all_wrong', 0)} always wrong; "
                 f"{overall.get('kept', 0)} reached an optimizer step."
             )
+            titles = grouping_titles(evidence.task)
             for dim, cells in (signal.get("by") or {}).items():
                 if cells:
-                    text += f"\n\nSampled success by {dim}:\n\n" + signal_table(dim, cells)
+                    title = _cell(titles.get(dim, dim))
+                    text += f"\n\nSampled success by {title}:\n\n" + signal_table(title, cells)
         if self.options.mode == "full":
             full = evidence.training.get("full") or {}
             if full:

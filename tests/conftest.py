@@ -116,7 +116,7 @@ def recorded_run(tmp_path):
         "full": {"algorithm": "GRPO", "optimizer": "AdamW", "learning_rate": 1e-4, "kl_coef": 0.001, "num_generations": 8, "batch_size": 32},
         "bookkeeping": {"round": 1, "rounds_total": 3, "epochs": 3, "steps": 375, "budget": 4000},
     }
-    write_round(run, 0, c0, r0, summary="Round 1 showed large maps failing on conflicts. I moved budget to 8x8. Watch 10x10.", fallback=False)
+    write_round(run, 0, c0, r0, summary="Round 0 showed large maps failing on conflicts. I moved budget to 8x8. Watch 10x10.", fallback=False)
     write_round(run, 1, c1, r1, examples=examples, details=details)
     return run
 

@@ -139,7 +139,7 @@ def report(values: dict[str, list[tuple[float, list[float]]]], verdicts: dict[st
     is the baseline. ``verdicts``: per arm, per seed, 'V' solved / '.' not, for the paired tests."""
     from envengineer.drawn import BenchView
     from envengineer.runview import RunView, Stage
-    from envengineer.suite_report import Arm, ArmRun, ArmsReport, SetResult
+    from envengineer.suite_arms import Arm, ArmRun, ArmsReport, SetResult
 
     arms = []
     for index, (label, seeds) in enumerate(values.items()):
@@ -207,7 +207,7 @@ def test_the_seed_table_says_why_there_is_no_test():
 
 def test_the_pooled_sign_tests_are_holm_adjusted_across_the_arms():
     from envengineer.metrics import sign_test
-    from envengineer.suite_report import paired_tables
+    from envengineer.suite_paired import paired_tables
 
     rep = report({"fixed": [(0.0, [0.0])] * 2, "a": [(0.0, [0.0])] * 2, "b": [(0.0, [0.0])] * 2},
                  {"fixed": ["V.....", "V....."], "a": ["VVVVVV", "VVVVV."], "b": ["VV....", "......"]})

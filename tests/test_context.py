@@ -81,11 +81,11 @@ def test_long_history_keeps_first_and_last_rows_whole(registry, evidence):
     evidence.history = [RoundRecord(n, evidence.config, evidence.report, fallback=(n == 3)) for n in range(9)]
     evidence.round = 9
     text = registry.create("context_module", "H", {"max_rounds": 4}).render(evidence)
-    assert text.startswith("Round 1: valid")
-    assert "Rounds 2–7, configs omitted" in text and "- Round 4: valid 57.5%, optimal 40.6% (fallback)" in text
-    for n in (8, 9):
+    assert text.startswith("Round 0: valid")
+    assert "Rounds 1–6, configs omitted" in text and "- Round 3: valid 57.5%, optimal 40.6% (fallback)" in text
+    for n in (7, 8):
         assert f"\nRound {n}: valid" in text
-    assert "Round 10 (the round just finished)" in text
+    assert "Round 9 (the round just finished)" in text
     assert text.count("| 10x10 |") == 4  # every full block keeps all its rows
 
 
@@ -125,7 +125,7 @@ def test_every_prompt_states_the_setting_and_the_constraints(preset, registry, e
     prompt = build_request(evidence, registry, preset).prompt
     assert ("## Task guidelines (G)" in prompt) == (preset == "V6")
     assert "every training instance has 2 agents" in prompt and "held-out benchmarks with 3, 4 and 5 agents" in prompt
-    assert "It trains the\ncheckpoint that round 2 produced" in prompt
+    assert "It trains the\ncheckpoint that round 1 produced" in prompt
     assert "Keep all 8 map sizes (3x3 to 10x10)" in prompt and "ratios sum to 1" in prompt
     assert "The budget is fixed at 4000 instances per round" in prompt
 
@@ -145,14 +145,71 @@ def test_default_design_brief_is_task_neutral(registry):
     assert not re.search(r"\b(agents?|sizes?|ratios?|MAPF)\b", text)
 
 
+# ------------------------------------------------------------------ round numbering
+
+
+@pytest.mark.parametrize("round", [0, 1])
+def test_rounds_are_numbered_as_their_folders(round, registry, recorded_run):
+    """round-NN is round NN in every module and prompt: the evidence of round-01 is "round 1", and
+    the engineer after it designs round 2 (round-02/config.yaml)."""
+    from envengineer.contract import DesignOutcome
+    from envengineer.prompts import build_request, factual_note, summary_prompt
+
+    evidence = load_evidence(recorded_run, round, registry)
+    request = build_request(evidence, registry, "V6")
+    context = request.context
+    assert f"Validation after round {round}: " in context
+    assert f"Round {round} (the round just finished)" in context
+    assert f"Round {round} of 3 (rounds 0–2) finished." in context
+    assert f"Round {round} of 3 has just finished (rounds are numbered from 0: this run's rounds\nare 0 to 2)" in request.prompt
+    assert f"Then propose the configuration for round {round + 1}," in request.prompt
+    assert f"used to generate the training set of round {round})" in request.prompt
+    outcome = DesignOutcome(config=request.current_config, projection=None, fallback=True, reason="test")
+    summary = summary_prompt(request, outcome)
+    assert f"configuration for round {round + 1} after reading the evidence of round {round} (rounds are\nnumbered from 0)" in summary
+    assert f"## Configuration of round {round}\n" in summary and f"## Configuration chosen for round {round + 1}\n" in summary
+    assert factual_note(request, outcome).startswith(f"Round {round}: validation valid rate")
+    # no 1-based numbering anywhere: round 1 of 3 is never called "round 2", round 0 never "round 1"
+    shown = re.findall(r"\b[Rr]ounds? (\d+)", request.prompt + summary)
+    assert {int(n) for n in shown} <= {0, round, round + 1, 2}
+    assert f"after round {round + 1}" not in context and f"Round {round + 1} of 3" not in request.prompt
+
+
+# ------------------------------------------------------------------ groupings under their titles
+
+
+def test_modules_head_groupings_by_their_titles(registry):
+    """grid-walk files validation by `moves` (titled "moves") and `size` (titled "grid"): F, H and T
+    head the size tables "grid", as the report does, never the key "size"."""
+    from envengineer.evidence import Evidence
+
+    task = registry.create("generator", "grid-walk", {})
+    rates = lambda v: {"n": 10, "valid": int(10 * v), "valid_rate": v, "optimal": int(10 * v), "optimal_rate": v, "failures": {"wrong": 10 - int(10 * v)}}  # noqa: E731
+    report = {"overall": rates(0.5), "by": {"moves": {"k3": rates(0.9), "k4": rates(0.1)}, "size": {"4x4": rates(0.6), "5x5": rates(0.4)}}}
+    cell = {"prompts": 4, "samples": 16, "success": 0.5, "mixed_share": 0.5, "mixed": 2, "all_right": 1, "all_wrong": 1, "kept": 4}
+    signal = {"overall": cell, "by": {"moves": {"k3": cell}, "size": {"4x4": cell}}}
+    config = task.default_config()
+    config = config.model_dump() if hasattr(config, "model_dump") else dict(config)
+    evidence = Evidence(task=task, round=0, rounds_total=2, config=config, report=report, failure_types=("parse", "length", "wrong"),
+                        signal=signal, training={"bookkeeping": {"round": 0, "rounds_total": 2}})
+    f = registry.create("context_module", "F", {}).render(evidence)
+    assert "By grid:\n\n| grid | n | valid |" in f and "By moves:\n\n| moves | n |" in f and "By size" not in f
+    t = registry.create("context_module", "T", {}).render(evidence)
+    assert "Sampled success by grid:\n\n| grid | prompts |" in t and "by size" not in t
+    h = registry.create("context_module", "H", {}).render(evidence)
+    assert "| moves |" in h  # the primary grouping, under its title
+    evidence.report = {"overall": rates(0.5), "by": {"size": report["by"]["size"]}}  # a report filed by size only
+    assert "| grid |" in registry.create("context_module", "H", {}).render(evidence)
+
+
 # ------------------------------------------------------------------ T bookkeeping vs full
 
 
 def test_bookkeeping_shows_round_and_epochs_only(registry, evidence):
     text = registry.create("context_module", "T", {"mode": "bookkeeping"}).render(evidence)
-    assert text == "Round 2 of 3 finished. Each round trains for 3 epochs over its training set."
+    assert text == "Round 1 of 3 (rounds 0–2) finished. Each round trains for 3 epochs over its training set."
     evidence.training = {}  # a trainer that recorded nothing: the round still shows
-    assert registry.create("context_module", "T", {}).render(evidence) == "Round 2 of 3 finished."
+    assert registry.create("context_module", "T", {}).render(evidence) == "Round 1 of 3 (rounds 0–2) finished."
 
 
 def test_full_training_details_show_the_recorded_settings(registry, evidence):
@@ -167,7 +224,7 @@ def test_full_training_details_show_the_recorded_settings(registry, evidence):
 
 def test_omit_round0_leaves_round_0_out_of_the_history(registry, evidence):
     text = registry.create("context_module", "H", {"omit_round0": True}).render(evidence)
-    assert text.startswith("Round 2 (the round just finished)") and "Round 1:" not in text
+    assert text.startswith("Round 1 (the round just finished)") and "Round 0:" not in text
 
 
 def test_round0_only_history_is_left_out_when_omitted(registry, recorded_run):
@@ -206,7 +263,7 @@ def test_round0_start_has_one_source(registry, tmp_path):
 def test_run_config_chooses_the_other_reading_of_v4(registry, tmp_path):
     from envengineer.runconfig import parse_run_config, resolve
 
-    data = {"name": "v4-random", "context": {"preset": "V4", "start": "random", "options": {"H": {"omit_round0": True}}}}
+    data = {"name": "v4-random", "task": "mapf-frozenlake", "context": {"preset": "V4", "start": "random", "options": {"H": {"omit_round0": True}}}}
     run = resolve(parse_run_config(data), registry, base_dir=tmp_path)
     assert run.context_initial == "random"
     assert dict(resolve_context(run.context)[0])["H"] == {"omit_round0": True}

@@ -140,7 +140,7 @@ def test_arms_and_config_files_that_would_share_a_folder_are_refused(tmp_path, c
 
 
 def test_an_override_value_is_the_yaml_the_command_line_would_read():
-    from envengineer.suite import yaml_value
+    from envengineer.suite_manifest import yaml_value
 
     for value in ("fixed", 0.01, 1e-5, "yes", "a: b", {"name": "learnability", "mix": 0.5}, [1, 2], None, True, 3):
         assert yaml.safe_load(yaml_value(value)) == value
@@ -429,7 +429,8 @@ def test_the_comparison_holds_per_subset_means_and_paired_tests_against_fixed(tm
 def test_the_noise_row_pools_a_chain_of_seeds_not_a_cycle():
     """Around a closed cycle of seeds (0-1, 1-2, 2-0) every instance is gained as often as lost, so a
     pooled cycle always reads + = −; the noise row pairs 0 with 1 and 1 with 2."""
-    from envengineer.suite_report import Arm, ArmRun, ArmsReport, SetResult, noise_rows
+    from envengineer.suite_arms import Arm, ArmRun, ArmsReport, SetResult
+    from envengineer.suite_paired import noise_rows
 
     solved = {0: "VV..", 1: "V.V.", 2: "VVVV"}
     runs = [ArmRun(seed, None, {"validation": SetResult(None, {f"i{k}": {"valid": c == "V", "optimal": False}

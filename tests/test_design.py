@@ -100,7 +100,7 @@ def test_files_written(request_, tmp_path):
 
 def test_prompt_has_context_and_current_config(request_):
     assert "## Failure breakdown (F)" in request_.prompt and "## Current configuration" in request_.prompt
-    assert "$context" not in request_.prompt and "round 3" in request_.prompt
+    assert "$context" not in request_.prompt and "Then propose the configuration for round 2," in request_.prompt
 
 
 def test_every_engineer_has_forbidding_options(registry):
@@ -118,6 +118,10 @@ def test_cli_context_and_propose(recorded_run):
     result = runner.invoke(app, ["context", "--run", str(recorded_run), "--round", "1", "--modules", "F,H"])
     assert result.exit_code == 0, result.output
     assert "## Failure breakdown (F)" in result.output and "## Training details" not in result.output
+    # --round 1 is round-01, and the context calls it round 1 (rounds are numbered from 0 everywhere)
+    assert "Validation after round 1: " in result.output and "Round 1 (the round just finished)" in result.output
+    assert "after round 2" not in result.output and "Round 2" not in result.output
     result = runner.invoke(app, ["propose", "--run", str(recorded_run), "--round", "1", "--engineer", "learnability"])
     assert result.exit_code == 0, result.output
     assert "proposal" in result.output and "sizes.7x7.ratio" in result.output
+    assert "config: round 1 -> round 2" in result.output  # the design step after round 1 writes round 2's config

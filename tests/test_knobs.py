@@ -220,7 +220,7 @@ def test_history_shows_the_declared_knob_table(arith_registry, arith):
     request = _request(arith_registry, arith, config, {"1d": 1.0, "2d": 0.5, "3d": 0.0},
                        round=1, history=[RoundRecord(0, arith.default_config().model_dump(), _report({"1d": 0.5, "2d": 0.5, "3d": 0.5}))])
     text = arith_registry.create("context_module", "H").render(request.evidence)
-    assert "| digits | ratio | terms | valid | optimal | top failures |" in text
+    assert "| digits per term | ratio | terms | valid | optimal | top failures |" in text
     assert "| 1d | 0.333 | 4 | 100.0% |" in text
 
 

@@ -255,7 +255,7 @@ def test_cli_run_rejects_a_bad_config_without_writing(tmp_path):
     from envengineer.cli import main
 
     path = tmp_path / "bad.yaml"
-    path.write_text("name: x\nengineer: {name: heuristic, bogus: 1}\noutput: " + str(tmp_path / "run") + "\n")
+    path.write_text("name: x\ntask: mapf-frozenlake\nengineer: {name: heuristic, bogus: 1}\noutput: " + str(tmp_path / "run") + "\n")
     with pytest.raises(SystemExit) as info:
         main(["run", str(path)])
     assert info.value.code == 2
@@ -361,10 +361,10 @@ def test_offline_propose_uses_the_models_the_run_recorded(tmp_path, reference, n
 def test_overrides_apply_like_the_file():
     from envengineer.runconfig import apply_overrides
 
-    base = {"name": "x", "seed": 0, "engineer": "heuristic", "trainer": {"name": "trl", "beta": 0.0}}
+    base = {"name": "x", "task": "mapf-frozenlake", "seed": 0, "engineer": "heuristic", "trainer": {"name": "trl", "beta": 0.0}}
     out = apply_overrides(base, ["seed=2", "engineer.name=fixed", "trainer.beta=1.0e-2", "eval.limit=5",
                                  "policy={name: tiny, threads: 1}", "output=runs/a=b"])
-    assert out == {"name": "x", "seed": 2, "engineer": {"name": "fixed"}, "trainer": {"name": "trl", "beta": 0.01},
+    assert out == {"name": "x", "task": "mapf-frozenlake", "seed": 2, "engineer": {"name": "fixed"}, "trainer": {"name": "trl", "beta": 0.01},
                    "eval": {"limit": 5}, "policy": {"name": "tiny", "threads": 1}, "output": "runs/a=b"}
     assert base["engineer"] == "heuristic"  # the file's data is not changed
     assert parse_run_config(out).seed == 2

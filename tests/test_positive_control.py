@@ -8,7 +8,8 @@ import pytest
 
 from envengineer import hookimpl
 from envengineer.plugins.engineers.baselines import Baseline
-from envengineer.suite_report import paired, read_verdicts
+from envengineer.suite_arms import read_verdicts
+from envengineer.suite_paired import paired
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = REPO / "examples" / "sim-student" / "base.yaml"

@@ -235,6 +235,209 @@ def test_projection_keeps_each_dataset_to_its_levels_and_caps(task):
     assert "cap 0" in reasons and "not a level of maze" in reasons and "unknown group" in reasons
 
 
+def _depth(statement) -> int:
+    return 1 if statement[0] in ("telling-truth", "lying") else 1 + max(_depth(s) for s in statement[1:])
+
+
+def _width(statement) -> int:
+    if statement[0] in ("telling-truth", "lying"):
+        return 0
+    return max([len(statement) - 1 if statement[0] in ("and", "or") else 0, *(_width(s) for s in statement[1:])])
+
+
+#: What each catalogue attribute draws, read off an item's metadata (the quantity its ``draws`` names).
+DRAWN = {
+    ("chain_sum", "num_terms"): lambda m: [m["num_terms"]],
+    ("chain_sum", "num_digits"): lambda m: [m["num_digits"]],
+    ("maze", "dist"): lambda m: [m["shortest_path_length"]],
+    ("maze", "grid_size"): lambda m: [m["grid_size"]],
+    ("shortest_path", "rows"): lambda m: [len(m["matrix"])],
+    ("shortest_path", "cols"): lambda m: [len(m["matrix"][0])],
+    ("knights_knaves", "n_people"): lambda m: [len(m["statements"])],
+    ("knights_knaves", "depth_constraint"): lambda m: [max(map(_depth, m["statements"]))],
+    ("knights_knaves", "width_constraint"): lambda m: [max(map(_width, m["statements"]))],
+    ("mini_sudoku", "empty"): lambda m: [sum(cell == 0 for row in m["puzzle"] for cell in row)],
+    ("tower_of_hanoi", "num_disks"): lambda m: [m["num_disks"]],
+    ("tower_of_hanoi", "num_pegs"): lambda m: [m["num_pegs"]],
+    ("gcd", "num_terms"): lambda m: [len(m["numbers"])],
+    ("gcd", "value"): lambda m: m["numbers"],
+    ("lcm", "numbers"): lambda m: [len(m["numbers"])],
+    ("lcm", "value"): lambda m: m["numbers"],
+    ("leg_counting", "num_animals"): lambda m: [len(m["animals"])],
+    ("leg_counting", "num_instances"): lambda m: list(m["animals"].values()),
+    ("count_bits", "n"): lambda m: [m["number"]],
+    ("base_conversion", "base"): lambda m: [m["source_base"], m["target_base"]],
+    ("base_conversion", "value"): lambda m: [m["decimal_value"]],
+    ("prime_factorization", "value"): lambda m: [m["number"]],
+    ("fraction_simplification", "value"): lambda m: [m["simplified_numerator"], m["simplified_denominator"]],
+    ("fraction_simplification", "factor"): lambda m: [m["factor"]],
+}
+
+
+def test_what_each_level_draws_is_what_the_guidelines_and_docs_say(task):
+    """Per catalogue attribute and level up to the cap (the others at 0, 120 seeds): every drawn value lies in the range
+    the guidelines state, the draws reach into both ends of it (a scalar: its value is the largest drawn), a level differs
+    from the one below, and a level marked as repeating the one below gives the very same items (also with every other
+    attribute at its cap). docs/reasoning-gym.md's table states the same."""
+    from envengineer.tasks.reasoning_gym.plugin import describe_levels, item_seed, level_ranges, make_item, repeated_levels
+
+    from reasoning_gym.coaching.attributes import ScalarAttributeDefinition
+    from reasoning_gym.factory import create_curriculum
+
+    generator, _ = load_task_all()
+    guidelines = generator.guidelines()
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "reasoning-gym.md").read_text()
+    assert set(DRAWN) == {(name, attr) for name, entry in catalogue.CATALOGUE.items() for attr in entry.caps}
+    seeds = [item_seed(11, "levels", i) for i in range(120)]
+    repeats = []
+    for name, entry in catalogue.CATALOGUE.items():
+        assert set(entry.draws) == set(entry.caps), name
+        for attr, cap in entry.caps.items():
+            described = describe_levels(name, attr)
+            assert f"`{attr}` (0-{cap}): {entry.draws[attr]}; per level {described}" in guidelines, (name, attr)
+            assert f"| {name} | `{attr}` | {entry.draws[attr]} | {described} |" in docs, (name, attr)
+            scalar = isinstance(create_curriculum(name).attributes[attr], ScalarAttributeDefinition)
+            ranges, repeated = level_ranges(name, attr), set(repeated_levels(name, attr))
+            below = None
+            for level, (low, high) in enumerate(ranges):
+                items = [make_item(name, {attr: level}, seed) for seed in seeds]
+                drawn = [value for item in items for value in DRAWN[(name, attr)](item["metadata"])]
+                where = (name, attr, level, (low, high), min(drawn), max(drawn))
+                if scalar:  # a count, or a bound a statement may reach (knights_knaves' depth and width)
+                    assert low == high and max(drawn) == high, where
+                else:
+                    assert low <= min(drawn) and max(drawn) <= high, where
+                    assert min(drawn) <= low + (high - low) / 4 and max(drawn) >= high - (high - low) / 4, where
+                if level in repeated:
+                    assert ranges[level - 1] == (low, high) and items == below, where
+                    tops = {a: c for a, c in entry.caps.items() if a != attr}
+                    assert [make_item(name, {**tops, attr: level}, s) for s in seeds[:20]] == \
+                        [make_item(name, {**tops, attr: level - 1}, s) for s in seeds[:20]], where
+                    assert f"{level}: {low}–{high} (the same items as level {level - 1})" in described
+                    repeats.append(f"{name}.{attr}")
+                elif below is not None:
+                    assert ranges[level - 1] != (low, high) and items != below, where
+                below = items
+    # every ensure_interval attribute capped at its last level repeats the one below there (the caps stay: lowering
+    # one would change a frozen set; test_lowering_a_repeated_top_level_would_change_a_frozen_set)
+    assert repeats == ["maze.dist", "mini_sudoku.empty", "gcd.value", "lcm.value", "leg_counting.num_instances", "count_bits.n",
+                       "base_conversion.base", "base_conversion.value", "prime_factorization.value",
+                       "fraction_simplification.value", "fraction_simplification.factor"]
+
+
+def test_lowering_a_repeated_top_level_would_change_a_frozen_set(monkeypatch):
+    """Why the repeated top levels keep their caps: with any one of them a level lower, a frozen set's recipe gives
+    other records (the levels are drawn from 0 to the caps)."""
+    from dataclasses import replace
+
+    from envengineer.tasks.reasoning_gym import benchmarks
+    from envengineer.tasks.reasoning_gym.plugin import repeated_levels
+
+    builders = {"rg-val": benchmarks.build_validation, "rg-hard": benchmarks.build_hard, "rg-transfer": benchmarks.build_transfer}
+    frozen = {name: build() for name, build in builders.items()}
+    for name, entry in catalogue.CATALOGUE.items():
+        for attr, cap in entry.caps.items():
+            if cap not in repeated_levels(name, attr):
+                continue
+            monkeypatch.setitem(catalogue.CATALOGUE, name, replace(entry, caps={**entry.caps, attr: cap - 1}))
+            assert any(build() != frozen[set_name] for set_name, build in builders.items()), (name, attr)
+            monkeypatch.setitem(catalogue.CATALOGUE, name, entry)
+
+
+def load_task_all():
+    from envengineer.testing import load_task
+
+    return load_task(TASK, {"datasets": list(catalogue.CATALOGUE)})
+
+
+# ------------------------------------------------------------------ the size cap against the longer-answer credit
+
+
+def _longest_fitting(validator, record, padded):
+    """The most pads that fit the size cap: its verdict, and the verdict with one pad more."""
+    from envengineer.tasks.reasoning_gym.plugin import ANSWER_FACTOR, MIN_ANSWER_CHARS
+
+    cap = max(MIN_ANSWER_CHARS, ANSWER_FACTOR * len(record["answer"]))
+    k = 0
+    while len(padded(k + 1)) <= cap:
+        k += 1
+    return k, validator.score(record, f"<answer>{padded(k)}</answer>"), validator.score(record, f"<answer>{padded(k + 1)}</answer>")
+
+
+def test_a_solved_tower_of_hanoi_answer_fits_the_size_cap_only_under_4x_the_optimal_moves(task):
+    """valid_at 0.06 reads "solved": an answer padded with legal back-and-forth moves of disk 1 stays valid up to the
+    size cap, which it reaches below 4x the optimal move count (a score above 0.25, far from 0.06); one pair more is
+    too_long. Every level combination up to the caps, 10 items each."""
+    generator, validator = task
+    caps = catalogue.CATALOGUE["tower_of_hanoi"].caps
+    ratios = []
+    for disks in range(caps["num_disks"] + 1):
+        for pegs in range(caps["num_pegs"] + 1):
+            config = RGConfig.model_validate({"datasets": {"tower_of_hanoi": {"ratio": 1.0, "num_disks": disks, "num_pegs": pegs}}})
+            for record in generator.generate(config, n=10, seed=disks * 3 + pegs).records:
+                meta = record["metadata"]
+                start, other = meta["start_peg"], next(p for p in range(1, meta["num_pegs"] + 1) if p != meta["start_peg"])
+                pair = f"Move disk 1 from Peg {start} to Peg {other}\nMove disk 1 from Peg {other} to Peg {start}"
+                k, fits, over = _longest_fitting(validator, record, lambda k: "\n".join([pair] * k + [record["answer"]]))
+                optimal = meta["solution_length"]
+                assert fits.valid and not fits.optimal and fits.score == pytest.approx(optimal / (optimal + 2 * k)), record["id"]
+                assert over.failure == "too_long"
+                ratios.append((optimal + 2 * k) / optimal)
+    assert 3.5 < min(ratios) and max(ratios) < 4
+
+
+def test_a_longer_shortest_path_is_valid_while_it_fits_the_size_cap(task):
+    """A valid longer path gets 0.5 (valid) only while it fits max(256, 4 x the oracle's characters): an oracle of
+    64+ characters lets through about 3-5x its moves, a shorter one more (the 256 floor). On rg-val's and rg-hard's
+    shortest paths and 60 more at the caps."""
+    from envengineer.tasks.reasoning_gym.benchmarks import FOLDER
+
+    generator, validator = task
+    records = [json.loads(line) for name in ("rg-val", "rg-hard") for line in (FOLDER / f"{name}.jsonl").read_text().splitlines()]
+    top = RGConfig.model_validate({"datasets": {"shortest_path": {"ratio": 1.0, **catalogue.CATALOGUE["shortest_path"].caps}}})
+    records += generator.generate(top, n=60, seed=0).records
+    seen = long = 0
+    for record in records:
+        if record["dataset"] != "shortest_path" or record["answer"] == "infeasible":
+            continue
+        matrix = record["metadata"]["matrix"]
+        rows, cols = len(matrix), len(matrix[0])
+        r, c = next((i, j) for i in range(rows) for j in range(cols) if matrix[i][j] == "*")
+        free = {"up down": r > 0 and matrix[r - 1][c] != "X", "down up": r + 1 < rows and matrix[r + 1][c] != "X",
+                "left right": c > 0 and matrix[r][c - 1] != "X", "right left": c + 1 < cols and matrix[r][c + 1] != "X"}
+        pair = next(p for p, ok in free.items() if ok)
+        k, fits, over = _longest_fitting(validator, record, lambda k: " ".join([pair] * k + [record["answer"]]))
+        assert (fits.valid, fits.optimal, fits.score) == (True, False, 0.5) and over.failure == "too_long"
+        moves = len(record["answer"].split())
+        if len(record["answer"]) >= 64:
+            assert 2.5 < (moves + 2 * k) / moves < 5.5
+            long += 1
+        seen += 1
+    assert seen >= 20 and long >= 5
+
+
+def test_the_exclusion_reasons_of_number_sorting_and_polynomial_equations_hold(tmp_path):
+    """number_sorting's scorer evals the record's answer, never the model's; polynomial_equations' scorer reads the
+    answer with float(), not sympy (a power tower is scored at once)."""
+    import reasoning_gym
+
+    assert "record's own answer" in catalogue.EXCLUDED["number_sorting"]
+    assert "float()" in catalogue.EXCLUDED["polynomial_equations"]
+    marker = tmp_path / "ran"
+    code = f"__import__('pathlib').Path({str(marker)!r}).write_text('x') or ['1']"
+    sorting = reasoning_gym.create_dataset("number_sorting", seed=3, size=1)
+    item = sorting[0]
+    assert sorting.score_answer(item["answer"], item) == 1.0
+    assert sorting.score_answer(code, item) == 0.0 and not marker.exists()  # the model's answer: JSON, never run
+    sorting.score_answer("['1']", {**item, "answer": code})  # the record's answer: run
+    assert marker.exists()
+    equations = reasoning_gym.create_dataset("polynomial_equations", seed=3, size=1)
+    item = equations[0]
+    assert equations.score_answer(item["answer"], item) == 1.0
+    started = time.perf_counter()
+    assert equations.score_answer("9**9**9**9", item) == 0.0 and time.perf_counter() - started < 0.1
+
+
 # ------------------------------------------------------------------ baselines
 
 

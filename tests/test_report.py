@@ -350,3 +350,49 @@ def test_some_fallbacks_get_a_warning_and_none_get_no_banner(tmp_path):
     assert "FAILED" not in banner
     _set_designs(run, {r: (False, "", False) for r in range(3)})  # history.jsonl outranks projection.yaml
     assert _banner(render_html(load_run(run), {})) is None
+
+
+# ------------------------------------------------------------------ the validation set's aggregate
+
+
+def _section(page, name):
+    start = page.index(f'<section id="{name}"')
+    return page[start:page.index("</section>", start)]
+
+
+def test_report_shows_the_validation_sets_declared_aggregate(tmp_path):
+    """mapf-2agents-val declares the paper's "Sum over subsets": summary.json holds it, and the report
+    shows it in the per-round validation table and beside the benchmarks' sums."""
+    run = make_run(tmp_path, "val-sum", "heuristic", rounds=2, finished=2)
+    sums = {}
+    for stage in ("base", "round-00", "round-01"):
+        path = run / stage / "eval" / "summary.json"
+        data = json.loads(path.read_text())
+        by_subset = summary(0.6 if stage == "base" else 0.7, ("subset",))["by"]["subset"]
+        data["by"]["subset"] = by_subset
+        recorded = {m: round(sum(by_subset[k][f"{m}_rate"] for k in SUBSETS), 6) for m in ("valid", "optimal")}
+        data["sum_over_subsets"] = recorded  # as evaluation records the declared aggregate
+        path.write_text(json.dumps(data))
+        sums[stage] = recorded
+    assert runner.invoke(app, ["report", str(run)]).exit_code == 0
+    page = (run / "report.html").read_text()
+    validation = _section(page, "validation")
+    table = validation[:validation.index("</table>")]  # the per-round table
+    assert ">Σ valid</th>" in table and ">Σ optimal</th>" in table
+    for stage, recorded in sums.items():
+        for metric in ("valid", "optimal"):
+            assert f">{100 * recorded[metric]:.1f}</td>" in table, (stage, metric)
+    assert "Sum over subsets, the per-subset rates added up in percent (out of 300)" in validation
+    bench = _section(page, "benchmarks")
+    assert "mapf-2agents-val, the validation set" in bench
+    own = bench[bench.index("the validation set"):]
+    own = own[:own.index("</table>")]
+    assert ">Σ valid</th>" in own and f">{100 * sums['round-01']['valid']:.1f}</td>" in own
+    assert bench.index("the validation set") < bench.index("mapf-3agents")
+
+
+def test_report_without_a_validation_aggregate_adds_no_column(tmp_path):
+    run = make_run(tmp_path, "no-sum", "heuristic", rounds=1, finished=1)  # validation summaries without subsets
+    assert runner.invoke(app, ["report", str(run)]).exit_code == 0
+    page = (run / "report.html").read_text()
+    assert "Σ valid" not in _section(page, "validation") and "the validation set" not in page

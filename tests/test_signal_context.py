@@ -65,3 +65,21 @@ def test_an_old_run_without_a_signal_renders_as_before(recorded, tmp_path):
     evidence.signal = {}
     assert "Sampled" not in registry.create("context_module", "T", {}).render(evidence)
     assert "sampled in training" not in registry.create("context_module", "F", {}).render(evidence)
+
+
+def test_groupings_are_headed_by_their_titles(recorded):
+    """F, H and T head each grouping's table with its declared title (the arith example: `digits` is
+    "digits per term"), as the report does; a grouping without one by its name."""
+    task, evidence, registry = recorded
+    f = registry.create("context_module", "F", {"examples": 0}).render(evidence)
+    t = registry.create("context_module", "T", {}).render(evidence)
+    h = registry.create("context_module", "H", {}).render(evidence)
+    groupings = evidence.task.evaluation_groupings()
+    for g in groupings:
+        assert f"By {g.title}:\n\n| {g.title} | n |" in f
+        if (evidence.signal.get("by") or {}).get(g.name):
+            assert f"Sampled success by {g.title}:\n\n| {g.title} | prompts |" in t
+    assert f"\n| {groupings[0].title} |" in h
+    if task == "arith":
+        assert "By digits per term:" in f and "By digits:" not in f
+        assert "\n| digits per term |" in h and "\n| digits |" not in h and "Sampled success by digits per term:" in t

@@ -272,3 +272,34 @@ def test_a_config_that_is_the_same_run_as_another_is_run_once_and_shown_in_both_
     row = next(r for r in read_csv(suite["out"] / "context-variants.csv") if r["row"] == "V6 (heuristic)")
     check_row(row, [suite["out"] / "alpha" / "seed-0", suite["out"] / "alpha" / "seed-1"])
     assert row["seeds finished"] == "2/2" and "same run as alpha" in row["status"]
+
+
+def test_a_parallel_runs_job_carries_its_suite_table_and_row(tmp_path, monkeypatch):
+    """The suite section is excluded from a config's dump; the job file carries it, so a run in its own
+    process (suite --jobs N) is labelled as in the suite's process (trackers group runs by it)."""
+    import json
+
+    import envengineer.loop
+    from envengineer import suite_worker
+    from envengineer.runconfig import SuiteSection, parse_run_config
+
+    config = parse_run_config({"name": "x", "task": {"name": "grid-walk"}, "engineer": {"name": "fixed"}}, "x.yaml")
+    config = config.model_copy(update={"suite": SuiteSection(table="engineers", row="fixed")})
+    assert "suite" not in config.model_dump(mode="json")
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(resolved, registry, console):
+        seen["suite"] = resolved.config.suite
+        raise Stop
+
+    monkeypatch.setattr(envengineer.loop, "Loop", capture)
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"config": config.model_dump(mode="json"), "log": str(tmp_path / "log"), "result": str(tmp_path / "r.json"),
+                               "suite": config.suite.model_dump(mode="json")}))
+    assert suite_worker.main([str(job)]) == 1  # Stop: the capture ends the run
+    assert seen["suite"].table == "engineers" and seen["suite"].row == "fixed"
+    source = (Path(suite_worker.__file__).parent / "suite_runner.py").read_text()
+    assert '"suite": run.config.suite.model_dump(mode="json")' in source

@@ -244,10 +244,10 @@ def test_verl_compute_score_and_override(arith_registry, monkeypatch, tmp_path):
 def test_resolve_refuses_another_tasks_benchmarks(arith_registry):
     from envengineer.runconfig import parse_run_config, resolve
 
-    base = {"name": "a", "task": {"name": "arith"}}
+    base = {"name": "a", "task": {"name": "arith"}, "policy": {"name": "tiny", "prompt_style": "full"}}  # arith's one style
     with pytest.raises(ConfigError, match=r"eval.validation: mapf-2agents-val is a mapf-frozenlake benchmark; this run's task is arith \(its benchmarks: arith-val\)"):
         resolve(parse_run_config({**base, "eval": {"validation": "mapf-2agents-val"}}), arith_registry)
-    cfg = parse_run_config({"name": "m", "eval": {"benchmarks": ["mapf-3agents"]}})
+    cfg = parse_run_config({"name": "m", "task": "mapf-frozenlake", "eval": {"benchmarks": ["mapf-3agents"]}})
     assert resolve(cfg, arith_registry).config.eval.benchmarks == ["mapf-3agents"]  # MAPF's own sets pass
     with pytest.raises(ConfigError, match="eval.benchmarks: mapf-3agents is a mapf-frozenlake benchmark"):
         resolve(parse_run_config({**base, "eval": {"benchmarks": ["mapf-3agents"]}}), arith_registry)
@@ -262,12 +262,12 @@ def test_the_validation_set_defaults_to_the_tasks_declared_one(arith_registry, p
     from envengineer.runconfig import EvalSection, parse_run_config, resolve, validation_set
 
     assert EvalSection().validation is None
-    arith = parse_run_config({"name": "a", "task": "arith"})
+    arith = parse_run_config({"name": "a", "task": "arith", "policy": {"name": "tiny", "prompt_style": "full"}})  # arith's one style
     assert validation_set(arith, arith_registry) == "arith-val" and validation_set(arith) is None
     assert resolve(arith, arith_registry).config.eval.validation == "arith-val"
-    mapf = resolve(parse_run_config({"name": "m"}), arith_registry).config
+    mapf = resolve(parse_run_config({"name": "m", "task": "mapf-frozenlake"}), arith_registry).config
     assert mapf.eval.validation == "mapf-2agents-val"  # MAPF's default, unchanged
-    explicit = parse_run_config({"name": "m", "eval": {"validation": "mapf-3agents"}})
+    explicit = parse_run_config({"name": "m", "task": "mapf-frozenlake", "eval": {"validation": "mapf-3agents"}})
     assert resolve(explicit, arith_registry).config.eval.validation == "mapf-3agents"
 
     class Undeclared(envengineer_arith.ArithGenerator):
@@ -290,8 +290,8 @@ def test_the_validation_set_defaults_to_the_tasks_declared_one(arith_registry, p
     registry = Registry(pm)
     with pytest.raises(ConfigError, match=r"eval.validation: not set, and task arith-undeclared declares no validation benchmark "
                                           r"\(Generator.validation_benchmark\).*registers no benchmark"):
-        resolve(parse_run_config({"name": "u", "task": "arith-undeclared"}), registry)
-    given = parse_run_config({"name": "u", "task": "arith-undeclared", "eval": {"validation": "arith-val"}})
+        resolve(parse_run_config({"name": "u", "task": "arith-undeclared", "policy": {"name": "tiny", "prompt_style": "full"}}), registry)
+    given = parse_run_config({"name": "u", "task": "arith-undeclared", "eval": {"validation": "arith-val"}, "policy": {"name": "tiny", "prompt_style": "full"}})
     with pytest.raises(ConfigError, match="arith-val is a arith benchmark"):
         resolve(given, registry)
 
@@ -301,4 +301,4 @@ def test_resolve_names_the_field_of_an_unknown_benchmark(registry):
     from envengineer.runconfig import parse_run_config, resolve
 
     with pytest.raises(UnknownComponentError, match="eval.benchmarks: unknown benchmark 'nope'"):
-        resolve(parse_run_config({"name": "m", "eval": {"benchmarks": ["nope"]}}), registry)
+        resolve(parse_run_config({"name": "m", "task": "mapf-frozenlake", "eval": {"benchmarks": ["nope"]}}), registry)

@@ -196,8 +196,14 @@ def test_plugin_commands_are_added_and_clashes_or_failures_reported(monkeypatch,
 
 
 def test_pretrain_command_builds_caches_and_measures(tmp_path, monkeypatch):
+    """Without --task, pretrain builds the base of the one installed task family."""
+    import envengineer.registry
     from envengineer.cli import app
+    from envengineer.plugin_manager import create_plugin_manager
+    from envengineer.registry import Registry
 
+    only_mapf = Registry(create_plugin_manager(entry_points=False, environ={}, block=("reasoning_gym", "gridwalk")))
+    monkeypatch.setattr(envengineer.registry, "load_registry", lambda *a, **k: only_mapf)
     monkeypatch.setenv("ENVENGINEER_CACHE", str(tmp_path))
     args = ["pretrain", "--instances", "40", "--epochs", "1", "--threads", "1", "--limit", "8"]
     result = CliRunner().invoke(app, args)
@@ -217,7 +223,10 @@ def test_pretrain_command_on_another_family(tmp_path, monkeypatch, arith_registr
 
     monkeypatch.setenv("ENVENGINEER_CACHE", str(tmp_path))
     monkeypatch.setattr(envengineer.registry, "load_registry", lambda *a, **k: arith_registry)
-    result = CliRunner().invoke(app, ["pretrain", "--task", "arith", "--instances", "24", "--epochs", "1", "--threads", "1", "--limit", "6"])
+    args = ["pretrain", "--task", "arith", "--instances", "24", "--epochs", "1", "--threads", "1", "--limit", "6"]
+    refused = CliRunner().invoke(app, args)  # arith declares only the full style; the tiny policy's default is compact
+    assert refused.exit_code == 1 and "task 'arith' has no prompt style 'compact' (its styles: full)" in " ".join(str(refused.exception).split())
+    result = CliRunner().invoke(app, [*args, "--style", "full"])
     assert result.exit_code == 0, result.output
     output = " ".join(result.output.split())
     assert "greedy decoding on arith-val (6)" in output and "1d" in output  # the task's declared validation set

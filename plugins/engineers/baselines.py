@@ -255,16 +255,28 @@ class CurriculumEngineer(Baseline):
 # -------------------------------------------------------------------- heuristic
 
 
+def _renamed(new: str) -> str:
+    return f"was renamed {new} (same meaning and default): write {new}: {{value}}"
+
+
 class HeuristicOptions(_Options):
+    _retired = retired_options(
+        conflict_failure=_renamed("practice_failure"), conflict_share=_renamed("practice_share"),
+        wait_knob=_renamed("practice_knob"), wait_step=_renamed("practice_step"),
+    )
+
     move: float = Field(0.15, ge=0, le=1, description="share of the budget moved from strong to lagging groups each round (within max_share_change)")
     collapse: float = Field(0.05, ge=0, le=1, description="a group whose success is below this has collapsed: it is eased and gets no extra budget")
     backoff: float = Field(0.3, ge=0, le=1, description="a collapsed group's difficulty knobs move this share of the way to their easy bound (at least one step)")
     saturated: float = Field(0.95, ge=0, le=1, description="a group whose success is above this gets harder")
     harden: float = Field(0.05, ge=0, description="how far a saturated group's difficulty knobs move toward hard, in each knob's units (at least one step)")
-    conflict_failure: str | None = Field(None, description="the failure type that calls for more practice (default: the types each knob declares it practises)")
-    conflict_share: float = Field(0.5, ge=0, le=1, description="share of a group's validation failures above which that failure type dominates")
-    wait_knob: str | None = Field(None, description="the knob raised where that failure dominates (default: every knob that declares failure types it practises)")
-    wait_step: float = Field(0.1, ge=0, description="how far that knob is raised, in its units (at least one step)")
+    practice_failure: str | None = Field(None, description="the failure type that calls for more practice (default: the failure types each "
+                                         "practice knob declares in its practices)")
+    practice_share: float = Field(0.5, ge=0, le=1, description="share of a group's validation failures above which a practised failure "
+                                  "type dominates, so the group gets more practice against it")
+    practice_knob: str | None = Field(None, description="the knob raised where a practised failure type dominates (default: every knob "
+                                      "that declares practices, the failure types it gives practice against)")
+    practice_step: float = Field(0.1, ge=0, description="how far that knob is raised, in its units (at least one step)")
     difficulty_knobs: list[str] | None = Field(None, description="knobs that make a group harder (default: every knob the task declares harder up or down)")
     min_samples: int = Field(16, ge=1, description="a group's success is its sampled success on the round's training prompts when the training "
                              "signal holds at least this many samples of it, else its greedy validation valid rate")
@@ -323,8 +335,8 @@ class HeuristicEngineer(Baseline):
         notes: list[str] = [success.describe()]
         difficulty = chosen_knobs(request, o.difficulty_knobs, generator.difficulty_knobs(), notes)
         practice: list[tuple[Knob, tuple[str, ...]]] = []
-        for knob in chosen_knobs(request, None if o.wait_knob is None else [o.wait_knob], tuple(k for k in generator.knobs if k.practices), notes):
-            failures = (o.conflict_failure,) if o.conflict_failure is not None else knob.practices
+        for knob in chosen_knobs(request, None if o.practice_knob is None else [o.practice_knob], tuple(k for k in generator.knobs if k.practices), notes):
+            failures = (o.practice_failure,) if o.practice_failure is not None else knob.practices
             if failures:
                 practice.append((knob, failures))
         update: dict[str, dict[str, Any]] = {g: {} for g in groups}
@@ -368,12 +380,12 @@ class HeuristicEngineer(Baseline):
             total = sum(failures.values())
             dominant = next(
                 ((knob, kind) for knob, kinds in practice for kind in kinds
-                 if knob.name in k and total and failures.get(kind, 0) / total >= o.conflict_share),
+                 if knob.name in k and total and failures.get(kind, 0) / total >= o.practice_share),
                 None,
             )
             if dominant is not None:
                 knob, kind = dominant
-                update[g][knob.name] = moved(knob, k[knob.name], float(k[knob.name]) + o.wait_step)
+                update[g][knob.name] = moved(knob, k[knob.name], float(k[knob.name]) + o.practice_step)
                 notes.append(f"{g}: {kind} failures dominate, more {knob.name}")
             elif p[g] > o.saturated and not improved:
                 for knob in difficulty:

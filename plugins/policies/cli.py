@@ -18,13 +18,6 @@ HELD_OUT_SEED = 424242  # fresh instances when the task ships no matching benchm
 HELD_OUT_N = 300
 
 
-def default_task() -> str:
-    """The task a run config names when it names none."""
-    from envengineer.runconfig import RunConfig
-
-    return RunConfig.model_fields["task"].default_factory()["name"]  # type: ignore[misc]
-
-
 def held_out_records(registry: Any, generator: Any, bench: str | None = None) -> tuple[str, list[dict[str, Any]]]:
     """Held-out records to measure the base model on, and their name.
 
@@ -70,7 +63,15 @@ def greedy_valid(policy: Any, generator: Any, validator: Any, records: list[dict
 
 def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int | None, epochs: float | None,
                      threads: int | None, task: str | None = None, task_options: dict[str, Any] | None = None,
-                     bench: str | None = None, limit: int | None = None) -> None:
+                     bench: str | None = None, limit: int | None = None, style: str | None = None) -> None:
+    """Build (or find) the tiny policy's base model for ``task`` and print its greedy rates.
+
+    ``task`` None: the one installed task family; with several installed, an error naming ``--task``."""
+    from envengineer.errors import ConfigError
+    from envengineer.runconfig import only_task
+
+    if task is None:
+        task = only_task(registry, "--task")
     import transformers
     from rich.table import Table
 
@@ -79,19 +80,25 @@ def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int
 
     transformers.utils.logging.disable_progress_bar()
 
-    options: dict[str, Any] = {k: v for k, v in {"instances": instances, "epochs": epochs, "threads": threads}.items() if v is not None}
+    options: dict[str, Any] = {k: v for k, v in {"instances": instances, "epochs": epochs, "threads": threads,
+                                                 "prompt_style": style}.items() if v is not None}
     policy = registry.create("policy", "tiny", options, where="policy.tiny")
-    generator, validator = registry.task(task or default_task(), task_options or {})
+    generator, validator = registry.task(task, task_options or {})
+    problem = generator.style_problem(policy.prompt_style)
+    if problem:
+        raise ConfigError(f"{'--style' if style else 'policy.tiny.prompt_style'}: {problem}; the tiny policy warm-starts in its "
+                          "prompt_style (default compact): pass --style with one of the task's styles")
     shipped = policy.prebuilt_dir(generator)
     if force:  # build here; the shipped base (if any) is only compared with
         policy = registry.create("policy", "tiny", {**options, "prebuilt": False}, where="policy.tiny")
-    cached = policy.warm_start_info(generator) is not None and not force
     started = time.perf_counter()
     with stage_progress(console, transient=False) as progress:
         path = policy.prepare(generator=generator, force=force, progress=progress)
     info = policy.warm_start_info(generator) or {}
     train = info.get("train", {})
-    how = "shipped with the task" if path == shipped else "cached" if cached else f"built in {time.perf_counter() - started:.0f}s"
+    seconds = f"{time.perf_counter() - started:.0f}s"
+    how = {"shipped": "shipped with the task", "cached": "cached", "built": f"built in {seconds}"}.get(
+        policy.prepared or "", f"{policy.prepared}; built in {seconds}")
     console.print(f"base model ({how}): {path}", highlight=False)
     if force and shipped is not None:
         from envengineer.benchmarks import sha256_file
@@ -140,10 +147,11 @@ def pretrain(
     instances: Optional[int] = typer.Option(None, "--instances", help="warm-start instances (default: the tiny policy's)"),
     epochs: Optional[float] = typer.Option(None, "--epochs", help="warm-start epochs (default: the tiny policy's)"),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads"),
-    task: Optional[str] = typer.Option(None, "--task", help="task family whose warm start is built (default: a run config's default task)"),
+    task: Optional[str] = typer.Option(None, "--task", help="task family whose warm start is built (required unless exactly one is installed; see `envengineer plugins`)"),
     option: Optional[list[str]] = typer.Option(None, "--option", "-o", help="task option KEY=VALUE (repeatable)"),
     bench: Optional[str] = typer.Option(None, "--bench", help="benchmark to measure on (default: the task's benchmark matching its options, else fresh instances)"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="measure on N instances, evenly spread over the set"),
+    style: Optional[str] = typer.Option(None, "--style", help="the prompt style the base reads (the tiny policy's prompt_style; default compact): one the task declares"),
 ) -> None:
     """Build the embedded tiny policy's base model (cached), then print its greedy valid rate."""
     from rich.console import Console
@@ -151,7 +159,7 @@ def pretrain(
     from envengineer.registry import load_registry
 
     pretrain_command(load_registry(), Console(), force=force, instances=instances, epochs=epochs, threads=threads,
-                     task=task, task_options=_task_options(option), bench=bench, limit=limit)
+                     task=task, task_options=_task_options(option), bench=bench, limit=limit, style=style)
 
 
 def register(cli: Any) -> None:

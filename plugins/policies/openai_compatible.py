@@ -1,4 +1,4 @@
-"""API models as MAPF solvers (the paper's baseline rows), over any OpenAI-compatible endpoint.
+"""API models as policies that answer a task's prompts (the MAPF paper's baseline rows), over any OpenAI-compatible endpoint.
 
 One chat-completions call per response, ``concurrency`` at a time, carrying only the
 parameters the model family accepts (``envengineer.plugins.api_params``, shared with the API
@@ -17,7 +17,7 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,7 +32,7 @@ class OpenAICompatibleOptions(BaseModel):
     model: str = Field(..., description="model name sent to the API")
     base_url: str | None = Field(None, description="API base URL, e.g. http://127.0.0.1:8000/v1 (default: OpenAI's)")
     api_key_env: str | None = Field("OPENAI_API_KEY", description="environment variable holding the API key (unset: a placeholder key, for local servers)")
-    prompt_style: Literal["full", "compact"] = Field("full", description="how the task renders prompts for this policy")
+    prompt_style: str = Field("full", min_length=1, description="how the task renders prompts for this policy: one of the task's declared prompt styles (the built-in families: full, compact)")
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="sampling temperature, sent only where the model accepts one (see send_temperature)")
     send_temperature: bool | None = Field(None, description="send `temperature` (null: unless the model family fixes it, e.g. gpt-5, o3, kimi-k2.5)")
     max_tokens: int = Field(4096, ge=1, description="most tokens in one answer (reasoning models: reasoning included)")

@@ -9,7 +9,10 @@ trained by supervised learning on the task's optimal answers (``warm_start_pairs
 default generated records answered by ``reference_answer``). So any family with a reference
 solver gets the embedded CPU policy. The result is a standard Hugging Face model directory
 (the "base model" of a run), cached under a hash of the task, the style and the options that
-shape it, so it is built once per machine. This module knows no task.
+shape it (:func:`recipe_key`), so it is built once per machine. What the task's hooks hand the
+build (the pairs, the vocabulary, the embedding init) is digested too
+(:func:`warm_start_fingerprint`) and kept in the cache folder's ``warm_start.json``: a cached
+model whose task code now hands it anything else is rebuilt, not reused. This module knows no task.
 
 Measured facts behind the defaults are in docs/tiny-policy.md.
 """
@@ -25,7 +28,7 @@ import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
@@ -262,6 +265,51 @@ def write_sha256sums(folder: Path) -> Path:
     return target
 
 
+#: Bump when :func:`warm_start_fingerprint` digests differently (a cache built before is then rebuilt once).
+FINGERPRINT_VERSION = 1
+
+
+def warm_start_fingerprint(generator, *, style: str, hidden_size: int, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """sha256 digests of everything the task's hooks hand a build, beside the recipe's options: the
+    warm-start ``pairs`` (from ``warm_start_pairs``), the vocabulary (``tiny_vocabulary``) and what
+    ``tiny_init_embeddings`` does to a fixed matrix of the model's shape. A base model is a function
+    of its recipe, this module's code (:data:`RECIPE_VERSION`) and these, so a cached one whose
+    fingerprint differs from the current task's was built from other task code or data, whatever
+    file or library the change was in (the recipe key cannot see that), and one that agrees was not:
+    editing a docstring or the validator rebuilds nothing. The pairs are regenerated to compare
+    them, which costs what generating them costs (docs/tiny-policy.md has the measured seconds)."""
+    import torch
+
+    vocabulary = generator.tiny_vocabulary(style)
+    tokenizer = build_tokenizer(vocabulary)
+    data = hashlib.sha256()
+    for prompt, completion in pairs:
+        data.update(json.dumps([prompt, completion], ensure_ascii=False).encode() + b"\n")
+    # a fixed, exactly computed matrix (integer arithmetic: the same bits on any CPU), then the task's hook
+    rows, width = len(tokenizer), hidden_size
+    weight = (((torch.arange(rows * width, dtype=torch.int64) * 2654435761) % 1000003).to(torch.float32) / 1000003 - 0.5).reshape(rows, width)
+    generator.tiny_init_embeddings(weight, tokenizer.get_vocab(), style)
+    init = torch.round(weight.detach() * 2**16).to(torch.int64)  # float noise in the last bits of a hook's sin/cos does not count
+    return {
+        "version": FINGERPRINT_VERSION,
+        "pairs": data.hexdigest(),
+        "vocabulary": hashlib.sha256(json.dumps(vocabulary, ensure_ascii=False).encode()).hexdigest(),
+        "init_embeddings": hashlib.sha256(init.numpy().tobytes()).hexdigest(),
+    }
+
+
+def fingerprint_change(stored: Mapping[str, Any] | None, current: Mapping[str, Any]) -> str | None:
+    """What differs between a cached model's fingerprint and the current one, in words (None: nothing)."""
+    if stored == current:
+        return None
+    if not isinstance(stored, Mapping) or stored.get("version") != current.get("version"):
+        return "it was built before its warm-start data was fingerprinted (or fingerprinted differently)"
+    what = {"pairs": "warm-start pairs", "vocabulary": "vocabulary", "init_embeddings": "embedding initialisation"}
+    changed = [words for key, words in what.items() if stored.get(key) != current.get(key)]
+    listed = changed[0] if len(changed) == 1 else f"{', '.join(changed[:-1])} and {changed[-1]}"
+    return f"the task's {listed} changed since it was built"
+
+
 def warm_start_data(generator, *, n: int, seed: int, style: str) -> list[tuple[str, str]]:
     """The task's warm-start pairs, or a clear error when the task has no reference solver."""
     try:
@@ -291,12 +339,14 @@ def build_base_model(
     ffn: int = 512,
     threads: int | None = None,
     progress: Progress | None = None,
+    pairs: Sequence[tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
     """Build tokenizer + model from the task's hooks, warm-start it, save a HF model dir into ``out_dir`` atomically.
 
     The tokenizer reads ``generator.tiny_vocabulary(style)`` (None: characters), the fresh
     model's embeddings pass through ``generator.tiny_init_embeddings``, and the supervised
-    data is ``generator.warm_start_pairs(n=instances, seed=seed, style=style)``.
+    data is ``generator.warm_start_pairs(n=instances, seed=seed, style=style)`` (``pairs``: those,
+    already generated). ``warm_start.json`` records the figures and :func:`warm_start_fingerprint`.
     """
     import torch
 
@@ -305,7 +355,9 @@ def build_base_model(
     t0 = time.perf_counter()
     vocabulary = generator.tiny_vocabulary(style)
     tokenizer = build_tokenizer(vocabulary)
-    pairs = warm_start_data(generator, n=instances, seed=seed, style=style)
+    if pairs is None:
+        pairs = warm_start_data(generator, n=instances, seed=seed, style=style)
+    fingerprint = warm_start_fingerprint(generator, style=style, hidden_size=hidden_size, pairs=pairs)
     if progress:
         progress("warm-start data", len(pairs), len(pairs))
     examples = encode_pairs(tokenizer, pairs)
@@ -337,6 +389,7 @@ def build_base_model(
     task_recipe = generator.warm_start_recipe()
     if task_recipe:
         meta["task_options"] = task_recipe
+    meta["fingerprint"] = fingerprint
     (tmp / "warm_start.json").write_text(json.dumps(meta, indent=2) + "\n")
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -349,10 +402,10 @@ def build_base_model(
 class TinyOptions(TransformersOptions):
     """Sampling options of the transformers policy, plus the warm start's recipe."""
 
-    prompt_style: Literal["full", "compact"] = Field("compact", description="the task's prompt style the model reads and is warm-started on (compact: short plain strings)")
-    max_new_tokens: int = Field(128, ge=1, description="mapf-frozenlake: compact answers of 2-agent 10x10 instances are at most ~60-70 tokens")
+    prompt_style: str = Field("compact", min_length=1, description="the task's prompt style the model reads and is warm-started on: one of the task's prompt styles (compact: short plain strings; a family without one: full)")
+    max_new_tokens: int = Field(128, ge=1, description="most tokens sampled per answer (mapf-frozenlake: compact answers of 2-agent 10x10 instances take ~60-70)")
     batch_size: int = Field(512, ge=1)
-    instances: int = Field(18000, ge=1, description="(prompt, optimal answer) pairs of the supervised warm start, from the task (mapf-frozenlake: 18000 × 3 epochs ≈ 2 M tokens, ~3.5 min on one core: 16.5% valid on mapf-2agents-val)")
+    instances: int = Field(18000, ge=1, description="(prompt, reference answer) pairs of the supervised warm start, from the task's Generator.warm_start_pairs (mapf-frozenlake: 18000 × 3 epochs ≈ 2 M tokens, ~3.5 min on one core: 16.5% valid on mapf-2agents-val)")
     epochs: float = Field(3.0, gt=0, description="passes over the warm-start instances")
     lr: float = Field(2e-3, gt=0, description="warm-start learning rate (AdamW, cosine)")
     train_batch_size: int = Field(64, ge=1, description="warm-start batch size")
@@ -375,6 +428,8 @@ class TinyPolicy(TransformersPolicy):
         self._task: str | None = None  # the task of the last prepare(): load() finds its base model
         self._shipped: Path | None = None  # the task's prebuilt base model chosen by the last prepare()
         self._task_recipe: dict[str, Any] = {}  # the last prepare()'s task options that shape the warm start
+        #: how the last :meth:`prepare` found its base model: "shipped", "cached", "built", or "rebuilt: WHY"
+        self.prepared: str | None = None
 
     def recipe(self, generator: Any = None) -> dict[str, Any]:
         """Everything that shapes the base model: the task (by name), the style and the warm-start options."""
@@ -414,7 +469,14 @@ class TinyPolicy(TransformersPolicy):
     def prepare(self, *, generator: Any = None, force: bool = False, progress: Progress | None = None) -> Path:
         """The base model directory: the task's shipped one for this recipe (checked against its
         SHA256SUMS), else built (tokenizer, random init, warm start) from the task unless cached.
-        ``force``: build it here even when cached or shipped."""
+        ``force``: build it here even when cached or shipped.
+
+        A cached model is reused only when its recorded :func:`warm_start_fingerprint` is the
+        current task's (the pairs are generated again to tell); otherwise it is rebuilt in place
+        and :attr:`prepared` says why. A task's shipped model is not fingerprinted: its recipe key
+        and SHA256SUMS are the task's word that it is what this recipe builds (tests pin the
+        quickstart's pairs). Without ``generator`` a cached model of the last prepared task is
+        returned as it is (that prepare() checked it)."""
         if self.options.path and not force:
             return Path(self.options.path)
         if generator is not None:
@@ -426,17 +488,36 @@ class TinyPolicy(TransformersPolicy):
                 if shipped is not None:
                     verify_prebuilt(shipped)
                     self._shipped = shipped
+                    self.prepared = "shipped"
                     return shipped
         out = self.cache_path(generator)
-        if (out / "warm_start.json").exists() and not force:
+        o = self.options
+        cached = (out / "warm_start.json").exists() and not force
+        if cached and generator is None:
+            self.prepared = "cached"
             return out
         if generator is None:
             raise ConfigError("policy.tiny: the warm start needs the task's generator (prepare(generator=...))")
-        o = self.options
+        pairs = None
+        if cached:
+            stage = "checking the cached base model's warm-start data"
+            if progress:
+                progress(stage, 0, 1)
+            pairs = warm_start_data(generator, n=o.instances, seed=o.seed, style=o.prompt_style)
+            current = warm_start_fingerprint(generator, style=o.prompt_style, hidden_size=o.hidden_size, pairs=pairs)
+            change = fingerprint_change(json.loads((out / "warm_start.json").read_text()).get("fingerprint"), current)
+            if progress:
+                progress(stage, 1, 1)
+            if change is None:
+                self.prepared = "cached"
+                return out
+            self.prepared = f"rebuilt: the cached one in {out} was stale ({change})"
+        else:
+            self.prepared = "built"
         build_base_model(
             out, generator=generator, style=o.prompt_style, instances=o.instances, epochs=o.epochs, lr=o.lr,
             batch_size=o.train_batch_size, seed=o.seed, hidden_size=o.hidden_size, layers=o.layers,
-            ffn=o.ffn, threads=o.threads, progress=progress,
+            ffn=o.ffn, threads=o.threads, progress=progress, pairs=pairs,
         )
         return out
 

@@ -82,7 +82,7 @@ class ModelDirOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str | None = Field(None, description="Hugging Face model directory (the loop passes each round's checkpoint)")
-    prompt_style: Literal["full", "compact"] = Field("full", description="how the task renders prompts for this policy")
+    prompt_style: str = Field("full", min_length=1, description="how the task renders prompts for this policy: one of the task's declared prompt styles (the built-in families: full, compact)")
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0: greedy decoding")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(2048, ge=1)

@@ -394,7 +394,7 @@ class TrlGrpoTrainer(Trainer):
         generator, validator, style, bonus = request.generator, request.validator, request.prompt_style, self.options.optimality_bonus
         reward = self.options.reward
 
-        def mapf_reward(prompts, completions, record_index, **_: Any) -> list[float]:
+        def task_reward(prompts, completions, record_index, **_: Any) -> list[float]:
             rewards, valid = [], []
             for completion, index in zip(completions, record_index):
                 record = records[int(index)]
@@ -406,7 +406,7 @@ class TrlGrpoTrainer(Trainer):
                 outcomes.add([int(i) for i in record_index], rewards, valid)
             return rewards
 
-        return mapf_reward
+        return task_reward
 
     def prefilter_samples(self, request: TrainRequest) -> int:
         """Samples per prompt before training (0: no prefilter). ``kept_prompts`` must judge prompts to keep
@@ -513,7 +513,7 @@ class TrlGrpoTrainer(Trainer):
             bf16=(not use_cpu) and torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
             logging_steps=o.logging_steps,
             save_strategy="no",
-            report_to="none",
+            report_to="none",  # the run's trackers get TRL's reporting callbacks at the round's step offset (trl_trackers)
             seed=seed,
             data_seed=seed,
             disable_tqdm=True,
@@ -603,6 +603,11 @@ class TrlGrpoTrainer(Trainer):
         batches = o.batches()
         whole = max(batches["prompts_per_step"], batches["prompts_per_generation"])
         short = len(records) < whole  # TRL's sampler drops a partial rollout: one smaller step instead
+        joined = []
+        if request.trackers:  # TRL reports its step metrics into the run's trackers, joined across rounds
+            from envengineer.plugins.trainers.trl_trackers import joined_callbacks
+
+            joined = joined_callbacks(request)
         config = self.grpo_config(out_dir, seed, request.policy_path, request.chat_template_kwargs,
                                   completions=len(records) * o.num_generations if short else None)
         if short:
@@ -690,6 +695,10 @@ class TrlGrpoTrainer(Trainer):
             callbacks=[curves],
         )
         trainer.remove_callback(PrinterCallback)  # curves.jsonl has the logs; keep the console for progress bars
+        if joined:
+            from envengineer.plugins.trainers.trl_trackers import install
+
+            install(trainer, joined)
         train_started = time.perf_counter()
         trainer.train()
         train_s = time.perf_counter() - train_started
@@ -718,6 +727,11 @@ class TrlGrpoTrainer(Trainer):
             "last_reward_mean": lines[-1]["reward_mean"] if lines else None,
             **rollout_log.metrics(),
         })
+        if joined:
+            from envengineer.plugins.trainers.trl_trackers import live
+
+            if live(joined):
+                metrics["live_trackers"] = live(joined)
         del trainer
         return TrainResult(checkpoint=checkpoint, curves=curves_path, metrics=metrics)
 

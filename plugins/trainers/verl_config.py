@@ -143,7 +143,7 @@ class VerlOptions(BaseModel):
     # -- launch
     seed: int | None = Field(None, description="data shuffling and rollout seed (default: the loop's seed for the round)")
     verl_validation: bool = Field(False, description="let verl also score the validation set before and after training (the loop evaluates anyway)")
-    loggers: list[str] = Field(default_factory=lambda: ["console"], description="verl loggers (console, wandb, tensorboard); file is always added")
+    loggers: list[str] = Field(default_factory=lambda: ["console"], description="verl loggers (console, wandb, tensorboard, mlflow); file is always added, and the run's trackers that verl knows")
     project_name: str = Field("envengineer", description="verl's trainer.project_name (wandb project)")
     overrides: list[str] = Field(default_factory=list, description="your own Hydra overrides for verl, applied last and checked like ours")
     module: str = Field("verl.trainer.main_ppo", description="the entry point run as python -m MODULE (a recipe's own main works too)")

@@ -25,6 +25,12 @@ the reward workers see, as verl's checkpoint folder already must be). A non-zero
 the tail of ``verl.log``. The saved model becomes the round's checkpoint: the next round
 starts from it and uses it as its reference model, as in the paper.
 
+verl's training dataloader drops a partial batch (``drop_last``) and its job fails on an empty
+one, so a round with fewer instances than ``train_batch_size`` trains one smaller batch of them
+instead (:meth:`VerlGrpoTrainer.round_options`, said in the metrics' ``note``), as the ``trl``
+trainer trains one smaller step; a round whose instances no batch can split among the GPUs
+trains nothing and hands on its starting weights, without launching verl.
+
 Everything up to the launch (overrides, data, reward, checkpoint hand-off, metrics) is tested
 on CPU against the installed verl; the training itself needs CUDA GPUs and vLLM.
 """
@@ -57,6 +63,10 @@ from envengineer.plugins.trainers.verl_config import (
 from envengineer.plugins.trainers.verl_data import OUTCOMES_DIR
 from envengineer.plugins.trainers.verl_launch import run_job
 from envengineer.training import ROLLOUTS_FILE, TrainRequest, TrainResult, reward_text
+
+
+#: The run's trackers verl's own ``Tracking`` (verl/utils/tracking.py) can write to, by the same names.
+TRACKER_LOGGERS = ("tensorboard", "wandb", "mlflow")
 
 
 def flash_attn_available() -> bool:
@@ -103,9 +113,54 @@ class VerlGrpoTrainer(Trainer):
 
     # ------------------------------------------------------------------ the command
 
-    def planned_steps(self, prompts: int) -> int:
-        """verl's training steps (one rollout of ``train_batch_size`` prompts each) for ``prompts`` prompts; the last partial batch is dropped."""
+    def round_options(self, prompts: int) -> VerlOptions | None:
+        """The options a round of ``prompts`` training prompts runs with.
+
+        These options when one ``train_batch_size`` fits. Otherwise verl's dataloader, which drops
+        a partial batch, would give the job no batch at all ("Train dataloader is empty!"), so the
+        round takes one smaller batch, as the ``trl`` trainer takes one smaller step: as many of the
+        prompts as the GPUs can split evenly (all of them unless a GPU count forbids it), its
+        optimiser steps of at most ``ppo_mini_batch_size`` prompts (the largest that divides the
+        batch and the GPUs) in micro-batches of at most ``ppo_micro_batch_size_per_gpu``; every
+        other option as given. None when not even a one-prompt batch divides among the GPUs: the
+        round trains nothing (:meth:`train` hands on the starting weights)."""
         o = self.options
+        if prompts >= o.train_batch_size:
+            return o
+        gpus, group = o.nnodes * o.n_gpus_per_node, o.num_generations
+        for batch in range(prompts, 0, -1):
+            for mini in range(min(batch, o.ppo_mini_batch_size), 0, -1):
+                if batch % mini or (mini * group) % gpus:
+                    continue
+                per_gpu = mini * group // gpus
+                micro = max(m for m in range(1, min(per_gpu, o.ppo_micro_batch_size_per_gpu) + 1) if per_gpu % m == 0)
+                return VerlOptions.model_validate({**o.model_dump(), "train_batch_size": batch, "ppo_mini_batch_size": mini,
+                                                   "ppo_micro_batch_size_per_gpu": micro})
+        return None
+
+    def short_note(self, prompts: int) -> dict[str, Any]:
+        """What a round of ``prompts`` prompts records when they are fewer than one ``train_batch_size`` (else nothing)."""
+        o = self.options
+        if prompts >= o.train_batch_size:
+            return {}
+        fitted = self.round_options(prompts)
+        if fitted is None:
+            gpus = o.nnodes * o.n_gpus_per_node
+            return {"short_batch_prompts": 0, "note": (
+                f"{prompts} prompts, fewer than one train batch of {o.train_batch_size}, and no batch of them divides among the "
+                f"{gpus} GPUs (× {o.num_generations} responses): nothing trained, the starting weights are the checkpoint")}
+        dropped = prompts - fitted.train_batch_size
+        return {"short_batch_prompts": fitted.train_batch_size, "note": (
+            f"{prompts} prompts, fewer than one train batch of {o.train_batch_size}: one batch of {fitted.train_batch_size} "
+            f"(optimiser steps of {fitted.ppo_mini_batch_size} prompts, micro-batches of {fitted.ppo_micro_batch_size_per_gpu})"
+            + (f"; {dropped} left out so the batch divides among the GPUs" if dropped else ""))}
+
+    def planned_steps(self, prompts: int) -> int:
+        """verl's training steps (one rollout of ``train_batch_size`` prompts each) for ``prompts`` prompts; the last partial
+        batch is dropped (fewer prompts than one batch: the smaller batch of :meth:`round_options`, or 0 steps)."""
+        o = self.round_options(prompts)
+        if o is None:
+            return 0
         per_epoch = prompts // o.train_batch_size
         steps = int(per_epoch * self.total_epochs())
         return min(steps, o.total_training_steps) if o.total_training_steps else steps
@@ -138,8 +193,9 @@ class VerlGrpoTrainer(Trainer):
         }
 
     def overrides(self, request: TrainRequest, prompts: int) -> list[str]:
-        """The whole command line after ``-m MODULE``: our base, the options, the user's overrides."""
-        o = self.options
+        """The whole command line after ``-m MODULE``: our base, the options (their batches fitted to
+        ``prompts``: :meth:`round_options`), the user's overrides."""
+        o = self.round_options(prompts) or self.options
         paths = self.paths(request.out_dir)
         seed = o.seed if o.seed is not None else request.seed
         steps = self.planned_steps(prompts)
@@ -207,11 +263,11 @@ class VerlGrpoTrainer(Trainer):
             "trainer.val_before_train": o.verl_validation,
             "trainer.resume_mode": "disable",  # auto would resume from whatever an old run left there
             "trainer.default_local_dir": str(paths["checkpoints"]),
-            "trainer.logger": [*dict.fromkeys([*o.loggers, "file"])],
-            "trainer.project_name": o.project_name,
-            "trainer.experiment_name": f"round-{request.round:02d}",
+            "trainer.logger": [*dict.fromkeys([*o.loggers, *self.tracker_loggers(request), "file"])],
+            "trainer.project_name": (request.trackers.get("wandb") or {}).get("project") or o.project_name,
+            "trainer.experiment_name": self.experiment_name(request),
             f"{ENV_PREFIX}VERL_FILE_LOGGER_PATH": str(paths["metrics"]),
-            **{f"{ENV_PREFIX}{k}": v for k, v in sorted(o.env.items())},
+            **{f"{ENV_PREFIX}{k}": v for k, v in sorted({**self.tracker_env(request), **o.env}.items())},
             **({"+ray_kwargs.ray_init.address": o.ray_address} if o.ray_address else {}),
         }
         ours = [f"{key}={hydra_string(value) if key.startswith(ENV_PREFIX) else hydra_value(value)}" for key, value in items.items()]
@@ -223,9 +279,45 @@ class VerlGrpoTrainer(Trainer):
         return [self.options.python or sys.executable, "-m", self.options.module, *overrides]
 
     def environment(self, request: TrainRequest) -> dict[str, str]:
-        """Variables set for verl (the file logger's path also goes into Ray's runtime env)."""
+        """Variables set for verl (the file logger's path and the trackers' settings also go into Ray's runtime env)."""
         paths = self.paths(request.out_dir)
-        return {"VERL_FILE_LOGGER_PATH": str(paths["metrics"]), "RAY_USAGE_STATS_ENABLED": "0", **self.options.env}
+        return {"VERL_FILE_LOGGER_PATH": str(paths["metrics"]), "RAY_USAGE_STATS_ENABLED": "0", **self.tracker_env(request),
+                **self.options.env}
+
+    # ------------------------------------------------------------------ the run's trackers
+
+    def tracker_loggers(self, request: TrainRequest) -> list[str]:
+        """verl's own loggers for the run's live trackers (verl's ``Tracking`` has tensorboard, wandb and mlflow)."""
+        return [name for name in TRACKER_LOGGERS if name in request.trackers]
+
+    def experiment_name(self, request: TrainRequest) -> str:
+        """verl's ``trainer.experiment_name``: ``round-NN``, or ``<arm>/seed-<s>/round-NN`` when trackers log it
+        (the W&B or MLflow run verl starts for the round)."""
+        round_name = f"round-{request.round:02d}"
+        if not self.tracker_loggers(request):
+            return round_name
+        names = [settings.get("name") for settings in request.trackers.values() if settings.get("name")]
+        return f"{names[0]}/{round_name}" if names else round_name
+
+    def tracker_env(self, request: TrainRequest) -> dict[str, str]:
+        """Where verl's loggers write for the run's trackers. verl counts its steps from 1 each round and cannot
+        start from the round's offset, so each round is a run of its own beside the tracker's (TensorBoard:
+        ``<tb>/verl/round-NN``; W&B: a run in the tracker's group, job type ``verl-round``; MLflow: a run in the
+        tracker's store); the tracker's own run gets the round's ``curves.jsonl`` at the round's offset. Never a key:
+        verl's workers read those from their own environment."""
+        env: dict[str, str] = {}
+        tb = request.trackers.get("tensorboard")
+        if tb and tb.get("log_dir"):
+            env["TENSORBOARD_DIR"] = str(Path(tb["log_dir"]) / "verl" / f"round-{request.round:02d}")
+        wandb = request.trackers.get("wandb")
+        if wandb:
+            env.update({"WANDB_RUN_GROUP": str(wandb.get("group") or wandb.get("name") or ""), "WANDB_JOB_TYPE": "verl-round"})
+            env.update({key: str(wandb[field]) for key, field in (("WANDB_DIR", "dir"), ("WANDB_MODE", "mode"), ("WANDB_ENTITY", "entity"))
+                        if wandb.get(field)})
+        mlflow = request.trackers.get("mlflow")
+        if mlflow and mlflow.get("tracking_uri") and "@" not in str(mlflow["tracking_uri"]):  # a URI with credentials stays in the environment
+            env["MLFLOW_TRACKING_URI"] = str(mlflow["tracking_uri"])
+        return {k: v for k, v in env.items() if v}
 
     def preflight(self, cfg: Any) -> None:
         """What verl's own entry point needs installed to launch (not for the checks above); another
@@ -252,11 +344,6 @@ class VerlGrpoTrainer(Trainer):
         if not request.records:
             raise ConfigError("trainer.verl: the round has no training instances")
         o = self.options
-        if len(request.records) < o.train_batch_size:
-            raise ConfigError(
-                f"trainer.verl.train_batch_size: {o.train_batch_size} prompts per step but the round has only "
-                f"{len(request.records)} instances (budget): verl drops the last partial batch, so nothing would train"
-            )
         if isinstance(request.generator.render(request.records[0], request.prompt_style), str):
             raise ConfigError(
                 f"trainer.verl: the policy's prompt style {request.prompt_style!r} gives plain-string prompts, and verl applies "
@@ -275,6 +362,9 @@ class VerlGrpoTrainer(Trainer):
     def plan(self, request: TrainRequest) -> dict[str, Any]:
         """Write the round's data and return the exact command, checked against verl (nothing is launched)."""
         data = self.write_data(request)
+        fitted, note = self.round_options(data["train_rows"]), self.short_note(data["train_rows"])
+        if fitted is None:  # nothing to launch: the round hands on its starting weights
+            return {"data": data, "steps": 0, **note}
         overrides = self.overrides(request, data["train_rows"])
         self.check(overrides)
         env = self.environment(request)
@@ -283,7 +373,8 @@ class VerlGrpoTrainer(Trainer):
             "env": env,
             "data": data,
             "steps": self.planned_steps(data["train_rows"]),
-            "batches": self.options.batches(),
+            "batches": fitted.batches(),
+            **note,
         }
 
     # ------------------------------------------------------------------ one round
@@ -296,6 +387,8 @@ class VerlGrpoTrainer(Trainer):
         paths = self.paths(out_dir)
         started = time.perf_counter()
         data = self.write_data(request)
+        if self.round_options(data["train_rows"]) is None:
+            return self.carry_forward(request, paths, data, started)
         overrides = self.overrides(request, data["train_rows"])
         cfg = self.check(overrides)
         self.preflight(cfg)
@@ -306,6 +399,23 @@ class VerlGrpoTrainer(Trainer):
         checkpoint = hand_off(paths["checkpoints"], paths["checkpoint"], keep=self.options.keep_verl_checkpoint)
         metrics = self.round_metrics(lines, data, started)
         metrics.update(self.write_rollouts(request, paths))
+        return TrainResult(checkpoint=checkpoint, curves=paths["curves"], metrics=metrics)
+
+    def carry_forward(self, request: TrainRequest, paths: dict[str, Path], data: dict[str, Any], started: float) -> TrainResult:
+        """A round no batch fits (:meth:`round_options` None): verl is not launched, the starting model is copied as
+        the round's checkpoint, the curves are empty, and the metrics say so (as the ``trl`` trainer's round that
+        kept no prompt)."""
+        from envengineer.fileio import write_jsonl
+        from envengineer.plugins.trainers.rollouts import prompt_line
+
+        checkpoint = paths["checkpoint"]
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        shutil.copytree(Path(request.policy_path), checkpoint)
+        paths["curves"].write_text("")
+        record_id = request.generator.record_id
+        write_jsonl(paths["rollouts"], [prompt_line(record_id(r)) for r in request.records])
+        metrics = {"prompts_given": data["train_rows"], "prompts_used": 0, "trained_prompts": 0, "steps": 0, "completions": 0,
+                   "seconds": round(time.perf_counter() - started, 2), **self.short_note(data["train_rows"])}
         return TrainResult(checkpoint=checkpoint, curves=paths["curves"], metrics=metrics)
 
     def write_rollouts(self, request: TrainRequest, paths: dict[str, Path]) -> dict[str, Any]:
@@ -330,10 +440,11 @@ class VerlGrpoTrainer(Trainer):
             return round(sum(values) / len(values), 4) if values else None
 
         step_seconds = [line["step_seconds"] for line in lines if line.get("step_seconds") is not None]
-        batches = self.options.batches()
+        fitted = self.round_options(data["train_rows"]) or self.options
+        batches = fitted.batches()
         return {
             "prompts_given": data["train_rows"],
-            "prompts_used": data["train_rows"],
+            "prompts_used": data["train_rows"] if fitted is self.options else fitted.train_batch_size,
             "steps": lines[-1]["step"],
             "seconds": round(time.perf_counter() - started, 2),
             "train_seconds": round(sum(step_seconds), 2) if step_seconds else None,
@@ -342,4 +453,5 @@ class VerlGrpoTrainer(Trainer):
             "completion_length": mean("completion_length"),
             "throughput_tokens_per_gpu_s": mean("throughput"),
             "last_reward_mean": lines[-1].get("reward_mean"),
+            **self.short_note(data["train_rows"]),
         }

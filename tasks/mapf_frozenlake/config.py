@@ -1,4 +1,6 @@
-"""The generator's knobs: one ``ratio``, ``hole_ratio`` and ``wait_ratio`` per map size.
+"""The generator's knobs: one ``ratio``, ``hole_ratio`` and ``wait_ratio`` per map size, and,
+with the task option ``agents_range`` (off by default), an ``agents`` count per size too
+(:func:`agents_config_model`).
 
 Configs a user writes are checked strictly (unknown keys, missing sizes, ratios that
 do not sum to 1 are errors naming the field). What an engineer proposes is untrusted
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -20,6 +23,10 @@ RATIO_FLOOR = 0.02
 #: Holes never cover more than this share of a map.
 HOLE_RATIO_MAX = 0.5
 RATIO_TOLERANCE = 1e-6
+#: The agent counts the optional per-size ``agents`` knob may take: a WAIT needs two agents, and the
+#: compact prompt style names agents S1 to S8.
+AGENTS_KNOB_MIN = 2
+AGENTS_KNOB_MAX = 8
 
 
 def hole_count(size: int, hole_ratio: float) -> int:
@@ -32,10 +39,27 @@ def min_free_cells(agents: int) -> int:
     return agents + 1
 
 
+def fit_free_cells(agents: int) -> int:
+    """Free cells a map keeps for ``k`` agents to fit: ``2k + 1``, room to draw distinct starts and
+    distinct goals (the benchmarks' rule, and the agents knob's), not only the :func:`min_free_cells`."""
+    return 2 * agents + 1
+
+
 def sizes_fitting(agents: int, hole_ratio: float) -> tuple[int, ...]:
-    """Map sizes that leave ``2k + 1`` free cells for ``k`` agents at ``hole_ratio`` (room to draw
-    distinct starts and distinct goals, not only the :func:`min_free_cells` a config needs)."""
-    return tuple(n for n in SIZES if n * n - hole_count(n, hole_ratio) >= 2 * agents + 1)
+    """Map sizes that leave :func:`fit_free_cells` for ``k`` agents at ``hole_ratio``."""
+    return tuple(n for n in SIZES if n * n - hole_count(n, hole_ratio) >= fit_free_cells(agents))
+
+
+def agents_fitting(size: int, hole_ratio: float) -> int:
+    """The most agents an N×N map at ``hole_ratio`` fits (:func:`fit_free_cells`)."""
+    return (size * size - hole_count(size, hole_ratio) - 1) // 2
+
+
+def max_hole_ratio_fitting(size: int, agents: int) -> float:
+    """The largest hole_ratio at which an N×N map still fits ``k`` agents (:func:`fit_free_cells`),
+    at most HOLE_RATIO_MAX; negative when even an empty map does not fit them."""
+    cells = size * size
+    return min(HOLE_RATIO_MAX, (cells - fit_free_cells(agents)) / cells)
 
 
 def max_hole_ratio(size: int, agents: int) -> float:
@@ -100,6 +124,41 @@ class MapfConfig(BaseModel):
 
     def to_yaml_dict(self) -> dict[str, Any]:
         return {"sizes": {name: k.model_dump() for name, k in self.sizes.items()}}
+
+
+@lru_cache(maxsize=None)
+def agents_config_model(default: int) -> type[MapfConfig]:
+    """The config model when the agents knob is on: every size also has ``agents``, ``default``
+    when a config leaves it out, and must fit it (:func:`fit_free_cells`; the error names
+    ``sizes.NxN.agents``). One class per default, so equal options give equal models."""
+
+    class SizeKnobsWithAgents(SizeKnobs):
+        """Knobs for one map size, with its agent count."""
+
+        agents: int = Field(
+            default, ge=AGENTS_KNOB_MIN, le=AGENTS_KNOB_MAX,
+            description="agents in each of this size's instances (the map keeps 2k + 1 free cells for k agents)",
+        )
+
+    class MapfAgentsConfig(MapfConfig):
+        """The generator configuration C_n of one round, with an agent count per size."""
+
+        sizes: dict[str, SizeKnobsWithAgents]
+
+        @model_validator(mode="after")
+        def _agents_fit(self) -> "MapfAgentsConfig":
+            for name, knobs in self.sizes.items():
+                size = int(name.split("x")[0])
+                free = size * size - hole_count(size, knobs.hole_ratio)
+                if free < fit_free_cells(knobs.agents):
+                    raise ValueError(
+                        f"sizes.{name}.agents: {knobs.agents} agents need {fit_free_cells(knobs.agents)} free cells "
+                        f"(2k + 1); a {name} map with hole_ratio {knobs.hole_ratio:g} keeps {free}, room for "
+                        f"{agents_fitting(size, knobs.hole_ratio)} agents: lower agents or hole_ratio"
+                    )
+            return self
+
+    return MapfAgentsConfig
 
 
 def normalize_size_key(key: Any) -> str | None:

@@ -231,6 +231,9 @@ def plan_jobs(config: MapfConfig, *, n: int, seed: int, agents: int, seed_scheme
 
     A job's seed names its size's hole count (``seed_scheme="holes"``), so hole_ratio moves that
     keep the count give the same instances; ``"ratio"`` names the float (the legacy derivation).
+    It names the agent count too: ``agents``, or the size's own ``agents`` where the config has
+    one (the agents knob, :func:`config.agents_config_model`), so each count draws its own
+    instances and a size left at ``agents`` draws the instances it draws without the knob.
     """
     _check_scheme(seed_scheme)
     counts = allocate(config, n)
@@ -240,26 +243,27 @@ def plan_jobs(config: MapfConfig, *, n: int, seed: int, agents: int, seed_scheme
         if count == 0:
             continue
         knobs = config.knobs(size)
+        k = getattr(knobs, "agents", agents)
         holes = hole_count(size, knobs.hole_ratio)
         free = size * size - holes
-        if free < min_free_cells(agents):
+        if free < min_free_cells(k):
             raise ConfigError(
-                f"sizes.{size}x{size}.hole_ratio: {agents} agents need at least {min_free_cells(agents)} "
+                f"sizes.{size}x{size}.hole_ratio: {k} agents need at least {min_free_cells(k)} "
                 f"free cells; a {size}x{size} map with hole_ratio {knobs.hole_ratio:g} has {free}"
             )
         waits = int(knobs.wait_ratio * count + 0.5)
-        if waits and agents < 2:
+        if waits and k < 2:
             raise ConfigError(
                 f"sizes.{size}x{size}.wait_ratio: a single agent never needs to WAIT; set wait_ratio to 0 for 1 agent"
             )
         for wants_wait, stratum in ((True, waits), (False, count - waits)):
             for index in range(stratum):
                 if seed_scheme == "ratio":
-                    job_seed = derive_seed("mfl", seed, size, agents, knobs.hole_ratio, int(wants_wait), index)
+                    job_seed = derive_seed("mfl", seed, size, k, knobs.hole_ratio, int(wants_wait), index)
                 else:
-                    job_seed = derive_seed("mfl-holes", seed, size, agents, holes, int(wants_wait), index)
+                    job_seed = derive_seed("mfl-holes", seed, size, k, holes, int(wants_wait), index)
                 # the job keeps the configured hole_ratio: the record stores it, the map has ``holes``
-                jobs.append(Job(size, knobs.hole_ratio, agents, wants_wait, job_seed))
+                jobs.append(Job(size, knobs.hole_ratio, k, wants_wait, job_seed))
     return jobs
 
 
@@ -282,7 +286,8 @@ def generate(
 ) -> tuple[list[Instance], dict[str, int]]:
     """``n`` certified instances in a seeded shuffled order, and the discard counts.
 
-    ``workers > 1`` spreads the jobs over processes; the output is identical. ``seed_scheme``:
+    ``agents``: every size's agent count, unless the config gives a size its own (the agents
+    knob); the order's seed names ``agents`` either way. ``workers > 1`` spreads the jobs over processes; the output is identical. ``seed_scheme``:
     see :func:`plan_jobs` (the duplicate redraws and the order derive from the job seeds and
     ``seed``, never from the float hole_ratio).
     """

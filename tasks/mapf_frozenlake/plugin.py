@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from envengineer.components import GenerationResult, Generator, Grouping, Knob, Projection
 from envengineer.hookspecs import hookimpl
-from envengineer.tasks.mapf_frozenlake import SIZE_NAMES, TASK_NAME, config as cfg
+from envengineer.tasks.mapf_frozenlake import SIZE_NAMES, SIZES, TASK_NAME, config as cfg
 from envengineer.tasks.mapf_frozenlake import generator as gen
 from envengineer.tasks.mapf_frozenlake import projection, prompts
 from envengineer.tasks.mapf_frozenlake.instance import from_record
@@ -38,12 +39,41 @@ class MapfOptions(BaseModel):
                     "[2, 3, 2, 4, 2, 5] is half 2-agent); GRPO still trains on `agents`. The default [2] is the shipped quickstart base",
     )
 
+    agents_range: tuple[int, int] | None = Field(
+        None,
+        description="[low, high]: turns on a per-size `agents` knob that an engineer may move within it (each size starts "
+                    "at `agents`, which the range must contain); a deviation from the paper, which trains on 2 agents only. "
+                    f"Off (null) by default. {cfg.AGENTS_KNOB_MIN} <= low <= high <= {cfg.AGENTS_KNOB_MAX}, and low fits an empty 3x3 map",
+    )
+
     @field_validator("warm_start_agents")
     @classmethod
     def _agent_counts(cls, value: list[int]) -> list[int]:
         from envengineer.tasks.mapf_frozenlake.warm_start import check_agent_counts
 
         return check_agent_counts(value)
+
+    @field_validator("agents_range")
+    @classmethod
+    def _agents_range(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
+        if value is None:
+            return None
+        low, high = value
+        if not cfg.AGENTS_KNOB_MIN <= low <= high <= cfg.AGENTS_KNOB_MAX:
+            raise ValueError(f"needs {cfg.AGENTS_KNOB_MIN} <= low <= high <= {cfg.AGENTS_KNOB_MAX} "
+                             f"(a WAIT needs two agents; the compact style names S1-S{cfg.AGENTS_KNOB_MAX}), got [{low}, {high}]")
+        smallest = min(SIZES)
+        if low > cfg.agents_fitting(smallest, 0.0):
+            raise ValueError(f"low {low}: an empty {smallest}x{smallest} map fits at most {cfg.agents_fitting(smallest, 0.0)} "
+                             "agents (2k + 1 free cells), and every size keeps at least low agents")
+        return value
+
+    @model_validator(mode="after")
+    def _range_holds_agents(self) -> "MapfOptions":
+        if self.agents_range is not None and not self.agents_range[0] <= self.agents <= self.agents_range[1]:
+            low, high = self.agents_range
+            raise ValueError(f"agents_range: [{low}, {high}] must contain agents ({self.agents}), the count every size starts at")
+        return self
 
 
 def size_label(size: Any) -> str:
@@ -84,15 +114,49 @@ class MapfGenerator(Generator):
 
     options: MapfOptions
 
+    def __init__(self, options: BaseModel | None = None) -> None:
+        super().__init__(options)
+        if self.options.agents_range is not None:
+            # The agents knob: this instance's config model and knobs gain a per-size agent count.
+            low, high = self.options.agents_range
+            self.config_model = cfg.agents_config_model(self.options.agents)  # type: ignore[misc]
+            self.knobs = (*type(self).knobs, Knob(  # type: ignore[misc]
+                "agents", low, high, 1, integer=True, harder="up",
+                description="agents in each instance at this size (the map keeps 2k + 1 free cells for k agents)",
+            ))
+
     def default_config(self) -> cfg.MapfConfig:
-        return cfg.uniform_config()
+        return self._with_agents(cfg.uniform_config())
 
     def random_config(self, seed: int) -> cfg.MapfConfig:
-        return cfg.random_config(seed, agents=self.options.agents)
+        """The paper's random start (and the random engineer's draw): ratios, hole and wait ratios
+        drawn. With the agents knob on, each size's count is drawn too, from a stream of its own, so
+        the other knobs are drawn as without the knob (then fitted: see :meth:`_with_agents`)."""
+        config = cfg.random_config(seed, agents=self.options.agents)
+        if self.options.agents_range is None:
+            return config
+        rng = random.Random(f"mapf-frozenlake-random-agents-{seed}")
+        low, high = self.options.agents_range
+        return self._with_agents(config, {name: rng.randint(low, high) for name in config.sizes})
+
+    def _with_agents(self, config: cfg.MapfConfig, counts: Mapping[str, int] | None = None) -> cfg.MapfConfig:
+        """``config`` itself when the agents knob is off; else with every size at its count in ``counts``
+        (default: ``agents``), fitted as the projection fits a proposal (an empty map too small for the
+        count takes fewer agents, a map with too many holes for it fewer holes)."""
+        if self.options.agents_range is None:
+            return config
+        sizes = {}
+        for name, knobs in config.sizes.items():
+            size = int(name.split("x")[0])
+            wanted = self.options.agents if counts is None else counts[name]
+            count, _ = projection.fit_agents(wanted, size, self.options.agents_range)
+            hole_ratio = min(knobs.hole_ratio, round(projection.hole_ratio_ceiling(size, count), projection.DECIMALS))
+            sizes[name] = {**knobs.model_dump(), "hole_ratio": hole_ratio, "agents": count}
+        return self.config_model.model_validate({"sizes": sizes})
 
     def generate(self, config: BaseModel, *, n: int, seed: int, workers: int | None = None, progress: Any = None) -> GenerationResult:
         instances, discarded = gen.generate(
-            cfg.MapfConfig.model_validate(config.model_dump()),
+            self.config_model.model_validate(config.model_dump()),
             n=n,
             seed=seed,
             agents=self.options.agents,
@@ -105,7 +169,10 @@ class MapfGenerator(Generator):
         return GenerationResult([i.to_record() for i in instances], discarded)
 
     def project(self, proposal: Mapping[str, Any], current: BaseModel) -> Projection:
-        return projection.project(proposal, cfg.MapfConfig.model_validate(current.model_dump()), agents=self.options.agents)
+        return projection.project(
+            proposal, self.config_model.model_validate(current.model_dump()),
+            agents=self.options.agents, agents_range=self.options.agents_range,
+        )
 
     def render(self, record: Mapping[str, Any], style: str | None = None) -> list[dict[str, str]] | str:
         style = style or self.options.prompt_style
@@ -133,19 +200,22 @@ class MapfGenerator(Generator):
         from_record(record)
 
     def guidelines(self) -> str:
-        return prompts.guidelines(self.options.agents)
+        return prompts.guidelines(self.options.agents, agents_range=self.options.agents_range)
 
     def design_brief(self, budget: int | None = None) -> str:
         from envengineer.tasks.mapf_frozenlake.benchmarks import specs
 
         held_out = sorted({b.options["agents"] for b in specs() if b.options.get("agents", 0) > self.options.agents})
-        return prompts.design_brief(self.options.agents, held_out, budget)
+        return prompts.design_brief(self.options.agents, held_out, budget, agents_range=self.options.agents_range)
 
     def instance_knobs(self, record: Mapping[str, Any]) -> dict[str, float]:
-        """``hole_ratio`` as drawn, and ``wait_ratio`` as 1 for an instance whose optimum needs a WAIT, else 0."""
+        """``hole_ratio`` as drawn, ``wait_ratio`` as 1 for an instance whose optimum needs a WAIT, else 0,
+        and with the agents knob on, ``agents`` as the instance's agent count."""
         values = super().instance_knobs(record)
         if isinstance(record.get("requires_wait"), bool):
             values["wait_ratio"] = 1.0 if record["requires_wait"] else 0.0
+        if self.options.agents_range is not None and isinstance(record.get("agents"), list):
+            values["agents"] = float(len(record["agents"]))
         return values
 
     def reference_answer(self, record: Mapping[str, Any]) -> str:

@@ -5,10 +5,15 @@ mapping. Projection never raises. It merges what it can onto the current config,
 clips each knob into its feasible range, keeps every size at or above the ratio floor
 and renormalises the ratios to 1, and reports every change it made and every part it
 ignored, so the engineer (and the user) can see what was done to the proposal.
+
+With the agents knob on (``agents_range``), each size's ``agents`` is clipped first, to a
+whole count in the range that an empty map of the size fits, and then its hole ratio to
+what keeps ``2k + 1`` free cells for those ``k`` agents (:func:`fit_agents`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -16,15 +21,42 @@ from envengineer.components import Change, Projection
 from envengineer.knobs import number
 from envengineer.tasks.mapf_frozenlake import SIZE_NAMES
 from envengineer.tasks.mapf_frozenlake.config import (
+    HOLE_RATIO_MAX,
     RATIO_FLOOR,
     MapfConfig,
     SizeKnobs,
+    agents_fitting,
+    fit_free_cells,
     max_hole_ratio,
+    max_hole_ratio_fitting,
     normalize_size_key,
 )
 
 KNOBS = ("ratio", "hole_ratio", "wait_ratio")
 DECIMALS = 4
+
+
+def fit_agents(value: float, size: int, agents_range: tuple[int, int]) -> tuple[int, str | None]:
+    """A size's agent count: ``value`` rounded half up to a whole count, clipped into ``agents_range``
+    and to the most an empty N×N map fits, with the reason when that is not ``value`` (None when it is).
+
+    The options keep the range's low end within what the 3x3 map fits; were it not, the map's fit wins."""
+    low, high = agents_range
+    whole = int(math.floor(value + 0.5))
+    top = min(high, agents_fitting(size, 0.0))
+    count = min(top, max(low, whole))
+    if count == value:
+        return count, None
+    if whole != value and low <= whole <= top:
+        return count, "not a whole number of agents; rounded"
+    if not low <= whole <= high:
+        return count, f"outside the agents range [{low}, {high}]; clipped"
+    return count, f"a {size}x{size} map has room for at most {top} agents ({fit_free_cells(top + 1)} free cells needed for {top + 1}); clipped"
+
+
+def hole_ratio_ceiling(size: int, agents: int) -> float:
+    """The knob-on ceiling of a size's hole_ratio: the map keeps ``2k + 1`` free cells for ``k`` agents."""
+    return max(0.0, max_hole_ratio_fitting(size, agents))
 
 
 def renormalize(
@@ -70,8 +102,13 @@ def _fill(values: Mapping[str, float], budget: float, floor: float) -> dict[str,
         fixed.update(low)
 
 
-def project(proposal: Any, current: MapfConfig, agents: int = 2) -> Projection:
-    """Merge ``proposal`` onto ``current`` and project it; see the module docstring."""
+def project(proposal: Any, current: MapfConfig, agents: int = 2, agents_range: tuple[int, int] | None = None) -> Projection:
+    """Merge ``proposal`` onto ``current`` and project it; see the module docstring.
+
+    ``agents``: the run's agent count (the hole ratio's ceiling keeps ``k + 1`` free cells for it);
+    ``agents_range``: the agents knob is on, ``current`` is of its config model
+    (:func:`config.agents_config_model`) and each size's own count sets its ceiling instead."""
+    knob_names = KNOBS if agents_range is None else (*KNOBS, "agents")
     changes: list[Change] = []
     accepted: list[str] = []
     merged = {name: current.sizes[name].model_dump() for name in SIZE_NAMES}
@@ -99,8 +136,8 @@ def project(proposal: Any, current: MapfConfig, agents: int = 2) -> Projection:
     for name, knobs in size_updates.items():
         for knob, raw in knobs.items():
             where = f"sizes.{name}.{knob}"
-            if knob not in KNOBS:
-                changes.append(Change(where, _short(raw), None, f"unknown knob; only {', '.join(KNOBS)} can change"))
+            if knob not in knob_names:
+                changes.append(Change(where, _short(raw), None, f"unknown knob; only {', '.join(knob_names)} can change"))
                 continue
             value = number(raw)
             if value is None:
@@ -112,10 +149,22 @@ def project(proposal: Any, current: MapfConfig, agents: int = 2) -> Projection:
             else:
                 accepted.append(where)
 
-    # Clip hole_ratio and wait_ratio into their feasible ranges.
+    # Clip the agent count (knob on), then hole_ratio and wait_ratio into their feasible ranges.
     for name in SIZE_NAMES:
         size = int(name.split("x")[0])
-        bounds = {"hole_ratio": (0.0, max(0.0, max_hole_ratio(size, agents))), "wait_ratio": (0.0, 1.0)}
+        if agents_range is None:
+            ceiling = max(0.0, max_hole_ratio(size, agents))
+        else:
+            value = merged[name]["agents"]
+            count, reason = fit_agents(value, size, agents_range)
+            if reason is not None:
+                where = f"sizes.{name}.agents"
+                if where in accepted:
+                    accepted.remove(where)
+                changes.append(Change(where, value, count, reason))
+            merged[name]["agents"] = count
+            ceiling = hole_ratio_ceiling(size, count)
+        bounds = {"hole_ratio": (0.0, ceiling), "wait_ratio": (0.0, 1.0)}
         for knob, (low, high) in bounds.items():
             value = merged[name][knob]
             clipped = round(min(high, max(low, value)), DECIMALS)
@@ -123,7 +172,11 @@ def project(proposal: Any, current: MapfConfig, agents: int = 2) -> Projection:
                 where = f"sizes.{name}.{knob}"
                 if where in accepted:
                     accepted.remove(where)
-                changes.append(Change(where, value, clipped, f"outside the feasible range [{low:g}, {high:.4g}]; clipped"))
+                reason = f"outside the feasible range [{low:g}, {high:.4g}]; clipped"
+                if agents_range is not None and knob == "hole_ratio" and high < HOLE_RATIO_MAX:
+                    count = merged[name]["agents"]
+                    reason += f" ({count} agents need {fit_free_cells(count)} free cells)"
+                changes.append(Change(where, value, clipped, reason))
             merged[name][knob] = clipped
 
     # Ratios: non-negative, floor, renormalise to 1.
@@ -145,7 +198,10 @@ def project(proposal: Any, current: MapfConfig, agents: int = 2) -> Projection:
             changes.append(Change(where, before[name], after[name], "renormalised so the ratios sum to 1 (the budget is fixed)"))
         merged[name]["ratio"] = after[name]
 
-    config = MapfConfig(sizes={name: SizeKnobs(**merged[name]) for name in SIZE_NAMES})
+    if agents_range is None:
+        config = MapfConfig(sizes={name: SizeKnobs(**merged[name]) for name in SIZE_NAMES})
+    else:
+        config = type(current).model_validate({"sizes": merged})
     return Projection(config=config, changes=tuple(changes), accepted=tuple(accepted))
 
 

@@ -15,8 +15,8 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from envengineer.tasks.mapf_frozenlake import SIZE_NAMES
-from envengineer.tasks.mapf_frozenlake.config import HOLE_RATIO_MAX, RATIO_FLOOR
+from envengineer.tasks.mapf_frozenlake import SIZE_NAMES, SIZES
+from envengineer.tasks.mapf_frozenlake.config import HOLE_RATIO_MAX, RATIO_FLOOR, agents_fitting
 from envengineer.tasks.mapf_frozenlake.instance import Cell, Instance
 
 STYLES = ("full", "compact")
@@ -152,18 +152,40 @@ def compact_answer_end(text: str, starts: Sequence[Sequence[int]], goals: Sequen
     return _read_compact(text, starts, goals)[1]
 
 
-def constraint_rules(budget: int | None = None) -> list[str]:
-    """The hard rules of a configuration: in the G module, and in every design prompt."""
+def constraint_rules(budget: int | None = None, agents_range: tuple[int, int] | None = None) -> list[str]:
+    """The hard rules of a configuration: in the G module, and in every design prompt
+    (``agents_range``: the agents knob is on, within that range)."""
     per_round = f" at {budget} instances per round" if budget else ""
-    return [
+    rules = [
         f"Keep all {len(SIZE_NAMES)} map sizes ({SIZE_NAMES[0]} to {SIZE_NAMES[-1]}); every ratio stays at or above {RATIO_FLOOR} and the ratios sum to 1.",
         f"The budget is fixed{per_round}: raising one size's ratio lowers the others.",
-        f"Change only ratio, hole_ratio and wait_ratio. hole_ratio is between 0 and {HOLE_RATIO_MAX}; wait_ratio between 0 and 1.",
     ]
+    if agents_range is None:
+        rules.append(f"Change only ratio, hole_ratio and wait_ratio. hole_ratio is between 0 and {HOLE_RATIO_MAX}; wait_ratio between 0 and 1.")
+    else:
+        low, high = agents_range
+        caps = [f"{agents_fitting(n, 0.0)} on {n}x{n}" for n in SIZES if agents_fitting(n, 0.0) < high]
+        capped = f", and agents is capped at what an empty map holds ({', '.join(caps)})" if caps else ""
+        rules.append(
+            f"Change only ratio, hole_ratio, wait_ratio and agents. hole_ratio is between 0 and {HOLE_RATIO_MAX}; wait_ratio "
+            f"between 0 and 1; agents a whole number from {low} to {high}. A map keeps 2k + 1 free cells for k agents: "
+            f"hole_ratio is lowered to make room{capped}."
+        )
+    return rules
 
 
-def design_brief(agents: int, held_out: Sequence[int], budget: int | None = None) -> str:
-    """The training-versus-evaluation setting and the hard rules, for every design prompt."""
+def _agents_text(agents: int, agents_range: tuple[int, int] | None) -> str:
+    """What the training instances' agent count is, for the design brief."""
+    if agents_range is None:
+        return f"every training instance has {agents} agent{'s' if agents != 1 else ''}"
+    low, high = agents_range
+    return (f"every training instance has its map size's agent count, which you may set from {low} to {high} "
+            f"(the run starts at {agents} for every size)")
+
+
+def design_brief(agents: int, held_out: Sequence[int], budget: int | None = None, agents_range: tuple[int, int] | None = None) -> str:
+    """The training-versus-evaluation setting and the hard rules, for every design prompt
+    (``agents_range``: the agents knob is on, within that range)."""
     if held_out:
         counts = ", ".join(map(str, held_out[:-1])) + (" and " if len(held_out) > 1 else "") + str(held_out[-1])
         judged = (f"the policy is judged on held-out benchmarks with {counts} agents on the same kind of maps, which are "
@@ -171,21 +193,26 @@ def design_brief(agents: int, held_out: Sequence[int], budget: int | None = None
     else:
         judged = "the policy is judged on held-out benchmarks it never trains on"
     setting = textwrap.fill(
-        f"Training and evaluation differ: every training instance has {agents} agent{'s' if agents != 1 else ''}, "
+        f"Training and evaluation differ: {_agents_text(agents, agents_range)}, "
         f"while {judged}. Favour training data that builds skills which carry over (coordination, waiting, "
         "detours) over squeezing the last points out of the training setting.",
         width=100,
     )
-    rules = "\n".join(f"- {rule}" for rule in constraint_rules(budget))
+    rules = "\n".join(f"- {rule}" for rule in constraint_rules(budget, agents_range))
     return f"{setting}\n\nConstraints on the configuration:\n{rules}"
 
 
-def guidelines(agents: int, budget: int | None = None) -> str:
-    """The task-specific part of the G context module."""
+def guidelines(agents: int, budget: int | None = None, agents_range: tuple[int, int] | None = None) -> str:
+    """The task-specific part of the G context module (``agents_range``: the agents knob is on, within that range)."""
     budget_text = f" ({budget} per round)" if budget else ""
-    rules = "\n".join(f"- {rule}" for rule in constraint_rules(budget))
+    rules = "\n".join(f"- {rule}" for rule in constraint_rules(budget, agents_range))
+    planned = f"{agents} agents" if agents_range is None else "several agents"
+    agents_knob = "" if agents_range is None else (
+        f"\n- agents: the number of agents in each of that size's instances, a whole number from {agents_range[0]} to "
+        f"{agents_range[1]} (every size starts at {agents}).\n  More agents: more conflicts to resolve and longer answers."
+    )
     return f"""\
-Task: MAPF-FrozenLake. The policy plans collision-free paths for {agents} agents on N×N grids of
+Task: MAPF-FrozenLake. The policy plans collision-free paths for {planned} on N×N grids of
 frozen cells (F) and holes (H); a response is valid when all eight checks pass (parse, agent count,
 start, in bounds, legal moves, no hole, no conflict, goal) and optimal when its sum of costs is minimal.
 
@@ -193,7 +220,7 @@ The training generator has one set of knobs per map size (3x3, 4x4, ..., 10x10):
 - ratio: the share of the round's training instances{budget_text} drawn at that size.
 - hole_ratio: the fraction of the map's cells that are holes (more holes: narrower passages, harder planning).
 - wait_ratio: the fraction of that size's instances whose optimal solution needs an agent to WAIT or detour
-  because of another agent (more: more coordination, more conflict practice).
+  because of another agent (more: more coordination, more conflict practice).{agents_knob}
 
 Rules for a new configuration:
 {rules}

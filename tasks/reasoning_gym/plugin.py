@@ -182,6 +182,44 @@ def make_item(dataset: str, levels: Mapping[str, int], seed: int) -> dict[str, A
     return json.loads(json.dumps({"question": item["question"], "answer": item["answer"], "metadata": item["metadata"]}, ensure_ascii=False))
 
 
+def level_ranges(dataset: str, attr: str, top: int | None = None) -> list[tuple[Any, Any]]:
+    """What ``attr`` of ``dataset`` draws at each level from 0 to ``top`` (default: its cap): the ``(low, high)`` that
+    reasoning-gym's curriculum writes into the dataset's configuration at that level (a scalar attribute: ``(v, v)``).
+
+    Not the curriculum's level values: a range attribute at level L draws from the level-0 value to the level-L value,
+    or to the level-(L+1) value when it is marked ``ensure_interval`` (gcd's ``value`` at level 0: 100-1000), and such
+    an attribute's last level draws what the one below does (:func:`repeated_levels`)."""
+    spec = rg().create_curriculum(dataset).attributes[attr]
+    top = CATALOGUE[dataset].caps[attr] if top is None else top
+    ranges = []
+    for level in range(top + 1):
+        config = _rg_config(dataset, {attr: level}, 0)
+        if hasattr(spec, "lower_field_name"):
+            ranges.append((getattr(config, spec.lower_field_name), getattr(config, spec.upper_field_name)))
+        else:
+            ranges.append((getattr(config, spec.field_name),) * 2)
+    return ranges
+
+
+def repeated_levels(dataset: str, attr: str, top: int | None = None) -> list[int]:
+    """The levels of ``attr`` (1 to ``top``, default its cap) whose reasoning-gym configuration equals the level below's:
+    they generate exactly the items of the level below, seed for seed."""
+    top = CATALOGUE[dataset].caps[attr] if top is None else top
+    configs = [_rg_config(dataset, {attr: level}, 0) for level in range(top + 1)]
+    return [level for level in range(1, top + 1) if configs[level] == configs[level - 1]]
+
+
+def describe_levels(dataset: str, attr: str) -> str:
+    """Each level of ``attr`` up to its cap with what it draws: ``0: 100–1000, 1: 100–10000, …`` (one number: exactly that
+    value), a repeated level marked ``(the same items as level L)``. The guidelines and docs/reasoning-gym.md show it."""
+    repeated = set(repeated_levels(dataset, attr))
+    parts = []
+    for level, (low, high) in enumerate(level_ranges(dataset, attr)):
+        drawn = f"{low}" if low == high else f"{low}–{high}"
+        parts.append(f"{level}: {drawn}" + (f" (the same items as level {level - 1})" if level in repeated else ""))
+    return ", ".join(parts)
+
+
 @functools.lru_cache(maxsize=256)
 def _scorer(dataset: str, levels: tuple[tuple[str, int], ...]) -> Any:
     """The dataset's ``score_answer``, on an instance configured at the record's levels (some scorers read their config)."""
@@ -313,24 +351,22 @@ class RGGenerator(Generator):
         return compact.warm_start_pairs(n=n, seed=seed)
 
     def guidelines(self) -> str:
-        factory = rg()
+        rg()  # stops with what to install, before any text
         lines = [
             f"Task: procedural reasoning problems from reasoning-gym {PINNED_VERSION}, one group per dataset. "
             "The policy answers inside <answer>...</answer>; reasoning-gym's scorer grades the last such answer in [0, 1].",
             "",
             "Knobs per dataset: `ratio` (its share of the round's budget; the shares sum to 1) and its curriculum levels "
-            "(integers from 0, higher is harder, each up to the dataset's cap). A range attribute at level L draws values "
-            "from the level-0 value up to the level-L value (maze and mini_sudoku: up to the level-(L+1) value).",
+            "(integers from 0, higher is harder, each up to the dataset's cap). Each attribute below names the quantity it sets "
+            "and, per level, what reasoning-gym draws for it: `low–high`, the range it is drawn from, or one number, that value. "
+            "A level marked 'the same items as level L' generates exactly level L's items: moving to it changes nothing.",
         ]
         for name in self.options.datasets:
             entry = CATALOGUE[name]
-            curriculum = factory.create_curriculum(name)
             valid = "valid at score 1" if entry.valid_at >= 1 else f"valid from score {entry.valid_at:g}, optimal at 1"
             lines += ["", f"- **{name}**: {entry.note} ({valid})."]
             for attr, cap in entry.caps.items():
-                spec = curriculum.attributes[attr]
-                shown = ", ".join(f"{i}: {v}" for i, v in enumerate(spec.levels[: cap + 2 if getattr(spec, 'ensure_interval', False) else cap + 1]))
-                lines.append(f"  - `{attr}` (0-{cap}): {spec.description or attr}; level values {shown}")
+                lines.append(f"  - `{attr}` (0-{cap}): {entry.draws[attr]}; per level {describe_levels(name, attr)}")
         return "\n".join(lines)
 
     def design_brief(self, budget: int | None = None) -> str:

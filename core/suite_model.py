@@ -1,0 +1,133 @@
+"""What a suite is: its configs (entries) and their runs, the state each run is in, and the
+suite's bookkeeping file; with the helpers the suite and its report share (:func:`slug`,
+:func:`bench_views`).
+
+Every other ``suite*`` module imports from here and nothing here imports them:
+:mod:`envengineer.suite_manifest` reads configs and manifests into entries,
+:mod:`envengineer.suite_plan` plans their runs, :mod:`envengineer.suite_runner` runs them,
+:mod:`envengineer.suite_report` compares the arms, and :mod:`envengineer.suite` writes the tables.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envengineer.drawn import BenchView
+from envengineer.errors import InputError
+from envengineer.runconfig import RunConfig
+
+#: Suite bookkeeping in the output folder: the last error of every run that raised.
+STATUS_FILE = "suite.json"
+DEFAULT_TABLE = "runs"
+FINISHED, PARTIAL, TODO, DIFFERENT, FAILED = "finished", "partial", "to do", "different run", "failed"
+
+
+@dataclass
+class SuiteRun:
+    """One config at one seed."""
+
+    config: RunConfig  # seed and output overridden
+    seed: int
+    run_dir: Path
+    status: str = TODO
+    error: str | None = None  # the last error this run raised (this invocation or an earlier one)
+    same_as: str | None = None  # another config whose run at this seed is this one (run once, shown in both rows)
+
+    @property
+    def done(self) -> bool:
+        return self.status == FINISHED
+
+
+@dataclass
+class SuiteEntry:
+    """One config: one row of one table (a config file, or one arm of a manifest)."""
+
+    path: Path  # the config file, or the manifest that names the arm
+    config: RunConfig
+    runs: list[SuiteRun] = field(default_factory=list)
+    arm: str | None = None  # the arm's name (its run folder); None for a config file
+    base: Path | None = None  # an arm's base config
+    overrides: tuple[str, ...] = ()  # an arm's overrides of its base, as `envengineer run` takes them
+    baseline: bool = False  # the arm the suite's paired tests compare the others against
+
+    @property
+    def stem(self) -> str:
+        """The entry's folder in the suite output: the arm's name, or the config file's stem."""
+        return self.arm or self.path.stem
+
+    @property
+    def table(self) -> str:
+        return self.config.suite.table if self.config.suite else DEFAULT_TABLE
+
+    @property
+    def row(self) -> str:
+        return (self.config.suite.row if self.config.suite else None) or self.config.name
+
+    @property
+    def order(self) -> int:
+        return self.config.suite.order if self.config.suite else 0
+
+
+@dataclass
+class Suite:
+    output: Path
+    entries: list[SuiteEntry]
+
+    @property
+    def runs(self) -> list[SuiteRun]:
+        return [run for entry in self.entries for run in entry.runs]
+
+    def failed(self) -> list[SuiteRun]:
+        return [run for run in self.runs if run.status == FAILED]
+
+
+# ------------------------------------------------------------------ the status file
+
+
+def read_errors(path: Path) -> dict[str, str]:
+    """The last error of each run that raised, by :func:`run_key` ({} without the file)."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: unreadable suite status ({exc}); delete it to forget recorded failures") from None
+    errors = data.get("errors") if isinstance(data, dict) else None
+    return {str(k): str(v) for k, v in errors.items()} if isinstance(errors, dict) else {}
+
+
+def run_key(output: Path, run: SuiteRun) -> str:
+    """The run's key in the status file: its folder relative to the suite output (``arm/seed-0``)."""
+    return run.run_dir.relative_to(output).as_posix()
+
+
+def save_errors(suite: Suite) -> None:
+    """Record the suite's runs' errors in the status file (a run that finished since: forgotten)."""
+    from envengineer.fileio import write_json
+
+    path = suite.output / STATUS_FILE
+    errors = read_errors(path)  # runs left out by --only keep theirs
+    for run in (r for r in suite.runs if r.same_as is None):
+        errors.pop(run_key(suite.output, run), None)
+        if run.error and not run.done:
+            errors[run_key(suite.output, run)] = run.error
+    write_json(path, {"errors": dict(sorted(errors.items()))})
+
+
+# ------------------------------------------------------------------ shared with the report
+
+
+def bench_views(names: Sequence[str], registry: Any) -> list[BenchView]:
+    """The configs' benchmarks as their tasks declare them (label: the benchmark's name, as
+    ``envengineer bench list`` shows it), in the configs' order."""
+    known = set(registry.names("benchmark")) if registry is not None else set()
+    return [BenchView.of(n, registry.benchmark(n) if n in known else None) for n in names]
+
+
+def slug(title: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", title).strip("-").lower() or "table"

@@ -1,0 +1,105 @@
+"""Planning a suite: every config and arm over the seeds, each run's folder and the state it is in
+(finished, partial, to do, a different run, failed), and the plan as a table (``--dry-run``)."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+
+from envengineer.errors import EnvEngineerError
+from envengineer.runconfig import RunConfig
+from envengineer.suite_manifest import read_entries
+from envengineer.suite_model import (
+    DIFFERENT,
+    FAILED,
+    FINISHED,
+    PARTIAL,
+    STATUS_FILE,
+    TODO,
+    Suite,
+    SuiteRun,
+    read_errors,
+    run_key,
+)
+
+
+def _identity(data: Any) -> dict[str, Any]:
+    """The run as the loop judges it on resume, less ``output``: a suite folder moved elsewhere still holds its runs."""
+    from envengineer.loop import run_identity
+
+    return {k: v for k, v in run_identity(data).items() if k != "output"}
+
+
+def _same_run(config: RunConfig) -> str:
+    """Two configs that differ only in name, output and suite labels train the same run."""
+    identity = _identity(config.model_dump(mode="json"))
+    identity.pop("name", None)
+    return json.dumps(identity, sort_keys=True, default=str)
+
+
+def run_state(run_dir: Path, config: RunConfig) -> str:
+    """finished / partial / to do, or "different run" when the folder holds another config."""
+    from envengineer.fileio import read_yaml
+    from envengineer.rundir import RunDir
+
+    folder = RunDir(run_dir)
+    if not folder.run_yaml.exists():
+        return TODO
+    if _identity(read_yaml(folder.run_yaml)) != _identity(config.model_dump(mode="json")):
+        return DIFFERENT
+    return FINISHED if folder.done("round_end", config.rounds - 1) else PARTIAL
+
+
+def plan(sources: Sequence[str | Path], *, seeds: int, output: str | Path, only: str | None = None, registry: Any = None) -> Suite:
+    """Read every config and arm (errors name the file and field) and the state of each of its runs.
+    ``registry`` checks the arms' plugin sections (default: the installed plugins, loaded only for a manifest)."""
+    if seeds < 1:
+        raise EnvEngineerError(f"--seeds {seeds}: give at least one seed")
+    out = Path(output)
+    entries = []
+    first: dict[str, tuple[str, SuiteRun]] = {}  # same run -> the config that runs it, and its run
+    for entry in read_entries(sources, registry):
+        config = entry.config
+        if only and not (fnmatch.fnmatch(entry.stem, only) or fnmatch.fnmatch(config.name, only)):
+            continue
+        for seed in range(seeds):
+            run_dir = out / entry.stem / f"seed-{seed}"
+            seeded = config.model_copy(update={"seed": seed, "output": str(run_dir)})
+            owner = first.get(_same_run(seeded))
+            if owner is not None:  # e.g. the paper's V6 row and its checkpoint-engineer row
+                shared = owner[1]
+                entry.runs.append(SuiteRun(shared.config, seed, shared.run_dir, shared.status, same_as=owner[0]))
+                continue
+            run = SuiteRun(seeded, seed, run_dir, run_state(run_dir, seeded))
+            first[_same_run(seeded)] = (entry.stem, run)
+            entry.runs.append(run)
+        entries.append(entry)
+    if not entries:
+        raise EnvEngineerError(f"--only {only}: no config's file stem, arm or name matches" if only else "suite: no run configs")
+    errors = read_errors(out / STATUS_FILE)
+    for run in (r for e in entries for r in e.runs):
+        error = errors.get(run_key(out, run))
+        if error and not run.done:
+            run.status, run.error = FAILED, str(error)
+    return Suite(out, entries)
+
+
+def plan_table(suite: Suite) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"suite plan: {len(suite.entries)} configs × {len(suite.entries[0].runs)} seeds in {suite.output}", title_justify="left")
+    for column in ("config", "table", "row", "seed", "state", "run directory"):
+        table.add_column(column)
+    style = {FINISHED: "green", PARTIAL: "yellow", TODO: "", DIFFERENT: "red", FAILED: "red"}
+    for entry in suite.entries:
+        for run in entry.runs:
+            state = run.status + (f": {run.error}" if run.error else "") + (f" (the run of {run.same_as})" if run.same_as else "")
+            source = f"{entry.path} [{entry.arm}: {' '.join(entry.overrides) or 'the base'}]" if entry.arm else str(entry.path)
+            table.add_row(escape(source), escape(entry.table), escape(entry.row), str(run.seed),
+                          f"[{style[run.status]}]{escape(state)}[/]" if style[run.status] else escape(state), escape(str(run.run_dir)))
+    return table
