@@ -24,9 +24,11 @@ It reads only the run folders (``<output>/<arm>/seed-<s>/``), so it works on a p
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -50,17 +52,37 @@ def load(run: Path) -> list[dict]:
     return rounds
 
 
+@functools.lru_cache(maxsize=None)
+def registry() -> Any:
+    from envengineer.registry import load_registry
+
+    return load_registry(entry_points=False)
+
+
+@functools.lru_cache(maxsize=None)
+def bench_records(bench: str) -> dict[str, dict]:
+    """A frozen set's records by id (read once for every run)."""
+    return {r["id"]: r for r in map(json.loads, registry().benchmark(bench).path.read_text().splitlines())}
+
+
+@functools.lru_cache(maxsize=None)
+def fresh_walks(group: str, n: int) -> list[dict]:
+    """``n`` fresh walks of ``group``, n/5 per grid size 3-7: the same for every run."""
+    from envengineer.tasks.gridwalk.plugin import MAX_SIZE, MIN_SIZE, make_record, moves_of
+
+    k, sizes = moves_of(group), range(MIN_SIZE, MAX_SIZE + 1)
+    return [make_record(f"frontier-fresh|{k}|{size}|{i}", size, k) for size in sizes for i in range(n // len(sizes))]
+
+
 def graded(run: Path, bench: str) -> dict[int, dict[str, float]] | None:
     """The last round's answers on ``bench`` (a grid-walk set): per walk length, the mean cells written,
     the mean right leading cells and the share of answers with k cells."""
-    from envengineer.registry import load_registry
     from envengineer.tasks.gridwalk.plugin import solve
 
     rounds = sorted(run.glob(f"round-*/bench/{bench}/responses.jsonl"))
     if not rounds:
         return None
-    spec = load_registry(entry_points=False).benchmark(bench)
-    records = {r["id"]: r for r in map(json.loads, spec.path.read_text().splitlines())}
+    records = bench_records(bench)
     out: dict[int, list[tuple[int, int, bool]]] = {}
     for line in rounds[-1].read_text().splitlines():
         answer = json.loads(line)
@@ -76,21 +98,16 @@ def graded(run: Path, bench: str) -> dict[int, dict[str, float]] | None:
 def fresh_rates(run: Path, groups: list[str], n: int) -> dict[str, float] | None:
     """The run's last checkpoint, greedy, on ``n`` fresh walks of each group: the valid share per group."""
     from envengineer.evaluation import score_response
-    from envengineer.registry import load_registry
-    from envengineer.tasks.gridwalk.plugin import MAX_SIZE, MIN_SIZE, make_record, moves_of
 
     checkpoints = sorted(run.glob("round-*/train/checkpoint/config.json"))
     if not checkpoints:
         return None
-    registry = load_registry(entry_points=False)
-    generator, validator = registry.task("grid-walk", {"prompt_style": "compact"})
-    policy = registry.create("policy", "transformers", {"path": str(checkpoints[-1].parent), "prompt_style": "compact",
-                                                        "max_new_tokens": 16, "temperature": 0, "threads": 1})
-    sizes = range(MIN_SIZE, MAX_SIZE + 1)
+    generator, validator = registry().task("grid-walk", {"prompt_style": "compact"})
+    policy = registry().create("policy", "transformers", {"path": str(checkpoints[-1].parent), "prompt_style": "compact",
+                                                          "max_new_tokens": 16, "temperature": 0, "threads": 1})
     rates = {}
     for group in groups:
-        k = moves_of(group)
-        records = [make_record(f"frontier-fresh|{k}|{size}|{i}", size, k) for size in sizes for i in range(n // len(sizes))]
+        records = fresh_walks(group, n)
         answers = policy.sample_records(generator, records, style="compact", n=1)
         rates[group] = statistics.fmean(score_response(validator, generator, r, a[0], "compact").valid for r, a in zip(records, answers))
     policy.close()

@@ -183,6 +183,18 @@ def _fill(weights: Mapping[str, float], total: float, low: float, high: float) -
     return {name: min(high, max(low, hi * w[name])) for name in names}
 
 
+def split_budget(shares: Mapping[str, float], n: int) -> dict[str, int]:
+    """``n`` instances split by ``shares`` (normalised; negative shares count as 0): floors of each
+    exact share, then one more to the largest remainders (ties in the mapping's order). Deterministic."""
+    total = sum(max(0.0, s) for s in shares.values()) or 1.0
+    exact = {name: n * max(0.0, s) / total for name, s in shares.items()}
+    result = {name: int(math.floor(v)) for name, v in exact.items()}
+    order = sorted(exact, key=lambda name: -(exact[name] - result[name]))
+    for name in order[: n - sum(result.values())]:
+        result[name] += 1
+    return result
+
+
 def share_bounds(knob: Knob, n: int) -> tuple[float, float]:
     """The bounds ``n`` shares can keep while summing to 1: the knob's, narrowed to 1/n where they cannot."""
     low = knob.low if n * knob.low <= 1.0 else 1.0 / n

@@ -34,6 +34,7 @@ from envengineer.benchmarks import read_checksums
 from envengineer.components import Benchmark, Generator, Grouping, Knob, Validator
 from envengineer.declarations import GenerationResult, Verdict
 from envengineer.hookspecs import hookimpl
+from envengineer.knobs import split_budget
 from envengineer.tasks.gridwalk import TASK_NAME
 
 MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
@@ -144,10 +145,9 @@ class GridWalkGenerator(Generator):
         groups = [g for g in GROUPS if g in cfg.groups] + [g for g in cfg.groups if g not in GROUPS]
         for g in groups:
             moves_of(g)
-        total = sum(cfg.groups[g].ratio for g in groups)
-        if total <= 0:
+        if sum(cfg.groups[g].ratio for g in groups) <= 0:
             raise ValueError("grid-walk config: the groups' ratio shares sum to 0")
-        counts = largest_remainder({g: cfg.groups[g].ratio / total for g in groups}, n)
+        counts = split_budget({g: cfg.groups[g].ratio for g in groups}, n)
         records = []
         for g in groups:
             size, k = cfg.groups[g].size, moves_of(g)
@@ -239,16 +239,6 @@ class GridWalkGenerator(Generator):
         return [f"G{s}" for s in range(MIN_SIZE, MAX_SIZE + 1)] + list(MOVES) + ["="] + cells
 
 
-def largest_remainder(shares: Mapping[str, float], n: int) -> dict[str, int]:
-    """``n`` split by ``shares`` (summing to 1): floors, then the largest remainders (ties: listed order)."""
-    exact = {g: s * n for g, s in shares.items()}
-    counts = {g: int(v) for g, v in exact.items()}
-    rest = n - sum(counts.values())
-    for g in sorted(exact, key=lambda g: -(exact[g] - counts[g]))[:rest]:
-        counts[g] += 1
-    return counts
-
-
 def solve(record: Mapping[str, Any]) -> list[list[int]]:
     """The cells visited, recomputed from the start and the moves (never read from the record)."""
     row, col = record["start"]
@@ -284,10 +274,11 @@ class GridWalkValidator(Validator):
         return Verdict(True, True, None, ())
 
 
-def build_set(name: str, moves: tuple[int, ...], per_cell: int, avoid: str | None = None) -> list[dict[str, Any]]:
+def build_set(name: str, moves: tuple[int, ...], per_cell: int) -> list[dict[str, Any]]:
     """A frozen set's records in file order: every k × grid size, ``per_cell`` walks each, seeded by the
-    set's name (never by a training seed); a walk already in the set (or in set ``avoid``) is redrawn."""
-    seen = {r["id"] for r in SETS[avoid]()} if avoid else set()
+    set's name (never by a training seed); a walk already in the set is redrawn (the validation and target
+    sets share no walk: their lengths differ)."""
+    seen: set[str] = set()
     records = []
     for k in moves:
         for size in range(MIN_SIZE, MAX_SIZE + 1):

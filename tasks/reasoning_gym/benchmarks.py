@@ -102,9 +102,9 @@ def build_hard() -> list[dict[str, Any]]:
 
 
 def build_transfer() -> list[dict[str, Any]]:
-    from envengineer.tasks.reasoning_gym.plugin import counts
+    from envengineer.knobs import split_budget
 
-    return build_set(TRANSFER, counts({d: 1.0 for d in TRANSFER_DATASETS}, TRANSFER_ITEMS), mixed_levels)
+    return build_set(TRANSFER, split_budget({d: 1.0 for d in TRANSFER_DATASETS}, TRANSFER_ITEMS), mixed_levels)
 
 
 def build_chain_sum() -> list[dict[str, Any]]:

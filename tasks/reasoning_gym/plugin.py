@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from envengineer.api import Change, ConfigError, GenerationResult, Generator, Grouping, Knob, Projection, Validator, Verdict, hookimpl
+from envengineer.knobs import split_budget
 from envengineer.tasks.reasoning_gym import INSTALL_HINT, PINNED_VERSION, TASK_NAME, compact
 from envengineer.tasks.reasoning_gym.catalogue import CATALOGUE, DEFAULT_DATASETS, attributes, refusal
 
@@ -156,17 +157,6 @@ def item_seed(seed: int, dataset: str, index: int) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
-def counts(shares: Mapping[str, float], n: int) -> dict[str, int]:
-    """``n`` items split by ``shares`` (largest remainder, ties in table order)."""
-    total = sum(max(0.0, s) for s in shares.values()) or 1.0
-    exact = {name: n * max(0.0, s) / total for name, s in shares.items()}
-    result = {name: int(math.floor(v)) for name, v in exact.items()}
-    order = sorted(exact, key=lambda name: -(exact[name] - result[name]))
-    for name in order[: n - sum(result.values())]:
-        result[name] += 1
-    return result
-
-
 def _rg_config(dataset: str, levels: Mapping[str, int], seed: int) -> Any:
     factory = rg()
     curriculum = factory.create_curriculum(dataset)
@@ -256,7 +246,7 @@ class RGGenerator(Generator):
         cfg = RGConfig.model_validate(config.model_dump())
         table = {name: entry.model_dump() for name, entry in cfg.datasets.items()}
         records = []
-        for dataset, count in counts({name: row["ratio"] for name, row in table.items()}, n).items():
+        for dataset, count in split_budget({name: row["ratio"] for name, row in table.items()}, n).items():
             levels = levels_of(table[dataset])
             for index in range(count):
                 item = make_item(dataset, levels, item_seed(seed, dataset, index))
