@@ -30,7 +30,7 @@ from envengineer.fileio import read_jsonl, read_yaml, write_json, write_jsonl, w
 from envengineer.metrics import Rates
 from envengineer.runview import design_alarm, fallback_streak, latest_designs, paired_with_base, read_verdicts
 from envengineer.registry import Registry
-from envengineer.rundir import RunDir
+from envengineer.rundir import RunDir, clock
 from envengineer.runconfig import ResolvedRun, parse_run_config
 
 #: Settings that decide whether a run stops, never what it produces: a resumed run may change them.
@@ -85,7 +85,7 @@ class Loop:
     def _progress(self, description: str, total: int):
         return progress_bar(description, total, console=self.console, transient=True)
 
-    def _finish(self, step: str, round: int | None, started: float, **fields: Any) -> dict[str, Any]:
+    def _finish(self, step: str, round: int | None, started: tuple[float, float], **fields: Any) -> dict[str, Any]:
         line = self.dir.record(step, round, started, **fields)
         self.hook.on_step_end(run_dir=self.dir, round=round, step=step, record=line)
         return line
@@ -242,7 +242,7 @@ class Loop:
     def pretrain(self) -> None:
         if self.dir.done("pretrain"):
             return
-        started = time.monotonic()
+        started = clock()
         self.console.print("[bold]preparing the starting policy[/]")
         with stage_progress(self.console) as progress:
             path = self.run.policy.prepare(generator=self.run.generator, progress=progress)
@@ -251,7 +251,7 @@ class Loop:
     def base_eval(self) -> None:
         if self.dir.done("base_eval"):
             return
-        started = time.monotonic()
+        started = clock()
         policy = self.run.policy.with_path(self.base_path())
         reuse = self._reuse_key(policy)
         summary = self._evaluate_base(policy, reuse, self.cfg.eval.validation, self.dir.eval_dir(None), "base eval", examples=True)
@@ -289,7 +289,7 @@ class Loop:
     def generate(self, round: int) -> None:
         if self.dir.done("generate", round):
             return
-        started = time.monotonic()
+        started = clock()
         config = self.config_of(round)
         progress, advance = self._progress(f"round {round}: generating {self.cfg.budget} instances", self.cfg.budget)
         with progress:
@@ -300,7 +300,7 @@ class Loop:
     def train(self, round: int) -> None:
         if self.dir.done("train", round):
             return
-        started = time.monotonic()
+        started = clock()
         target = self.dir.train_dir(round)
         with self.dir.building(target) as partial:
             request = self.train_request(round, partial)
@@ -396,7 +396,7 @@ class Loop:
     def eval(self, round: int) -> None:
         if self.dir.done("eval", round):
             return
-        started = time.monotonic()
+        started = clock()
         policy = self.run.policy.with_path(self.dir.checkpoint(round))
         summary = self._evaluate(policy, self.cfg.eval.validation, self.dir.eval_dir(round), f"round {round} eval", examples=True)
         self._finish("eval", round, started, n=summary["overall"]["n"], valid_rate=summary["overall"]["valid_rate"],
@@ -405,7 +405,7 @@ class Loop:
     def bench(self, round: int) -> None:
         if not self._benchmarks_due(round) or self.dir.done("bench", round):
             return
-        started = time.monotonic()
+        started = clock()
         policy = self.run.policy.with_path(self.dir.checkpoint(round))
         results = {}
         for name in self.cfg.eval.benchmarks:
@@ -426,7 +426,7 @@ class Loop:
         from envengineer.prompts import build_request
         from envengineer.evidence import load_evidence
 
-        started = time.monotonic()
+        started = clock()
         evidence = load_evidence(self.dir.path, round, self.registry)
         request = build_request(
             evidence, self.registry, self.run.context,

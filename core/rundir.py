@@ -25,6 +25,11 @@ from envengineer.fileio import append_jsonl, iter_jsonl
 STEPS = ("pretrain", "base_eval", "generate", "train", "eval", "bench", "design")
 
 
+def clock() -> tuple[float, float]:
+    """Now, for :meth:`RunDir.record`: (monotonic wall seconds, this process's CPU seconds)."""
+    return time.monotonic(), time.process_time()
+
+
 class RunDir:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -158,12 +163,17 @@ class RunDir:
                 return line
         return None
 
-    def record(self, step: str, round: int | None, started: float, **fields: Any) -> dict[str, Any]:
+    def record(self, step: str, round: int | None, started: float | tuple[float, float], **fields: Any) -> dict[str, Any]:
+        """Append a step's history line. ``started``: :func:`clock` when the step began (the line gets its
+        wall seconds ``duration_s`` and this process's CPU seconds ``cpu_s``, all threads), or a
+        ``time.monotonic()`` (wall seconds only)."""
+        wall, cpu = started if isinstance(started, tuple) else (started, None)
         line = {
             "round": round,
             "step": step,
             "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "duration_s": round_(time.monotonic() - started),
+            "duration_s": round_(time.monotonic() - wall),
+            **({} if cpu is None else {"cpu_s": round_(time.process_time() - cpu)}),
             **fields,
         }
         append_jsonl(self.history_path, line)

@@ -43,6 +43,7 @@ from envengineer.components import Generator, Trainer, retired_options
 from envengineer.errors import ConfigError
 from envengineer.evaluation import score_response
 from envengineer.plugins.trainers.rollouts import Groups, prompt_line
+from envengineer.plugins.trainers.trl_padding_free import Positions, trainer_pass
 from envengineer.training import (
     CURVE_KEYS,
     ROLLOUTS_FILE,
@@ -153,6 +154,7 @@ class RolloutLog:
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.cpu_seconds = 0.0
         self.fast = 0
         self.generate = 0
         self.reasons: list[str] = []
@@ -163,11 +165,27 @@ class RolloutLog:
             self.reasons.append(reason)
 
     def metrics(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"rollout_seconds": round(self.seconds, 2), "rollouts_fast": self.fast,
+        out: dict[str, Any] = {"rollout_seconds": round(self.seconds, 2), "rollout_cpu_seconds": round(self.cpu_seconds, 2),
+                               "rollouts_fast": self.fast,
                                "rollouts_generate": self.generate}
         if self.reasons:
             out["rollouts_generate_why"] = "; ".join(self.reasons)
         return out
+
+
+def repeated_rows(input_ids, attention_mask) -> int:
+    """The largest ``g`` such that the batch is each of its prompts ``g`` times in a row (TRL's rollout
+    batches: a prompt's ``num_generations`` copies side by side), 1 when it is not. ``generate`` with
+    ``num_return_sequences=g`` on every ``g``-th row expands its inputs to exactly this batch (each row
+    repeated in place) and samples it row for row as it samples this one."""
+    rows = input_ids.size(0)
+    for g in range(rows, 1, -1):
+        if rows % g:
+            continue
+        ids, mask = input_ids.view(rows // g, g, -1), attention_mask.view(rows // g, g, -1)
+        if bool((ids == ids[:, :1]).all()) and bool((mask == mask[:, :1]).all()):
+            return g
+    return 1
 
 
 @contextlib.contextmanager
@@ -208,6 +226,10 @@ def routed_generate(model, mode: Literal["auto"] | bool, log: RolloutLog):
                 model.train(training)
                 return original(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config, **rest)
             del model.generate  # the self-check (and a fallback after it) call transformers' own generate
+            group = repeated_rows(input_ids, attention_mask)
+            if group > 1:  # TRL's group repeats: each prompt once, its samples as generate expands them
+                input_ids, attention_mask = input_ids[::group], attention_mask[::group]
+                kwargs = {**kwargs, "num_return_sequences": group * (kwargs.get("num_return_sequences") or 1)}
             try:
                 out = fast_sampler.generate(model, input_ids, attention_mask, mode=mode, **kwargs)
             finally:
@@ -282,9 +304,15 @@ class TrlGrpoOptions(BaseModel):
     )
     fast_rollouts: Literal["auto"] | StrictBool = Field(
         "auto",
-        description="GRPO's rollouts through the fast sampler (envengineer.plugins.policies.fast_sampler: generate's "
-        "tokens and random draws for CPU float32 Qwen3 models, checked against generate on the round's first rollout); "
+        description="GRPO's rollouts and the prefilter's samples through the fast sampler (envengineer.plugins.policies.fast_sampler: "
+        "generate's tokens and random draws for CPU float32 Qwen3 models, checked against generate on first use per model); "
         "auto: where it applies and its self-check passes, else generate; true: an error where it does not; false: generate",
+    )
+    padding_free: StrictBool = Field(
+        True,
+        description="the policy's and the reference's log-probability passes without padding (each row's real tokens, "
+        "in sub-batches of similar lengths, at the positions TRL gives them; envengineer.plugins.trainers.trl_padding_free): "
+        "the same arithmetic in matmuls of other shapes, so float rounding differs from TRL's padded pass; false: TRL's pass",
     )
     seed: int | None = Field(None, description="default: the loop's seed for the round")
     logging_steps: int = Field(1, ge=1)
@@ -424,7 +452,7 @@ class TrlGrpoTrainer(Trainer):
         policy = TransformersPolicy(TransformersOptions(
             path=str(request.policy_path), temperature=o.temperature, top_p=o.top_p,
             max_new_tokens=o.max_completion_length, batch_size=256, seed=seed,
-            threads=o.threads,
+            threads=o.threads, fast_sampler=o.fast_rollouts,
             **({} if request.chat_template_kwargs is None else {"chat_template_kwargs": request.chat_template_kwargs}),
         ))
         generator, validator, style = request.generator, request.validator, request.prompt_style
@@ -442,7 +470,7 @@ class TrlGrpoTrainer(Trainer):
                 judged.append(([reward_value(v, o.reward, o.optimality_bonus) for v in verdicts], [bool(v.valid) for v in verdicts]))
             return judged
 
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         try:
             drawn = fill_kept(request, judge)
         finally:
@@ -454,6 +482,7 @@ class TrlGrpoTrainer(Trainer):
             "prefilter_all_wrong": sum(r == 0 for r in rates),
             "prefilter_all_right": sum(r == 1 for r in rates),
             "prefilter_seconds": round(time.perf_counter() - started, 2),
+            "prefilter_cpu_seconds": round(time.process_time() - cpu_started, 2),
             **drawn.info,
         }
         return drawn, info
@@ -646,17 +675,20 @@ class TrlGrpoTrainer(Trainer):
 
         rollout_log = RolloutLog()
         fast_mode = o.fast_rollouts
+        positions = Positions()
+        padding_free = o.padding_free
 
         class RoundTrainer(GRPOTrainer):
             """TRL's GRPO; rollouts through the fast sampler, tokens after the answer's end leave the loss,
             negative advantages weighted."""
 
             def _generate_single_turn(self, *args, **kwargs):
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 try:
                     return self._rollout(*args, **kwargs)
                 finally:
                     rollout_log.seconds += time.perf_counter() - started
+                    rollout_log.cpu_seconds += time.process_time() - cpu_started
 
             def _rollout(self, *args, **kwargs):
                 if fast_mode is False or self.use_vllm or getattr(self, "use_transformers_continuous_batching", False):
@@ -665,6 +697,16 @@ class TrlGrpoTrainer(Trainer):
                     return super()._generate_single_turn(*args, **kwargs)
                 with routed_generate(self.accelerator.unwrap_model(self.model_wrapped), fast_mode, rollout_log):
                     return super()._generate_single_turn(*args, **kwargs)
+
+            def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                                   compute_entropy=False, compute_aux_loss=False, **extra):
+                if padding_free and not compute_aux_loss and all(value is None for value in extra.values()):
+                    found = trainer_pass(self, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, positions)
+                    if found is not None:
+                        return found
+                return super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size, compute_entropy=compute_entropy,
+                    compute_aux_loss=compute_aux_loss, **extra)
 
             def _generate_and_score_completions(self, inputs):
                 out = super()._generate_and_score_completions(inputs)
@@ -699,9 +741,9 @@ class TrlGrpoTrainer(Trainer):
             from envengineer.plugins.trainers.trl_trackers import install
 
             install(trainer, joined)
-        train_started = time.perf_counter()
+        train_started, train_cpu_started = time.perf_counter(), time.process_time()
         trainer.train()
-        train_s = time.perf_counter() - train_started
+        train_s, train_cpu_s = time.perf_counter() - train_started, time.process_time() - train_cpu_started
         checkpoint = out_dir / "checkpoint"
         trainer.save_model(str(checkpoint))
         tokenizer.save_pretrained(str(checkpoint))
@@ -718,6 +760,7 @@ class TrlGrpoTrainer(Trainer):
             "trained_prompts": outcomes.prompts(),
             "gradient_checkpointing": bool(getattr(config, "activation_checkpointing", None) or config.gradient_checkpointing),
             "train_seconds": round(train_s, 2),
+            "train_cpu_seconds": round(train_cpu_s, 2),
             "seconds": round(time.perf_counter() - started, 2),
             "steps_per_s": round(steps / train_s, 3) if train_s else None,
             "completions": steps * batch,
@@ -726,6 +769,7 @@ class TrlGrpoTrainer(Trainer):
             "completion_length": mean("completion_length"),
             "last_reward_mean": lines[-1]["reward_mean"] if lines else None,
             **rollout_log.metrics(),
+            **positions.metrics(),
         })
         if joined:
             from envengineer.plugins.trainers.trl_trackers import live
