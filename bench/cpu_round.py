@@ -1,8 +1,20 @@
-"""The quickstart round's generation stages on the CPU: transformers' ``generate`` against the fast sampler.
+"""A quickstart round on the CPU, before and after the CPU work: ``generate`` against the fast sampler,
+TRL's padded log-probability passes against the padding-free ones.
 
-    python bench/cpu_round.py                      # the quickstart's shipped tiny base, one thread
+    python bench/cpu_round.py --round              # two whole rounds of the recipe, both ways (~4 min)
+    python bench/cpu_round.py                      # the generation stages alone, the shipped tiny base, one thread
     python bench/cpu_round.py --threads 2 --prefilter 600 --rollout-prompts 120
 
+``--round`` runs ``envengineer run examples/quickstart.yaml rounds=2`` twice, each in its own process:
+"before" with ``policy.fast_sampler=false trainer.fast_rollouts=false trainer.padding_free=false`` (the
+round as it was: ``generate`` everywhere, TRL's padded passes) and "now" with the recipe's defaults,
+both at ``--threads`` trainer and policy threads. It prints CPU seconds per stage of each round from the
+runs' own records (``history.jsonl``'s ``cpu_s``, the train line's ``*_cpu_seconds``), the work per
+stage and its distance from the per-core matmul limit, and whether the verdicts, the rollouts and the
+weights are the same. Round 0 carries the process's one-off imports (trl, datasets); round 1 is a round
+of a longer run.
+
+Without ``--round``:
 Three stages, each with fixed work (counts, never seconds), each run with ``fast_sampler:
 false`` and then ``true`` back to back in this process through ``TransformersPolicy.sample``:
 
@@ -21,7 +33,11 @@ whether the texts are identical. The fast sampler's one-off self-check is timed 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -67,13 +83,93 @@ def matmul_limit(model, rows: int = 512, repeats: int = 30) -> float:
         torch.set_num_threads(threads)
 
 
+BEFORE = ["policy.fast_sampler=false", "trainer.fast_rollouts=false", "trainer.padding_free=false"]
+
+
+def _sha(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+def _stages(run: Path, round: int) -> tuple[dict[str, float], dict]:
+    """CPU seconds per stage of ``round`` from the run's history, and its train line."""
+    lines = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines() if line.strip()]
+    steps = {line["step"]: line for line in lines if line.get("round") == round}
+    train = steps["train"]
+    grpo = train["train_cpu_seconds"] - train["rollout_cpu_seconds"]
+    stages = {
+        "generate the round's set": steps["generate"]["cpu_s"],
+        "prefilter": train["prefilter_cpu_seconds"],
+        "GRPO rollouts": train["rollout_cpu_seconds"],
+        "GRPO training": grpo,
+        "train step's rest (load, imports, save)": train["cpu_s"] - train["prefilter_cpu_seconds"] - train["train_cpu_seconds"],
+        "evaluation": steps["eval"]["cpu_s"],
+        "design": steps.get("design", {}).get("cpu_s", 0.0),
+    }
+    stages["round"] = sum(line.get("cpu_s", 0.0) for line in steps.values())
+    return stages, train
+
+
+def whole_rounds(args) -> None:
+    """``--round``: the recipe's rounds 0 and 1, before and now (module docstring)."""
+    import torch
+    from safetensors.torch import load_file
+
+    console = Console(width=max(Console().width, 150))
+    registry, base, _ = quickstart_policy()
+    model, _ = base.load()
+    parameters = sum(p.numel() for p in model.parameters())
+    limit = matmul_limit(model)
+    out = Path(args.output or tempfile.mkdtemp(prefix="cpu-round-"))
+    runs = {}
+    for label, extra in (("before", BEFORE), ("now", [])):
+        runs[label] = out / label
+        command = [sys.executable, "-c", "from envengineer.cli import main; main()", "run", str(ROOT / "examples" / "quickstart.yaml"),
+                   "rounds=2", f"output={runs[label]}", f"trainer.threads={args.threads}", f"policy.threads={args.threads}", *extra]
+        if (runs[label] / "history.jsonl").exists():
+            console.print(f"[dim]{label}: {runs[label]} exists; reusing its records[/]")
+        else:
+            with console.status(f"{label}: envengineer run examples/quickstart.yaml rounds=2 {' '.join(extra)}"):
+                subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    for round in (0, 1):
+        before, train_before = _stages(runs["before"], round)
+        now, train_now = _stages(runs["now"], round)
+        table = Table(title=f"quickstart round {round}, CPU seconds ({args.threads} thread(s); tiny policy, {parameters:,} "
+                            f"parameters; per-core matmul limit {limit:.1f} GFLOP/s)")
+        for column in ("stage", "before s", "now s", "× less", "now: work", "now: × the limit"):
+            table.add_column(column, justify="right")
+        real, with_grad = train_now.get("logprob_real_tokens", 0), train_now.get("logprob_real_tokens_with_grad", 0)
+        # a token costs 2P FLOPs forward and 4P more backward (P parameters; attention left out: a lower bound)
+        training_flops = (real - with_grad) * 2 * parameters + with_grad * 6 * parameters
+        work = {"GRPO training": (f"{real:,} real tokens ({train_now.get('logprob_computed_positions', 0):,} positions; TRL's "
+                                  f"padding: {train_now.get('logprob_padded_positions', 0):,})", training_flops)}
+        for stage in before:
+            ratio = before[stage] / now[stage] if now[stage] > 0.05 else None
+            text, flops = work.get(stage, ("", None))
+            distance = f"{now[stage] * limit * 1e9 / flops:.2f}" if flops else ""
+            style = "bold" if stage == "round" else None
+            table.add_row(stage, f"{before[stage]:.1f}", f"{now[stage]:.1f}", f"{ratio:.2f}" if ratio else "–", text, distance, style=style)
+        console.print(table)
+        same = {name: _sha(runs["before"] / f"round-{round:02d}" / name) == _sha(runs["now"] / f"round-{round:02d}" / name)
+                for name in ("eval/verdicts.jsonl", "eval/responses.jsonl", "train/rollouts.jsonl", "train/checkpoint/model.safetensors")}
+        a, b = (load_file(runs[k] / f"round-{round:02d}" / "train" / "checkpoint" / "model.safetensors") for k in ("before", "now"))
+        drift = max(float((a[key] - b[key]).abs().max()) for key in a)
+        console.print("same files before and now: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in same.items())
+                      + f"; largest weight difference {drift:.2e}")
+    console.print(f"runs: {out} (rerun with --output {out} to print again without running)")
+    del torch, registry
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--round", action="store_true", help="two whole rounds of the recipe, before and now")
+    parser.add_argument("--output", help="--round: where the two runs go (default: a temporary folder)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--prefilter", type=int, default=1200, help="prefilter prompts (× 4 samples)")
     parser.add_argument("--rollout-prompts", type=int, default=240, help="rollout prompts (× 8 samples)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.round:
+        return whole_rounds(args)
 
     import torch
 

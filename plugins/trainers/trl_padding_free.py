@@ -127,6 +127,7 @@ class Positions:
 
     def __init__(self) -> None:
         self.real = self.padded = self.computed = self.passes = self.fallbacks = 0
+        self.real_with_grad = 0  # of ``real``: in passes that keep the graph (the policy's; the reference's do not)
 
     def metrics(self) -> dict[str, Any]:
         if not self.passes:
@@ -135,6 +136,7 @@ class Positions:
             "padding_free_passes": self.passes,
             "padding_free_fallbacks": self.fallbacks,
             "logprob_real_tokens": self.real,
+            "logprob_real_tokens_with_grad": self.real_with_grad,
             "logprob_padded_positions": self.padded,
             "logprob_computed_positions": self.computed,
         }
@@ -168,6 +170,8 @@ def trainer_pass(trainer, model, input_ids, attention_mask, logits_to_keep: int,
             counts[k] += value
     positions.passes += 1
     positions.real += counts[0]
+    if torch.is_grad_enabled():
+        positions.real_with_grad += counts[0]
     positions.padded += counts[1]
     positions.computed += counts[2]
     return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
