@@ -193,12 +193,13 @@ def main() -> None:
     ]
 
     # count the generated tokens of every call (finished rows are padded: pad is not eos here)
-    counted = {"tokens": 0}
+    counted = {"tokens": 0, "prompt": 0}
     real_generate = fast_sampler.generate
 
     def counting(model, input_ids, attention_mask, **kwargs):
         out = real_generate(model, input_ids, attention_mask, **kwargs)
         counted["tokens"] += int((out[:, input_ids.shape[1]:] != tokenizer.pad_token_id).sum())
+        counted["prompt"] += int(attention_mask.sum())  # each prompt's tokens once (its samples share them)
         return out
 
     fast_sampler.generate = counting
@@ -213,30 +214,33 @@ def main() -> None:
     table = Table(title=f"generation stages of a quickstart round (tiny policy, {parameters:,} parameters, "
                         f"{args.threads} thread(s); per-core matmul limit {limit:.1f} GFLOP/s)")
     for column in ("stage", "prompts × n", "new tokens", "generate s", "fast s", "× faster",
-                   "generate tok/s", "fast tok/s", "generate/limit", "fast/limit", "same texts"):
+                   "generate tok/s", "fast tok/s", "generate/limit", "fast/limit", "fast: × the limit, prompts counted", "same texts"):
         table.add_column(column, justify="right")
     totals = {False: 0.0, True: 0.0}
     for name, prompts, n, settings in stages:
-        seconds, tokens, texts = {}, {}, {}
+        seconds, tokens, texts, prompt_tokens = {}, {}, {}, {}
         for mode, policy in policies.items():
             policy.options = policy.options.model_copy(update={**settings, "seed": args.seed})
-            counted["tokens"] = 0
+            counted["tokens"] = counted["prompt"] = 0
             started = time.process_time()
             texts[mode] = policy.sample(prompts, n=n)
             seconds[mode] = time.process_time() - started
-            tokens[mode] = counted["tokens"]
+            tokens[mode], prompt_tokens[mode] = counted["tokens"], counted["prompt"]
             totals[mode] += seconds[mode]
         rate = {mode: tokens[mode] / seconds[mode] for mode in seconds}
         share = {mode: 100 * rate[mode] * 2 * parameters / 1e9 / limit for mode in rate}
         table.add_row(name, f"{len(prompts)} × {n}", f"{tokens[True]:,}", f"{seconds[False]:.1f}", f"{seconds[True]:.1f}",
                       f"{seconds[False] / seconds[True]:.2f}", f"{rate[False]:,.0f}", f"{rate[True]:,.0f}",
-                      f"{share[False]:.0f}%", f"{share[True]:.0f}%", "yes" if texts[False] == texts[True] else "NO")
+                      f"{share[False]:.0f}%", f"{share[True]:.0f}%",
+                      f"{seconds[True] * limit * 1e9 / (2 * parameters * (tokens[True] + prompt_tokens[True])):.2f}",
+                      "yes" if texts[False] == texts[True] else "NO")
     table.add_row("all three", "", "", f"{totals[False]:.1f}", f"{totals[True]:.1f}", f"{totals[False] / totals[True]:.2f}",
-                  "", "", "", "", "")
+                  "", "", "", "", "", "")
     console = Console(width=max(Console().width, 150))
     console.print(table)
     console.print(f"s: CPU seconds of this process (all threads); /limit: tokens per CPU second × 2 × parameters, as a "
-                  f"share of the per-core matmul limit; the fast sampler's self-check (once per model, at its first call): {check_s:.1f} CPU s")
+                  f"share of the per-core matmul limit (prompt tokens not counted); × the limit, prompts counted: CPU seconds over those of "
+                  f"the same tokens, each prompt once and every new token, at the limit; the fast sampler's self-check (once per model, at its first call): {check_s:.1f} CPU s")
 
 
 if __name__ == "__main__":
