@@ -415,7 +415,7 @@ def _print_memory(config: Path, overrides: list[str] | tuple[str, ...], registry
         console.print(f"[bold]memory plan[/]: none: {escape(str(exc))}", highlight=False, soft_wrap=True)
         return True
     console.rule("memory plan")
-    print_plan(plan, console, command=" ".join(["envengineer plan", str(config), *overrides, f"--gpu-memory-gb {gpu_memory_gb:g}"]))
+    print_plan(plan, console, command=" ".join(["envengineer plan", str(config), *overrides]))
     return plan.fits
 
 
@@ -433,7 +433,7 @@ def plan_command(
     from envengineer.memory import plan_run, print_plan
 
     plan = plan_run(config, overrides or (), _registry(), gpu_memory_gb)
-    print_plan(plan, console, command=" ".join(["envengineer plan", str(config), *(overrides or ()), f"--gpu-memory-gb {gpu_memory_gb:g}"]))
+    print_plan(plan, console, command=" ".join(["envengineer plan", str(config), *(overrides or ())]))
     if json_path is not None:
         write_json(json_path, plan.to_dict())
     if not plan.fits:

@@ -141,16 +141,30 @@ def plan_run(config: str | Path, overrides: list[str] | tuple[str, ...], registr
         if _fits(config, [*overrides, *fix.overrides], registry, gpu_memory_gb):
             fitting.append(fix)
     if not fitting:
-        together: list[str] = []
-        whats: list[str] = []
-        for fix in candidates:
-            together = [o for o in together if o.split("=", 1)[0] not in {x.split("=", 1)[0] for x in fix.overrides}] + list(fix.overrides)
-            whats.append(fix.what)
-            if _fits(config, [*overrides, *together], registry, gpu_memory_gb):
-                fitting.append(Fix(tuple(together), "; ".join(whats)))
+        chosen: list[Fix] = []
+        for fix in candidates:  # the candidates together, in order, until it fits ...
+            chosen.append(fix)
+            if _fits(config, [*overrides, *_joined(chosen)], registry, gpu_memory_gb):
                 break
+        else:
+            chosen = []
+        for fix in reversed(chosen[:-1]):  # ... then without each one it does not need
+            rest = [f for f in chosen if f is not fix]
+            if _fits(config, [*overrides, *_joined(rest)], registry, gpu_memory_gb):
+                chosen = rest
+        if chosen:
+            fitting.append(Fix(tuple(_joined(chosen)), "; ".join(f.what for f in chosen)))
     plan.fixes = fitting
     return plan
+
+
+def _joined(fixes: list[Fix]) -> list[str]:
+    """The fixes' overrides, a later one replacing an earlier one's value for the same key."""
+    joined: dict[str, str] = {}
+    for fix in fixes:
+        for item in fix.overrides:
+            joined[item.split("=", 1)[0]] = item
+    return list(joined.values())
 
 
 def _plan(config: str | Path, overrides: list[str] | tuple[str, ...], registry: Any, gpu_memory_gb: float) -> MemoryPlan:
@@ -173,6 +187,7 @@ def gb(size: float) -> str:
 
 
 def print_plan(plan: MemoryPlan, console: Any, *, command: str = "") -> None:
+    """``command``: the plan's command line without its GPU size, to show a fix applied to it."""
     """The plan as rich tables: the rows per phase, each phase's total against the GPU, the verdict and fixes."""
     from rich.markup import escape
     from rich.table import Table
@@ -209,7 +224,8 @@ def print_plan(plan: MemoryPlan, console: Any, *, command: str = "") -> None:
             for fix in plan.fixes:
                 console.print(f"  {escape(' '.join(fix.overrides))}    # {escape(fix.what)}", highlight=False, soft_wrap=True)
             if command:
-                console.print(f"  e.g. {escape(command)} {escape(' '.join(plan.fixes[0].overrides))}", highlight=False, soft_wrap=True)
+                console.print(f"  e.g. {escape(command)} {escape(' '.join(plan.fixes[0].overrides))} --gpu-memory-gb {plan.gpu_bytes / GB:g}",
+                              highlight=False, soft_wrap=True)
         else:
             tried = "; ".join(" ".join(f.overrides) for f in plan.candidate_fixes()) or "none"
             console.print(f"no override tried makes it fit (tried: {escape(tried)}); a GPU with more memory or more GPUs are needed",

@@ -263,6 +263,8 @@ def test_run_dry_run_writes_the_data_and_prints_the_exact_command(tiny_model, tm
     result = CliRunner().invoke(app, ["run", str(config), "--dry-run", "seed=4"])
     assert result.exit_code == 0, result.output
     command = result.output.strip().splitlines()[-1]
+    # the memory plan (as `envengineer plan`) from the model's own config.json, before the command
+    assert "GPU memory per GPU" in result.output and f"config.json in {tiny_model}" in " ".join(result.output.split())
     argv = shlex.split(command)
     assert argv[:3] == [sys.executable, "-m", "verl.trainer.main_ppo"]
     values = dict(item.lstrip("+").split("=", 1) for item in argv[3:])
