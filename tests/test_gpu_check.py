@@ -38,3 +38,23 @@ def test_cpu_smoke_runs_every_check_and_writes_the_table(tmp_path):
 def test_unknown_checks_are_refused():
     done = subprocess.run([sys.executable, str(SCRIPT), "--cpu-smoke", "--only", "actor,vllm"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "unknown checks ['vllm']" in done.stderr
+
+
+def test_the_four_gpu_tp2_smoke_config_passes_verls_checks(tmp_path):
+    """scripts/verl_smoke.sh --gpus 4 --tp 2 --prepare-only: the tiny model and a 4-GPU, tensor-parallel-2 config that
+    verl's compose + validate_config accept (run --dry-run), without a GPU."""
+    import os
+    import shutil
+
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    pytest.importorskip("verl")
+    script = SCRIPT.parent / "verl_smoke.sh"
+    env = {**os.environ, "SMOKE_DIR": str(tmp_path / "smoke"), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run(["bash", str(script), "--prepare-only", "--gpus", "4", "--tp", "2"], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "trainer.n_gpus_per_node=4" in done.stdout and "actor_rollout_ref.rollout.tensor_model_parallel_size=2" in done.stdout
+    assert "tensor_parallel_size: 2" in (tmp_path / "smoke" / "verl-smoke.yaml").read_text()
+    bad = subprocess.run(["bash", str(script), "--prepare-only", "--gpus", "3", "--tp", "2"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 1 and "cannot hold vLLM engines of --tp 2" in bad.stderr
