@@ -121,7 +121,7 @@ def test_one_gpu_verl_needs_offload_and_a_token_bound(registry):
     assert any("trainer.actor_param_offload=true trainer.optimizer_offload=true" in f and "max_token_len_per_gpu=8192" in f for f in fixes), fixes
     fixed = _plan(registry, EXAMPLES / "paper" / "v6.yaml", *one, *plan.fixes[0].overrides)
     assert fixed.fits
-    assert "64.4 GB per node in host memory" in " ".join(fixed.parts["trainer verl"].notes)
+    assert "64.4 GB per node in pinned host memory" in " ".join(fixed.parts["trainer verl"].notes)
 
 
 def test_the_one_gpu_trl_recipe_fits_80gb(registry):

@@ -88,7 +88,7 @@ def verl_memory(o: Any, m: ModelShape, gpu: float) -> MemoryEstimate:
     ]
     if o.actor_param_offload or o.optimizer_offload:
         host = (weights + grads if o.actor_param_offload else 0) + (adam if o.optimizer_offload else 0)
-        e.notes.append(f"offload keeps {host * o.n_gpus_per_node / GB:.1f} GB per node in host memory "
+        e.notes.append(f"offload keeps {host * o.n_gpus_per_node / GB:.1f} GB per node in pinned host memory "
                        f"({host / GB:.1f} GB per GPU × {o.n_gpus_per_node}); the update still loads it back")
     e.fixes += _fixes(o, m, gpu, seq, weights, adam, ref)
     return e
