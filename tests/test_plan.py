@@ -104,6 +104,8 @@ def test_the_paper_preset_fits_four_80gb_gpus(registry):
     rollout = _phase_rows(plan, "rollout (vLLM awake)")
     assert sum(v for k, v in rollout.items() if k.startswith("vLLM")) == pytest.approx(0.55 * 80 * GB)
     assert "reference weights" not in rollout  # offloaded
+    # the worst micro-batch with and without the token bound, both shown
+    assert any("without the token bound (4 × 6,656 tokens)" in note for note in plan.parts["trainer verl"].notes)
     # without the token bound, four whole sequences of 6,656 tokens: ~16 GB of logits and gradient
     bounded = _plan(registry, EXAMPLES / "paper" / "v6.yaml", "trainer.use_dynamic_bsz=false")
     assert _phase_rows(bounded, "actor update")["logits and their gradient (bf16)"] == 2 * 4 * 6656 * 151936 * 2

@@ -82,6 +82,7 @@ def verl_memory(o: Any, m: ModelShape, gpu: float) -> MemoryEstimate:
     if o.entropy_coeff:
         e.add(UPDATE, *_entropy(o, m, train_tokens))
 
+    e.notes.append(_other_bound(o, m, seq, train_tokens))
     e.leaves_out += [
         "verl: vLLM's CUDA graphs (enforce_eager: false) beyond its share's profiling",
         "verl: the transient copy when the actor's weights are handed to vLLM at wake-up (one fp32 shard plus vLLM's bf16 weights)",
@@ -92,6 +93,19 @@ def verl_memory(o: Any, m: ModelShape, gpu: float) -> MemoryEstimate:
                        f"({host / GB:.1f} GB per GPU × {o.n_gpus_per_node}); the update still loads it back")
     e.fixes += _fixes(o, m, gpu, seq, weights, adam, ref)
     return e
+
+
+def _other_bound(o: Any, m: ModelShape, seq: int, tokens: int) -> str:
+    """The update's worst micro-batch the other way: by responses when bounded by tokens, and the reverse."""
+    def size(n: int) -> float:
+        return m.activations(n, "bf16", o.gradient_checkpointing) + 2 * m.logits(n, "bf16")
+
+    if o.use_dynamic_bsz:
+        other, how = o.ppo_micro_batch_size_per_gpu * seq, f"without the token bound ({o.ppo_micro_batch_size_per_gpu} × {seq:,} tokens)"
+    else:
+        other, how = o.max_token_len_per_gpu, f"bounded at {o.max_token_len_per_gpu:,} tokens (use_dynamic_bsz)"
+    return (f"the update's worst micro-batch {how}: {size(other) / GB:.1f} GB of activations and logits, "
+            f"against {size(tokens) / GB:.1f} GB as configured")
 
 
 def _entropy(o: Any, m: ModelShape, tokens: int) -> tuple[str, float, str]:
