@@ -17,19 +17,19 @@ PROFILE_SEQUENCES = 256
 
 
 def vllm_rows(estimate: Any, phase: str, model: Any, gpu_bytes: float, utilization: float, tensor_parallel: int,
-              max_model_len: int, label: str = "vLLM") -> float:
+              max_model_len: int, label: str = "vLLM", profile_tokens: int = PROFILE_TOKENS) -> float:
     """Add vLLM's rows to ``estimate`` in ``phase``; a problem when its KV cache holds no whole sequence. Returns its share."""
     from envengineer.model_shape import GB
 
     share = utilization * gpu_bytes
     weights = model.weights("bf16") / tensor_parallel
-    reserve = model.layer_activations(PROFILE_TOKENS, "bf16") / tensor_parallel + PROFILE_SEQUENCES * model.vocab_size * 4
+    reserve = model.layer_activations(profile_tokens, "bf16") / tensor_parallel + PROFILE_SEQUENCES * model.vocab_size * 4
     kv = share - weights - reserve
     per_token = model.kv_per_token("bf16") / tensor_parallel
     tokens = int(max(kv, 0) // per_token)
     where = f"{utilization:g} × {gpu_bytes / GB:g} GB"
     estimate.add(phase, f"{label}: weights (bf16, tensor parallel {tensor_parallel})", weights, f"part of its share, {where}")
-    estimate.add(phase, f"{label}: profiling activations", reserve, f"{PROFILE_TOKENS} batched tokens, {PROFILE_SEQUENCES} sequences' logits")
+    estimate.add(phase, f"{label}: profiling activations", reserve, f"{profile_tokens} batched tokens, {PROFILE_SEQUENCES} sequences' logits")
     estimate.add(phase, f"{label}: KV cache (the rest of its share)", max(kv, 0.0),
                  f"{tokens:,} tokens at {per_token / 1024:g} KiB each: {tokens / max_model_len:.1f} sequences of {max_model_len}")
     if tokens < max_model_len:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from envengineer.memory import Fix, MemoryEstimate
-from envengineer.model_shape import GB, ModelShape
+from envengineer.model_shape import ModelShape
 from envengineer.plugins.vllm_memory import vllm_rows
 
 #: GRPOConfig fields these options set (``grpo_config`` may not set them behind their back)
@@ -24,6 +24,9 @@ OWN_FIELDS = {
     "vllm_mode": "generation", "vllm_gpu_memory_utilization": "vllm_gpu_memory_utilization",
     "vllm_enable_sleep_mode": "vllm_sleep", "vllm_max_model_length": "prompt_tokens and max_completion_length",
 }
+
+#: TRL's colocated engine's max_num_batched_tokens (trl/generation/vllm_generation.py)
+TRL_VLLM_BATCHED_TOKENS = 4096
 
 #: Optimizer state bytes per parameter of transformers' optimizer names (AdamW's two moments)
 OPTIMIZER_STATE = {"adamw_bnb_8bit": 2, "paged_adamw_8bit": 2, "adamw_8bit": 2, "sgd": 0, "adafactor": 0}
@@ -139,7 +142,8 @@ def trl_memory(o: Any, m: ModelShape, gpu: float) -> MemoryEstimate:
     for item, size, how in resident:
         e.add(GENERATION, item, size, how)
     if o.generation == "vllm":
-        vllm_rows(e, GENERATION, m, gpu, o.vllm_gpu_memory_utilization, 1, seq, label="vLLM (colocated)")
+        vllm_rows(e, GENERATION, m, gpu, o.vllm_gpu_memory_utilization, 1, seq, label="vLLM (colocated)",
+                  profile_tokens=TRL_VLLM_BATCHED_TOKENS)
         if not o.vllm_sleep:
             e.add(FORWARD, "vLLM (colocated, awake)", o.vllm_gpu_memory_utilization * gpu, "vllm_sleep: false")
     else:
@@ -171,8 +175,9 @@ def trl_memory(o: Any, m: ModelShape, gpu: float) -> MemoryEstimate:
         e.add(STEP, "foreach AdamW's temporaries", m.weights(master), "adamw_torch updates all tensors at once (adamw_torch_fused: none)")
 
     e.leaves_out.append("trl: the tokenizer's and the prompts' tensors, and generate's sampling temporaries")
-    if o.generation == "vllm":
-        e.notes.append(f"vllm_sleep keeps vLLM's bf16 weights ({m.weights('bf16') / GB:.1f} GB) in host memory while the model trains")
+    if o.generation == "vllm" and o.vllm_sleep:
+        e.notes.append("vllm_sleep: vLLM discards its weights and KV cache while the model trains (sleep level 2) and gets the "
+                       "trained weights again before each rollout: no host memory for them")
     e.fixes += _fixes(o, m, batches)
     return e
 
