@@ -224,8 +224,10 @@ def print_plan(plan: MemoryPlan, console: Any, *, command: str = "") -> None:
             for fix in plan.fixes:
                 console.print(f"  {escape(' '.join(fix.overrides))}    # {escape(fix.what)}", highlight=False, soft_wrap=True)
             if command:
-                console.print(f"  e.g. {escape(command)} {escape(' '.join(plan.fixes[0].overrides))} --gpu-memory-gb {plan.gpu_bytes / GB:g}",
-                              highlight=False, soft_wrap=True)
+                fix = plan.fixes[0].overrides
+                keys = {item.split("=", 1)[0] for item in fix}
+                given = [word for word in command.split() if word.split("=", 1)[0] not in keys]  # the fix replaces a value given
+                console.print(f"  e.g. {escape(' '.join([*given, *fix]))} --gpu-memory-gb {plan.gpu_bytes / GB:g}", highlight=False, soft_wrap=True)
         else:
             tried = "; ".join(" ".join(f.overrides) for f in plan.candidate_fixes()) or "none"
             console.print(f"no override tried makes it fit (tried: {escape(tried)}); a GPU with more memory or more GPUs are needed",

@@ -33,7 +33,7 @@ BATCH_READINGS: dict[str, dict[str, int]] = {
 #: Named sets of option values; a preset fills the options a user did not set.
 PRESETS: dict[str, dict[str, Any]] = {
     # The paper's setup: Qwen3-4B, GRPO, 4×H100 (one node); the batch reading: BATCH_READINGS.
-    # Micro-batches bounded by tokens (16,384 per GPU: two longest responses, whatever their count),
+    # Micro-batches bounded by tokens (16,384 per GPU: two sequences of the longest prompt and response, or many shorter ones),
     # entropy from chunked logits, the reference model in bf16 (verl 0.9.1 loads every FSDP model in
     # fp32 by default; 0.6.1, the paper's version, loaded the reference in bf16).
     "paper-4xh100": {
