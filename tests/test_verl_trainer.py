@@ -335,3 +335,25 @@ def test_the_loop_with_verl_rounds(tiny_model, tmp_path):
     assert (run_dir / "round-00" / "train" / "checkpoint" / "config.json").exists()
     train_lines = [line for line in read_jsonl(run_dir / "history.jsonl") if line["step"] == "train"]
     assert [line["steps"] for line in train_lines] == [3, 3]
+
+
+@pytest.mark.parametrize("options", [
+    # the one-GPU recipe (docs/verl.md, "One GPU"): offload while vLLM is awake, 8,192-token passes
+    {"n_gpus_per_node": 1, "tensor_model_parallel_size": 1, "gpu_memory_utilization": 0.4, "actor_param_offload": True,
+     "optimizer_offload": True, "max_token_len_per_gpu": 8192},
+    {"batch_reading": "accumulation"},
+    {"batch_reading": "micro-batch-32"},
+    {"batch_reading": "micro-batch-32", "use_dynamic_bsz": False, "entropy_chunking": False, "ref_dtype": "fp32"},
+], ids=["one-gpu", "accumulation", "micro-batch-32", "micro-batch-32-by-responses"])
+def test_the_recipes_and_readings_compose_and_pass_validate_config(registry, tmp_path, options):
+    trainer = registry.create("trainer", "verl", {"preset": "paper-4xh100", **options})
+    overrides = trainer.overrides(request(tmp_path), 4000)
+    cfg = trainer.check(overrides)
+    a, ref = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.ref
+    o = trainer.options
+    assert (a.ppo_mini_batch_size, a.ppo_micro_batch_size_per_gpu) == (o.ppo_mini_batch_size, o.ppo_micro_batch_size_per_gpu)
+    assert a.use_dynamic_bsz is o.use_dynamic_bsz and ref.log_prob_use_dynamic_bsz is o.use_dynamic_bsz
+    if o.use_dynamic_bsz:
+        assert a.ppo_max_token_len_per_gpu == ref.log_prob_max_token_len_per_gpu == o.max_token_len_per_gpu
+    assert a.fsdp_config.param_offload is o.actor_param_offload and a.fsdp_config.optimizer_offload is o.optimizer_offload
+    assert ref.fsdp_config.model_dtype == o.ref_dtype and a.entropy_from_logits_with_chunking is o.entropy_chunking
