@@ -34,6 +34,8 @@ from envengineer.errors import ConfigError, EnvEngineerError, InputError
 from envengineer.evidence import Evidence, RoundRecord
 from envengineer.fileio import atomic_open, read_jsonl, write_json, write_jsonl, write_text, write_yaml
 from envengineer.hookspecs import hookimpl
+from envengineer.memory import Fix, MemoryEstimate
+from envengineer.model_shape import ModelShape
 from envengineer.prompts import build_request, factual_note, load_prompt, summary_prompt
 from envengineer.proposals import UnusableProposal, extract_yaml_block, parse_proposal
 from envengineer.rundir import RunDir
@@ -43,7 +45,7 @@ from envengineer.training import CURVE_KEYS, TrainRequest, TrainResult
 __all__ = [
     "Aggregate", "Benchmark", "CURVE_KEYS", "Change", "Component", "ConfigError", "ContextModule", "DesignOutcome",
     "DesignRequest", "EnvEngineerError", "Engineer", "EngineerCallError", "EngineerReply", "Evidence", "GenerationResult",
-    "Generator", "Grouping", "InputError", "Knob", "NoOptions", "Policy", "Projection", "RoundRecord", "RunDir",
+    "Fix", "Generator", "Grouping", "InputError", "Knob", "MemoryEstimate", "ModelShape", "NoOptions", "Policy", "Projection", "RoundRecord", "RunDir",
     "Tracker", "TrackerUnavailable", "TrainRequest", "TrainResult", "Trainer", "UnusableProposal", "Validator", "Verdict", "atomic_open", "build_request",
     "extract_yaml_block", "factual_note", "hookimpl", "load_prompt", "parse_proposal", "read_checksums", "read_jsonl", "retired_options",
     "summary_prompt", "write_json", "write_jsonl", "write_text", "write_yaml",

@@ -359,8 +359,10 @@ def run_command(
     resume: bool = typer.Option(True, "--resume/--no-resume", help="continue a run in the same directory (default); --no-resume refuses an existing one"),
     output: Optional[str] = typer.Option(None, "--output", help="run directory (overrides the config's output)"),
     dry_run: bool = typer.Option(
-        False, "--dry-run", help="prepare the starting policy and round 0's data, print what the trainer would run (verl: the exact command); train nothing",
+        False, "--dry-run", help="prepare the starting policy and round 0's data, print what the trainer would run (verl: the exact command) "
+        "and its memory plan (as `envengineer plan`); train nothing",
     ),
+    gpu_memory_gb: float = typer.Option(80.0, "--gpu-memory-gb", min=1.0, help="--dry-run: the GPU memory the plan checks against"),
 ) -> None:
     """Run the closed loop: generate → train → eval → design, for the configured rounds (resumable).
 
@@ -376,7 +378,8 @@ def run_command(
         raise EnvEngineerError(f"{target}: already holds a run; pass --resume to continue it or choose another --output")
     if dry_run:
         plan = run(config, registry=registry, console=console, output=output, overrides=overrides or (), dry_run=True)
-        _print_plan(plan)
+        _print_memory(config, overrides or (), registry, gpu_memory_gb)
+        _print_plan(plan)  # last: the command ends the output, to copy
         return
     run(config, registry=registry, console=console, output=output, overrides=overrides or ())
     console.print(f"run directory: [bold]{escape(str(target))}[/]  (report: envengineer report {escape(str(target))})")
@@ -400,6 +403,41 @@ def _print_plan(plan: dict) -> None:
     if plan.get("command"):
         console.print("[bold]command[/]")
         print(plan["command"], flush=True)  # unwrapped, so it can be copied
+
+
+def _print_memory(config: Path, overrides: list[str] | tuple[str, ...], registry: Any, gpu_memory_gb: float) -> bool:
+    """The run's memory plan (``envengineer plan``); whether it fits. A run with nothing to plan says why."""
+    from envengineer.memory import plan_run, print_plan
+
+    try:
+        plan = plan_run(config, overrides, registry, gpu_memory_gb)
+    except EnvEngineerError as exc:
+        console.print(f"[bold]memory plan[/]: none: {escape(str(exc))}", highlight=False, soft_wrap=True)
+        return True
+    console.rule("memory plan")
+    print_plan(plan, console, command=" ".join(["envengineer plan", str(config), *overrides]))
+    return plan.fits
+
+
+@app.command("plan")
+def plan_command(
+    config: Path = typer.Argument(..., help="run config YAML"),
+    overrides: Optional[list[str]] = typer.Argument(None, help="dotted overrides KEY.SUB=VALUE, as for run", show_default=False),
+    gpu_memory_gb: float = typer.Option(80.0, "--gpu-memory-gb", min=1.0, help="memory of one GPU, in GB of 10^9 bytes"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the plan to this JSON file"),
+) -> None:
+    """GPU memory per GPU of a run before launch: weights, gradients, optimizer state, reference model,
+    activations and logits of the worst micro-batch, vLLM's share and KV cache, per phase; exits 1 when it does
+    not fit, naming overrides that make it fit (docs/gpu-plan.md)."""
+    from envengineer.fileio import write_json
+    from envengineer.memory import plan_run, print_plan
+
+    plan = plan_run(config, overrides or (), _registry(), gpu_memory_gb)
+    print_plan(plan, console, command=" ".join(["envengineer plan", str(config), *(overrides or ())]))
+    if json_path is not None:
+        write_json(json_path, plan.to_dict())
+    if not plan.fits:
+        raise typer.Exit(1)
 
 
 @app.command("eval")

@@ -378,6 +378,12 @@ class Trainer(Component, abc.ABC):
         (e.g. ``{"command": ...}``) without training. None: the trainer runs in-process and has nothing to show."""
         return None
 
+    def memory_plan(self, model: Any, gpu_bytes: float) -> Any:
+        """For ``envengineer plan``: this trainer's GPU memory per GPU for ``model`` (a
+        :class:`envengineer.model_shape.ModelShape`) as a :class:`envengineer.memory.MemoryEstimate`
+        (rows per phase, what it leaves out, candidate fixes as dotted overrides), or None: it has no estimate."""
+        return None
+
 
 class Policy(Component, abc.ABC):
     """Samples responses from a policy (used by evaluation)."""
@@ -388,6 +394,12 @@ class Policy(Component, abc.ABC):
     #: prompts per :meth:`sample` call in evaluation (None: evaluation's default); a policy with a
     #: costly start per call (vLLM in a child process) asks for everything at once
     sample_batch_size: ClassVar[int | None] = None
+
+    def memory_plan(self, model: Any, gpu_bytes: float, prompt_tokens: int | None = None) -> Any:
+        """For ``envengineer plan``: this policy's GPU memory when it evaluates (a
+        :class:`envengineer.memory.MemoryEstimate`; ``prompt_tokens``: the longest prompt the trainer plans for),
+        or None: it uses no GPU memory of its own."""
+        return None
 
     def failed_calls(self) -> Sequence[str]:
         """Errors of the calls that gave no answer so far, oldest first (their responses are empty)."""

@@ -5,13 +5,15 @@
 #   pip install -e ".[train,verl]"
 #   bash scripts/verl_smoke.sh               # needs nvidia-smi, a CUDA device, verl and vllm
 #   bash scripts/verl_smoke.sh --prepare-only   # any machine: build the model and the config, check them, stop
+#   bash scripts/verl_smoke.sh --gpus 4 --tp 2  # one node of 4 GPUs, vLLM tensor parallel 2 (as the paper preset)
 #
 # Steps (the first failure stops the script with a non-zero exit):
 #  1. scripts/build_tiny_qwen3.py: a ~3.3 M-parameter Qwen3 (hidden 256, 4 layers, 8192
 #     positions) with a byte-level BPE tokenizer, Qwen3's special tokens and a Qwen3-like
 #     chat template that honours enable_thinking; reloaded with transformers and checked.
 #  2. A run config (in SMOKE_DIR, default a mktemp folder): policy vllm on that model, trainer
-#     verl (1 GPU, 4 generations, batch 8, 3 training steps), engineer fixed, 1 round of 64
+#     verl (--gpus GPUs, default 1, vLLM tensor parallel --tp, default 1, for the rollouts and the
+#     policy; 4 generations, batch 8, 3 training steps), engineer fixed, 1 round of 64
 #     instances, evaluation on 32 instances of mapf-2agents-val. `envengineer run CONFIG
 #     --dry-run` checks it first when the installed envengineer has that option.
 #  3. `envengineer run CONFIG`: base eval (vLLM), generate, GRPO through verl, round eval.
@@ -29,13 +31,20 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 die() { echo "verl_smoke: $*" >&2; exit 1; }
 
 prepare_only="${SMOKE_PREPARE_ONLY:-0}"
-for arg in "$@"; do
-  case "$arg" in
+gpus="${SMOKE_GPUS:-1}"
+tp="${SMOKE_TP:-1}"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
     --prepare-only) prepare_only=1 ;;
+    --gpus) [[ $# -ge 2 ]] || die "--gpus needs a number"; gpus="$2"; shift ;;
+    --tp) [[ $# -ge 2 ]] || die "--tp needs a number"; tp="$2"; shift ;;
     -h|--help) usage; exit 0 ;;
-    *) die "unknown argument: $arg (see --help)" ;;
+    *) die "unknown argument: $1 (see --help)" ;;
   esac
+  shift
 done
+[[ "$gpus" =~ ^[1-9][0-9]*$ && "$tp" =~ ^[1-9][0-9]*$ ]] || die "--gpus and --tp take positive whole numbers"
+(( gpus % tp == 0 )) || die "--gpus $gpus cannot hold vLLM engines of --tp $tp"
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled \
   VLLM_NO_USAGE_STATS=1 RAY_USAGE_STATS_ENABLED=0
@@ -48,6 +57,7 @@ if [[ "$prepare_only" != 1 ]]; then
   command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this check needs a CUDA GPU (--prepare-only checks the model and config without one)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || die "nvidia-smi failed: no usable GPU"
   python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || die "torch sees no CUDA device"
+  python -c "import torch, sys; sys.exit(0 if torch.cuda.device_count() >= $gpus else 1)" || die "fewer than $gpus CUDA devices visible"
   python -c "import verl" || die "verl is not installed: pip install -e \".[train,verl]\""
   python -c "import vllm" || die "vllm is not installed: pip install -e \".[train,verl]\""
 fi
@@ -63,16 +73,16 @@ python scripts/build_tiny_qwen3.py "$model_dir"
 
 echo "== 2. run config -> $config"
 cat > "$config" <<EOF
-# written by scripts/verl_smoke.sh: one round of verl GRPO on a tiny random Qwen3, one GPU, offline
+# written by scripts/verl_smoke.sh: one round of verl GRPO on a tiny random Qwen3, $gpus GPU(s), vLLM TP $tp, offline
 name: verl-smoke
 task: {name: mapf-frozenlake, agents: 2}
 seed: 0
-policy: {name: vllm, path: "$model_dir", max_new_tokens: 256, gpu_memory_utilization: 0.3, enforce_eager: true}
+policy: {name: vllm, path: "$model_dir", max_new_tokens: 256, gpu_memory_utilization: 0.3, enforce_eager: true, tensor_parallel_size: $tp}
 trainer:
   name: verl
-  n_gpus_per_node: 1
+  n_gpus_per_node: $gpus
   nnodes: 1
-  tensor_model_parallel_size: 1
+  tensor_model_parallel_size: $tp
   gpu_memory_utilization: 0.3
   enforce_eager: true
   num_generations: 4
@@ -142,7 +152,7 @@ import sys
 def main() -> None:
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=sys.argv[1], enforce_eager=True, gpu_memory_utilization=0.3)
+    llm = LLM(model=sys.argv[1], enforce_eager=True, gpu_memory_utilization=0.3, tensor_parallel_size=int(sys.argv[2]))
     out = llm.generate(["hello"], SamplingParams(max_tokens=8))
     assert out and out[0].outputs, "vLLM returned no output"
     print(f"vllm: generated {out[0].outputs[0].text!r} ({len(out[0].outputs[0].token_ids)} tokens)")
@@ -151,7 +161,7 @@ def main() -> None:
 if __name__ == "__main__":
     main()
 PY
-python "$work/check_vllm.py" "$checkpoint"
+python "$work/check_vllm.py" "$checkpoint" "$tp"
 
 echo "== 5. report"
 python scripts/smoke_report.py "$run_dir" --require-gpu

@@ -49,10 +49,13 @@ def test_paper_presets_train_as_the_paper_did(path, registry, tmp_path):
         8, 2e-6, "constant", True, "low_var_kl", 1e-3, 0, 3)
     assert (o.max_prompt_length, o.max_response_length, o.gradient_checkpointing, o.ref_param_offload) == (1536, 5120, True, True)
     assert (o.nnodes * o.n_gpus_per_node, o.tensor_model_parallel_size, o.gpu_memory_utilization) == (4, 2, 0.55)
-    # the reading each file's comment states: 128 responses per optimiser step, 1024 per rollout
+    # the reading each file states, verl's words: one update over the rollout's 1024 responses, micro-batch 4
     batches = o.batches()
-    assert (batches["responses_per_optimizer_step"], batches["responses_per_rollout"], batches["gradient_accumulation_steps"]) == (128, 1024, 8)
-    assert "128 per optimiser step" in path.read_text() and "ppo_mini_batch_size: 128" in path.read_text()
+    assert o.batch_reading == "mini-batch" and "batch_reading: mini-batch" in path.read_text()
+    assert (batches["responses_per_optimizer_step"], batches["responses_per_rollout"], batches["gradient_accumulation_steps"]) == (1024, 1024, 64)
+    assert "accumulation (128 per update" in path.read_text()  # the other readings are named beside it
+    # token-bounded passes, chunked entropy, the reference in bf16 (the memory plan fits 4 × 80 GB: tests/test_plan.py)
+    assert (o.use_dynamic_bsz, o.max_token_len_per_gpu, o.entropy_chunking, o.ref_dtype) == (True, 16384, True, "bf16")
     assert resolved.trainer.planned_steps(config.budget) == 93
 
 
@@ -68,3 +71,7 @@ def test_the_one_gpu_trl_example_trains_as_the_paper_did(registry, tmp_path):
     assert trainer["max_completion_length"] == 5120 and trainer["gradient_checkpointing"] is True
     assert (trainer["completions_per_step"], trainer["generation_batch_size"], trainer["optimizer_steps_per_generation"]) == (128, 1024, 8)
     assert "128 per optimiser step" in path.read_text()
+    # what fits one 80 GB GPU (tests/test_plan.py): float32 weights under bf16 autocast, bf16 reference, colocated vLLM
+    o = resolved.trainer.options
+    assert (o.model_dtype, o.compute_dtype, o.ref_dtype, o.generation, o.optim) == ("float32", "bfloat16", "bfloat16", "vllm", "adamw_bnb_8bit")
+    assert trainer["dtypes"] == "weights float32, compute bfloat16, reference bfloat16"

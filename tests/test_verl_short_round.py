@@ -53,10 +53,13 @@ def test_fewer_prompts_than_a_batch_take_one_smaller_batch(registry, prompts, gp
 
 
 def test_the_smaller_batch_composes_and_passes_verls_validate_config(registry, tmp_path):
-    trainer = _options(registry, preset="paper-4xh100")  # 128 prompts per rollout, steps of 16, 4 GPUs
+    trainer = _options(registry, preset="paper-4xh100", batch_reading="accumulation")  # 128 prompts per rollout, steps of 16, 4 GPUs
     request = TrainRequest(policy_path=tmp_path / "model", records=[], generator=None, validator=None, out_dir=tmp_path / "round")
     cfg = trainer.check(trainer.overrides(request, 100))
     assert cfg.data.train_batch_size == 100 and cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 10
+    # the preset's own reading (one update per rollout): one update over the 100
+    default = _options(registry, preset="paper-4xh100")
+    assert default.check(default.overrides(request, 100)).actor_rollout_ref.actor.ppo_mini_batch_size == 100
     assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 4 and cfg.trainer.save_freq == 3  # 1 batch × 3 epochs
     assert cfg.actor_rollout_ref.actor.optim.lr == 2e-6  # the preset's other values stay
 

@@ -46,22 +46,33 @@ def test_options_are_checked(registry):
         registry.create("trainer", "verl", {"epochs": 1.5}).total_epochs()
 
 
-def test_the_paper_preset_and_its_two_batch_readings(registry):
+def test_the_paper_preset_and_its_three_batch_readings(registry):
     paper = registry.create("trainer", "verl", {"preset": "paper-4xh100"})
     o = paper.options
     assert (o.learning_rate, o.lr_scheduler_type, o.kl_loss_type, o.kl_loss_coef, o.entropy_coeff, o.num_generations) == (2e-6, "constant", "low_var_kl", 0.001, 0, 8)
     assert (o.max_prompt_length, o.max_response_length, o.epochs, o.train_batch_size, o.ppo_micro_batch_size_per_gpu) == (1536, 5120, 3, 128, 4)
     assert (o.tensor_model_parallel_size, o.gpu_memory_utilization, o.n_gpus_per_node, o.ref_param_offload, o.gradient_checkpointing) == (2, 0.55, 4, True, True)
-    # 1024 responses per rollout; optimiser steps of 128 responses = 4 GPUs x micro-batch 4 x 8 accumulation steps
+    assert (o.use_dynamic_bsz, o.max_token_len_per_gpu, o.entropy_chunking, o.ref_dtype) == (True, 16384, True, "bf16")
+    # the default reading, verl's words: the paper's mini-batch of 1024 responses is ppo_mini_batch_size (128 prompts x 8),
+    # its micro-batch 4 is ppo_micro_batch_size_per_gpu: one optimiser update per rollout, 64 accumulation steps per GPU
+    assert o.batch_reading == "mini-batch"
     assert paper.options.batches() == {
-        "gpus": 4, "responses_per_rollout": 1024, "optimizer_steps_per_rollout": 8, "responses_per_optimizer_step": 128,
-        "responses_per_gpu_per_optimizer_step": 32, "gradient_accumulation_steps": 8,
+        "gpus": 4, "responses_per_rollout": 1024, "optimizer_steps_per_rollout": 1, "responses_per_optimizer_step": 1024,
+        "responses_per_gpu_per_optimizer_step": 256, "gradient_accumulation_steps": 64,
     }
-    # the literal reading: one field
-    literal = registry.create("trainer", "verl", {"preset": "paper-4xh100", "ppo_mini_batch_size": 128})
-    assert literal.options.batches()["gradient_accumulation_steps"] == 64
-    assert literal.options.learning_rate == 2e-6  # the rest of the preset stays
+    # 4 GPUs x micro-batch 4 x 8 accumulation steps = 128 responses per update: 8 updates per rollout
+    accumulation = registry.create("trainer", "verl", {"preset": "paper-4xh100", "batch_reading": "accumulation"}).options.batches()
+    assert (accumulation["optimizer_steps_per_rollout"], accumulation["responses_per_optimizer_step"], accumulation["gradient_accumulation_steps"]) == (8, 128, 8)
+    # one update over the 1024 in 8 accumulation steps: micro-batches of 32 responses per GPU
+    micro32 = registry.create("trainer", "verl", {"preset": "paper-4xh100", "batch_reading": "micro-batch-32"})
+    assert micro32.options.ppo_micro_batch_size_per_gpu == 32
+    assert (micro32.options.batches()["optimizer_steps_per_rollout"], micro32.options.batches()["gradient_accumulation_steps"]) == (1, 8)
+    # a batch size given explicitly wins over the reading; the rest of the preset stays
+    given = registry.create("trainer", "verl", {"preset": "paper-4xh100", "ppo_mini_batch_size": 16})
+    assert given.options.batches()["optimizer_steps_per_rollout"] == 8 and given.options.learning_rate == 2e-6
     assert paper.planned_steps(4000) == 31 * 3  # the dataloader drops the last partial batch
+    with pytest.raises(ConfigError, match="max_token_len_per_gpu .4096. must hold the longest sequence"):
+        registry.create("trainer", "verl", {"preset": "paper-4xh100", "max_token_len_per_gpu": 4096})
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +93,15 @@ def test_preset_overrides_compose_and_pass_validate_config(composed):
     assert cfg.algorithm.adv_estimator == "grpo" and cfg.algorithm.use_kl_in_reward is False
     assert (a.optim.lr, a.optim.lr_scheduler_type, a.optim.lr_warmup_steps) == (2e-6, "constant", 0)
     assert (a.use_kl_loss, a.kl_loss_type, a.kl_loss_coef, a.entropy_coeff) == (True, "low_var_kl", 0.001, 0)
-    assert (a.ppo_mini_batch_size, a.ppo_micro_batch_size_per_gpu) == (16, 4)
+    assert (a.ppo_mini_batch_size, a.ppo_micro_batch_size_per_gpu) == (128, 4)
+    # token-bounded micro-batches in the update and both log-prob passes, chunked entropy, the reference in bf16
+    ref = cfg.actor_rollout_ref.ref
+    assert (a.use_dynamic_bsz, a.ppo_max_token_len_per_gpu) == (True, 16384)
+    assert (r.log_prob_use_dynamic_bsz, r.log_prob_max_token_len_per_gpu) == (True, 16384)
+    assert (ref.log_prob_use_dynamic_bsz, ref.log_prob_max_token_len_per_gpu) == (True, 16384)
+    assert a.entropy_from_logits_with_chunking is True and ref.entropy_from_logits_with_chunking is True
+    assert a.fsdp_config.entropy_from_logits_with_chunking is True  # what verl's engine reads
+    assert ref.fsdp_config.model_dtype == "bf16" and a.fsdp_config.model_dtype == "fp32"
     assert (r.name, r.n, r.tensor_model_parallel_size, r.gpu_memory_utilization, r.log_prob_micro_batch_size_per_gpu, r.seed) == ("vllm", 8, 2, 0.55, 4, 3)
     assert cfg.actor_rollout_ref.ref.fsdp_config.param_offload is True and cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu == 4
     assert (cfg.data.train_batch_size, cfg.data.max_prompt_length, cfg.data.max_response_length) == (128, 1536, 5120)
@@ -121,7 +140,8 @@ def test_user_overrides_come_last_and_are_checked(composed, tmp_path):
     with pytest.raises(ConfigError, match="trainer.verl: verl's config refused .*lrr"):
         typo.check(typo.overrides(request(tmp_path), 4000))
     # a value verl's validate_config refuses
-    bad = registry.create("trainer", "verl", {"preset": "paper-4xh100", "overrides": ["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=null"]})
+    bad = registry.create("trainer", "verl", {"preset": "paper-4xh100", "use_dynamic_bsz": False,  # (token-bounded: no micro-batch size needed)
+                                                "overrides": ["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=null"]})
     with pytest.raises(ConfigError, match="trainer.verl: verl's validate_config refused"):
         bad.check(bad.overrides(request(tmp_path), 4000))
 
@@ -243,6 +263,8 @@ def test_run_dry_run_writes_the_data_and_prints_the_exact_command(tiny_model, tm
     result = CliRunner().invoke(app, ["run", str(config), "--dry-run", "seed=4"])
     assert result.exit_code == 0, result.output
     command = result.output.strip().splitlines()[-1]
+    # the memory plan (as `envengineer plan`) from the model's own config.json, before the command
+    assert "GPU memory per GPU" in result.output and f"config.json in {tiny_model}" in " ".join(result.output.split())
     argv = shlex.split(command)
     assert argv[:3] == [sys.executable, "-m", "verl.trainer.main_ppo"]
     values = dict(item.lstrip("+").split("=", 1) for item in argv[3:])
@@ -313,3 +335,25 @@ def test_the_loop_with_verl_rounds(tiny_model, tmp_path):
     assert (run_dir / "round-00" / "train" / "checkpoint" / "config.json").exists()
     train_lines = [line for line in read_jsonl(run_dir / "history.jsonl") if line["step"] == "train"]
     assert [line["steps"] for line in train_lines] == [3, 3]
+
+
+@pytest.mark.parametrize("options", [
+    # the one-GPU recipe (docs/verl.md, "One GPU"): offload while vLLM is awake, 8,192-token passes
+    {"n_gpus_per_node": 1, "tensor_model_parallel_size": 1, "gpu_memory_utilization": 0.4, "actor_param_offload": True,
+     "optimizer_offload": True, "max_token_len_per_gpu": 8192},
+    {"batch_reading": "accumulation"},
+    {"batch_reading": "micro-batch-32"},
+    {"batch_reading": "micro-batch-32", "use_dynamic_bsz": False, "entropy_chunking": False, "ref_dtype": "fp32"},
+], ids=["one-gpu", "accumulation", "micro-batch-32", "micro-batch-32-by-responses"])
+def test_the_recipes_and_readings_compose_and_pass_validate_config(registry, tmp_path, options):
+    trainer = registry.create("trainer", "verl", {"preset": "paper-4xh100", **options})
+    overrides = trainer.overrides(request(tmp_path), 4000)
+    cfg = trainer.check(overrides)
+    a, ref = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.ref
+    o = trainer.options
+    assert (a.ppo_mini_batch_size, a.ppo_micro_batch_size_per_gpu) == (o.ppo_mini_batch_size, o.ppo_micro_batch_size_per_gpu)
+    assert a.use_dynamic_bsz is o.use_dynamic_bsz and ref.log_prob_use_dynamic_bsz is o.use_dynamic_bsz
+    if o.use_dynamic_bsz:
+        assert a.ppo_max_token_len_per_gpu == ref.log_prob_max_token_len_per_gpu == o.max_token_len_per_gpu
+    assert a.fsdp_config.param_offload is o.actor_param_offload and a.fsdp_config.optimizer_offload is o.optimizer_offload
+    assert ref.fsdp_config.model_dtype == o.ref_dtype and a.entropy_from_logits_with_chunking is o.entropy_chunking

@@ -154,6 +154,11 @@ class TransformersPolicy(ModelDirPolicy):
 
     # ------------------------------------------------------------------ the loop's API
 
+    def memory_plan(self, model: Any, gpu_bytes: float, prompt_tokens: int | None = None) -> Any:
+        from envengineer.plugins.vllm_memory import policy_memory
+
+        return policy_memory(self, model, gpu_bytes, prompt_tokens)
+
     def close(self) -> None:
         """Release the loaded model (memory the trainer may need)."""
         self._loaded = None

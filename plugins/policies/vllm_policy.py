@@ -54,6 +54,11 @@ class VllmPolicy(ModelDirPolicy):
             "max_model_len": o.max_model_len, "dtype": o.dtype, "enforce_eager": o.enforce_eager,
         }
 
+    def memory_plan(self, model: Any, gpu_bytes: float, prompt_tokens: int | None = None) -> Any:
+        from envengineer.plugins.vllm_memory import policy_memory
+
+        return policy_memory(self, model, gpu_bytes, prompt_tokens)
+
     def close(self) -> None:
         """Nothing to release: the engine lives only inside each :meth:`sample` call's child process."""
 

@@ -43,6 +43,7 @@ from envengineer.components import Generator, Trainer, retired_options
 from envengineer.errors import ConfigError
 from envengineer.evaluation import score_response
 from envengineer.plugins.trainers.rollouts import Groups, prompt_line
+from envengineer.plugins.trainers.trl_memory import OWN_FIELDS, TrlMemoryOptions, chunked, grpo_settings, policy_model
 from envengineer.plugins.trainers.trl_padding_free import Positions, trainer_pass
 from envengineer.training import (
     CURVE_KEYS,
@@ -66,6 +67,7 @@ _OWN_GRPO_FIELDS = {
     "num_train_epochs": "epochs", "steps_per_generation": "generation_batch_size",
     "activation_checkpointing": "gradient_checkpointing",
     "chat_template_kwargs": "the policy section's chat_template_kwargs",
+    **OWN_FIELDS,
 }
 
 
@@ -250,7 +252,7 @@ def routed_generate(model, mode: Literal["auto"] | bool, log: RolloutLog):
             del model.generate
 
 
-class TrlGrpoOptions(BaseModel):
+class TrlGrpoOptions(TrlMemoryOptions):
     model_config = ConfigDict(extra="forbid")
 
     epochs: float = Field(1.0, gt=0, description="passes over the round's training prompts")
@@ -408,12 +410,19 @@ class TrlGrpoTrainer(Trainer):
             "epochs": o.epochs,
             "temperature": o.temperature,
             "max_completion_length": o.max_completion_length,
+            "dtypes": f"weights {o.model_dtype}, compute {o.compute_dtype}, reference {o.reference_dtype()}",
+            "generation": o.generation + (f", {o.generation_chunk} rows per call" if o.generation_chunk and o.generation == "transformers" else ""),
             "reward": reward_text(o.reward, o.optimality_bonus),
             "negative_advantage_weight": o.negative_advantage_weight,
             "mask_after_answer": o.mask_after_answer,
             **({"grpo_config": dict(o.grpo_config)} if o.grpo_config else {}),
             "max_steps": o.max_steps,
         }
+
+    def memory_plan(self, model: Any, gpu_bytes: float) -> Any:
+        from envengineer.plugins.trainers.trl_memory import trl_memory
+
+        return trl_memory(self.options, model, gpu_bytes)
 
     # ------------------------------------------------------------------ reward
 
@@ -539,7 +548,7 @@ class TrlGrpoTrainer(Trainer):
             loss_type=o.loss_type,
             scale_rewards=o.scale_rewards,
             use_cpu=use_cpu,
-            bf16=(not use_cpu) and torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+            **grpo_settings(o, use_cpu),
             logging_steps=o.logging_steps,
             save_strategy="no",
             report_to="none",  # the run's trackers get TRL's reporting callbacks at the round's step offset (trl_trackers)
@@ -682,10 +691,10 @@ class TrlGrpoTrainer(Trainer):
             """TRL's GRPO; rollouts through the fast sampler, tokens after the answer's end leave the loss,
             negative advantages weighted."""
 
-            def _generate_single_turn(self, *args, **kwargs):
+            def _generate_single_turn(self, prompt_ids, *args, **kwargs):
                 started, cpu_started = time.perf_counter(), time.process_time()
                 try:
-                    return self._rollout(*args, **kwargs)
+                    return chunked(self._rollout, None if self.use_vllm else o.generation_chunk, prompt_ids, *args, **kwargs)
                 finally:
                     rollout_log.seconds += time.perf_counter() - started
                     rollout_log.cpu_seconds += time.process_time() - cpu_started
@@ -729,7 +738,7 @@ class TrlGrpoTrainer(Trainer):
                 return out
 
         trainer = RoundTrainer(
-            model=str(request.policy_path),
+            model=policy_model(o, str(request.policy_path)),
             reward_funcs=self.reward_fn(request, records, outcomes),
             args=config,
             train_dataset=dataset,

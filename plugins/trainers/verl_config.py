@@ -16,14 +16,26 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from envengineer.errors import ConfigError
 
+#: The paper's "1024 samples per mini-batch, 8 gradient-accumulation steps, per-GPU micro-batch 4,
+#: 4 GPUs" (8 responses per prompt, 128 prompts per rollout) read three ways; ``batch_reading`` picks
+#: one and fills ``ppo_mini_batch_size`` and ``ppo_micro_batch_size_per_gpu`` unless they are given.
+#: mini-batch: verl's own words (its mini-batch is ``ppo_mini_batch_size``, its micro-batch
+#: ``ppo_micro_batch_size_per_gpu``): one optimiser update over all 1024 responses per rollout, in
+#: micro-batches of 4 (64 accumulation steps on each of 4 GPUs). accumulation: the product 4 GPUs x
+#: micro-batch 4 x 8 steps = 128 responses per update, 8 updates per rollout. micro-batch-32: one
+#: update over the 1024 responses in 8 accumulation steps, so micro-batches of 32 responses per GPU.
+BATCH_READINGS: dict[str, dict[str, int]] = {
+    "mini-batch": {"ppo_mini_batch_size": 128, "ppo_micro_batch_size_per_gpu": 4},
+    "accumulation": {"ppo_mini_batch_size": 16, "ppo_micro_batch_size_per_gpu": 4},
+    "micro-batch-32": {"ppo_mini_batch_size": 128, "ppo_micro_batch_size_per_gpu": 32},
+}
+
 #: Named sets of option values; a preset fills the options a user did not set.
 PRESETS: dict[str, dict[str, Any]] = {
-    # The paper's setup: Qwen3-4B, GRPO, 4×H100 (one node).
-    # Batch reading: the paper's "1024 samples per mini-batch, 8 accumulation steps, micro-batch 4,
-    # 4 GPUs" fits a rollout of train_batch_size 128 prompts × n 8 = 1024 responses, split into
-    # optimiser steps of ppo_mini_batch_size 16 prompts (128 responses: 4 GPUs × micro-batch 4 × 8
-    # accumulation steps). For the literal reading (one optimiser step over all 1024 responses,
-    # 64 accumulation steps per GPU) set ppo_mini_batch_size: 128.
+    # The paper's setup: Qwen3-4B, GRPO, 4×H100 (one node); the batch reading: BATCH_READINGS.
+    # Micro-batches bounded by tokens (16,384 per GPU: two sequences of the longest prompt and response, or many shorter ones),
+    # entropy from chunked logits, the reference model in bf16 (verl 0.9.1 loads every FSDP model in
+    # fp32 by default; 0.6.1, the paper's version, loaded the reference in bf16).
     "paper-4xh100": {
         "nnodes": 1,
         "n_gpus_per_node": 4,
@@ -39,9 +51,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_response_length": 5120,
         "epochs": 3,
         "train_batch_size": 128,
-        "ppo_mini_batch_size": 16,
-        "ppo_micro_batch_size_per_gpu": 4,
+        "batch_reading": "mini-batch",
         "log_prob_micro_batch_size_per_gpu": 4,
+        "use_dynamic_bsz": True,
+        "max_token_len_per_gpu": 16384,
+        "entropy_chunking": True,
+        "ref_dtype": "bf16",
         "tensor_model_parallel_size": 2,
         "gpu_memory_utilization": 0.55,
         "ref_param_offload": True,
@@ -132,11 +147,20 @@ class VerlOptions(BaseModel):
     ppo_micro_batch_size_per_gpu: int = Field(4, ge=1, description="responses per forward/backward pass on one GPU")
     log_prob_micro_batch_size_per_gpu: int = Field(4, ge=1, description="responses per log-prob pass (rollout and reference)")
     total_training_steps: int | None = Field(None, ge=1, description="stop after this many steps (default: epochs × batches)")
+    batch_reading: Literal["mini-batch", "accumulation", "micro-batch-32"] | None = Field(
+        None, description="fills ppo_mini_batch_size and ppo_micro_batch_size_per_gpu from a reading of the paper's batch "
+        "(BATCH_READINGS) unless they are given",
+    )
+    use_dynamic_bsz: bool = Field(False, description="micro-batches bounded by tokens (max_token_len_per_gpu), not by responses, "
+                                  "in the actor's update and the log-prob passes")
+    max_token_len_per_gpu: int = Field(16384, ge=1, description="use_dynamic_bsz: tokens (prompt + response) per micro-batch on one GPU")
     # -- memory
     gradient_checkpointing: bool = True
-    actor_param_offload: bool = False
-    optimizer_offload: bool = False
+    actor_param_offload: bool = Field(False, description="the actor's weights (and gradients) on the CPU between its passes")
+    optimizer_offload: bool = Field(False, description="the optimizer state on the CPU between updates")
     ref_param_offload: bool = Field(False, description="keep the reference model's weights on the CPU")
+    ref_dtype: Literal["fp32", "bf16"] = Field("fp32", description="the reference model's weights (verl 0.9.1's default: fp32)")
+    entropy_chunking: bool = Field(False, description="entropy from the logits in chunks (verl's entropy_from_logits_with_chunking)")
     attention: Literal["auto", "flash_attention_2", "sdpa", "eager"] = Field(
         "auto", description="auto: flash_attention_2 with padding removal when flash-attn is installed, else sdpa without it",
     )
@@ -158,6 +182,8 @@ class VerlOptions(BaseModel):
             preset = PRESETS.get(data["preset"])
             if preset is not None:  # an unknown name is refused by the Literal
                 data = {**preset, **data}
+        if isinstance(data, dict) and data.get("batch_reading") in BATCH_READINGS:
+            data = {**BATCH_READINGS[data["batch_reading"]], **data}
         return data
 
     @model_validator(mode="after")
@@ -184,6 +210,12 @@ class VerlOptions(BaseModel):
         if (self.train_batch_size * self.num_generations) % gpus:
             raise ValueError(
                 f"train_batch_size × num_generations ({self.train_batch_size * self.num_generations}) must divide among the {gpus} GPUs"
+            )
+        longest = self.max_prompt_length + self.max_response_length
+        if self.use_dynamic_bsz and self.max_token_len_per_gpu < longest:
+            raise ValueError(
+                f"max_token_len_per_gpu ({self.max_token_len_per_gpu}) must hold the longest sequence, max_prompt_length + "
+                f"max_response_length ({longest}): a micro-batch bounded by tokens takes whole sequences"
             )
         for item in self.overrides:
             if "=" not in item or not override_key(item):

@@ -237,6 +237,7 @@ class VerlGrpoTrainer(Trainer):
             f"{a}.checkpoint.save_contents": ["hf_model"],
             "actor_rollout_ref.ref.fsdp_config.param_offload": o.ref_param_offload,
             "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": o.log_prob_micro_batch_size_per_gpu,
+            **self.memory_overrides(o),
             f"{r}.name": "vllm",
             f"{r}.n": o.num_generations,
             f"{r}.temperature": o.temperature,
@@ -274,6 +275,28 @@ class VerlGrpoTrainer(Trainer):
         mine = {override_key(item) for item in o.overrides}
         # the user's overrides replace ours for the same key (Hydra refuses a key given twice)
         return [item for item in ours if override_key(item) not in mine] + list(o.overrides)
+
+    @staticmethod
+    def memory_overrides(o: VerlOptions) -> dict[str, Any]:
+        """Token-bounded micro-batches, chunked entropy and the reference's dtype: only when not verl's defaults,
+        so a default round's command line stays as it was."""
+        a, r, ref = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref"
+        items: dict[str, Any] = {}
+        if o.use_dynamic_bsz:
+            for section, prefix in ((a, "ppo_"), (r, "log_prob_"), (ref, "log_prob_")):
+                items[f"{section}.{'use_dynamic_bsz' if section == a else 'log_prob_use_dynamic_bsz'}"] = True
+                items[f"{section}.{prefix}max_token_len_per_gpu"] = o.max_token_len_per_gpu
+        if o.entropy_chunking:
+            items[f"{a}.entropy_from_logits_with_chunking"] = True
+            items[f"{ref}.entropy_from_logits_with_chunking"] = True
+        if o.ref_dtype != "fp32":
+            items[f"{ref}.fsdp_config.model_dtype"] = o.ref_dtype
+        return items
+
+    def memory_plan(self, model: Any, gpu_bytes: float) -> Any:
+        from envengineer.plugins.trainers.verl_memory import verl_memory
+
+        return verl_memory(self.options, model, gpu_bytes)
 
     def command(self, overrides: list[str]) -> list[str]:
         return [self.options.python or sys.executable, "-m", self.options.module, *overrides]
