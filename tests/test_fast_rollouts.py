@@ -48,3 +48,19 @@ def test_threads_can_be_set(registry, base, tmp_path):
     torch.set_num_threads(1)
     result = one_round(registry, base, tmp_path / "two", threads=2, max_steps=1)
     assert result.metrics["threads"] == 2 and torch.get_num_threads() == 1
+
+
+def test_a_batch_of_group_repeats_is_sampled_as_each_prompt_once():
+    from envengineer.plugins.trainers.trl_rollouts import repeated_rows
+
+    prompts = torch.tensor([[0, 5, 6], [7, 8, 9], [0, 0, 4]])
+    masks = (prompts != 0).long()
+    assert repeated_rows(prompts.repeat_interleave(4, 0), masks.repeat_interleave(4, 0)) == 4
+    assert repeated_rows(prompts.repeat_interleave(2, 0), masks.repeat_interleave(2, 0)) == 2
+    assert repeated_rows(prompts, masks) == 1
+    tiled = prompts.repeat(2, 1)  # each prompt twice, not side by side: generate's expansion is not this batch
+    assert repeated_rows(tiled, (tiled != 0).long()) == 1
+    same_ids = prompts.repeat_interleave(2, 0)
+    other_mask = masks.repeat_interleave(2, 0).clone()
+    other_mask[1, 0] = 1  # the same ids under another mask are another prompt
+    assert repeated_rows(same_ids, other_mask) == 1
