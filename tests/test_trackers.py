@@ -19,6 +19,9 @@ from envengineer import hookimpl
 from envengineer.errors import ConfigError, UnknownComponentError
 from envengineer.trackers import Tracker
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
 SIM = {"name": "sim", "rounds": 2, "budget": 40, "task": {"name": "mapf-frozenlake"}, "engineer": "heuristic",
        "policy": "simulated", "trainer": "simulated", "eval": {"limit": 24, "benchmarks": ["mapf-3agents"]}}
 
@@ -415,6 +418,26 @@ def test_tensorboard_event_files_read_back(tracked):
     assert [e.step for e in texts["config/yaml"]] == [0, 1]
     assert "sizes:" in texts["config/yaml"][1].tensor_proto.string_val[0].decode()
     assert "_hparams_/session_start_info" in acc.PluginTagToContent("hparams")
+
+
+def test_tensorboards_server_serves_the_rates_and_trls_loss_to_its_dashboard(tracked):
+    """TensorBoard's own server (``tensorboard --logdir``'s) on the run's files answers the Scalars
+    dashboard's requests with the per-round validation rate and TRL's loss at the joined steps
+    (scripts/tensorboard_figure.py draws the same answers)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tensorboard_figure", ROOT / "scripts" / "tensorboard_figure.py")
+    figure = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figure)
+    out, recorder, _ = tracked
+    rounds = dict(recorder.of("round"))
+    served = figure.scalars(figure.serve(out / "tb"), ["validation/valid_rate", "train/loss"])
+    (rates,) = served["validation/valid_rate"].values()
+    assert [(step, round(value, 6)) for step, value in rates] == [(r, round(rounds[r]["valid_rate"], 6)) for r in (0, 1)]
+    (loss,) = served["train/loss"].values()
+    assert [step for step, _ in loss] == [1, 2]
+    with pytest.raises(SystemExit, match="no run holds the tag 'train/nothing'.*validation/valid_rate"):
+        figure.scalars(figure.serve(out / "tb"), ["train/nothing"], attempts=2)
 
 
 def test_wandb_offline_run_reads_back(tracked):
