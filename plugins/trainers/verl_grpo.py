@@ -61,7 +61,7 @@ from envengineer.plugins.trainers.verl_config import (
     override_key,
 )
 from envengineer.plugins.trainers.verl_data import OUTCOMES_DIR
-from envengineer.plugins.trainers.verl_launch import run_job
+from envengineer.plugins.trainers.verl_launch import LaunchOptions, run_job
 from envengineer.training import ROLLOUTS_FILE, TrainRequest, TrainResult, reward_text
 
 
@@ -73,11 +73,15 @@ def flash_attn_available() -> bool:
     return importlib.util.find_spec("flash_attn") is not None
 
 
+class VerlGrpoOptions(VerlOptions, LaunchOptions):
+    """The ``verl`` trainer's section: verl's settings (:class:`VerlOptions`) and how the job is launched and watched."""
+
+
 class VerlGrpoTrainer(Trainer):
     name: ClassVar[str] = "verl"
     description: ClassVar[str] = "GRPO with verl (FSDP actor, vLLM rollouts) on one or more GPU nodes through Ray"
-    Options: ClassVar[type[BaseModel]] = VerlOptions
-    options: VerlOptions
+    Options: ClassVar[type[BaseModel]] = VerlGrpoOptions
+    options: VerlGrpoOptions
 
     @property
     def epochs(self) -> float:
@@ -134,7 +138,7 @@ class VerlGrpoTrainer(Trainer):
                     continue
                 per_gpu = mini * group // gpus
                 micro = max(m for m in range(1, min(per_gpu, o.ppo_micro_batch_size_per_gpu) + 1) if per_gpu % m == 0)
-                return VerlOptions.model_validate({**o.model_dump(), "train_batch_size": batch, "ppo_mini_batch_size": mini,
+                return type(o).model_validate({**o.model_dump(), "train_batch_size": batch, "ppo_mini_batch_size": mini,
                                                    "ppo_micro_batch_size_per_gpu": micro})
         return None
 
@@ -432,7 +436,8 @@ class VerlGrpoTrainer(Trainer):
 
     def launch(self, command: list[str], env: dict[str, str], paths: dict[str, Path], steps: int) -> list[dict[str, Any]]:
         """Run verl, its output to ``verl.log``, its metrics into ``curves.jsonl`` as they come; the curve lines."""
-        return run_job(command, env, paths, steps, self.options.module)
+        o = self.options
+        return run_job(command, env, paths, steps, o.module, stall_timeout_s=o.stall_timeout_s, grace_s=o.kill_grace_seconds)
 
     def round_metrics(self, lines: list[dict[str, Any]], data: dict[str, Any], started: float) -> dict[str, Any]:
         def mean(key: str) -> float | None:
