@@ -167,6 +167,17 @@ def generate(
     return outputs
 
 
+#: The vLLM release the ``verl`` extra pins and ``tests/fake_vllm`` follows.
+TESTED_VLLM = "0.24.0"
+
+
+def vllm_check() -> Any:
+    """``envengineer doctor``'s line for vLLM in this Python (the one the child runs)."""
+    from envengineer.doctor import package_check, version
+
+    return package_check("vllm", version("vllm"), tested=TESTED_VLLM, install=INSTALL_HINT)
+
+
 # ------------------------------------------------------------------ GPU memory before the start
 
 

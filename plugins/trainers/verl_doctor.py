@@ -1,0 +1,102 @@
+"""The ``verl`` trainer's checks for ``envengineer doctor`` and before a run: read in the Python that runs verl.
+
+verl, vLLM, TransferQueue and flash-attn are looked for in the job's interpreter
+(``trainer.verl.python``, default this one), through :func:`envengineer.plugins.trainers.verl_probe.probe`;
+Ray's cluster is asked about only when one is running (``ray_address``, ``RAY_ADDRESS`` or the
+file ``ray start`` leaves), never started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+from envengineer.doctor import Check, package_check
+from envengineer.errors import ConfigError
+from envengineer.plugins.trainers.verl_config import INSTALL_HINT
+from envengineer.plugins.vllm_child import TESTED_VLLM
+
+#: The versions the ``verl`` extra installs (verl[vllm]==0.9.1 pins vLLM 0.24.0) and the tests follow.
+TESTED = {"verl": "0.9.1", "vllm": TESTED_VLLM}
+#: Where ``ray start`` records the address of the cluster this node belongs to.
+RAY_CURRENT_CLUSTER = "/tmp/ray/ray_current_cluster"
+FLASH_ATTN_DOC = "docs/verl.md, 'flash-attn': a wheel built for the pinned torch and CUDA"
+
+_NODES = """
+import json, ray
+ray.init(address={address!r}, logging_level="ERROR", log_to_driver=False)
+print(json.dumps([{{"address": n["NodeManagerAddress"], "alive": n["Alive"], "gpus": n["Resources"].get("GPU", 0),
+                   "cpus": n["Resources"].get("CPU", 0)}} for n in ray.nodes()]))
+ray.shutdown()
+"""
+
+
+def flash_attn_check(facts: dict[str, Any], attention: str) -> Check:
+    """flash-attn in the job's interpreter: verl's fast path (flash_attention_2 with padding removal) or not."""
+    version, flash = facts["packages"].get("flash_attn"), facts["flash_attn"]
+    if flash["imports"]:
+        used = "used" if attention in ("auto", "flash_attention_2") else f"installed, but attention is {attention}"
+        return Check("flash-attn", "ok", f"{version}: flash_attention_2 with padding removal ({used})")
+    why = f"installed ({version}) but does not import: {flash['error']}" if version else "not installed"
+    status = "missing" if attention == "flash_attention_2" else "warn"
+    then = "verl cannot start with attention: flash_attention_2" if status == "missing" else (
+        "verl runs sdpa without padding removal: every micro-batch is padded to its longest sequence (slower, more memory)")
+    return Check("flash-attn", status, f"{why}; {then}", FLASH_ATTN_DOC)
+
+
+def running_cluster(ray_address: str | None) -> str | None:
+    """The address of a Ray cluster to ask, when one is known to run; None: none (and none is started)."""
+    if ray_address:
+        return ray_address
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    return "auto" if os.path.exists(RAY_CURRENT_CLUSTER) else None
+
+
+def ray_check(python: str, found: str | None, ray_address: str | None, nnodes: int) -> Check:
+    if found is None:
+        return package_check("ray", None, install=INSTALL_HINT, where="the Python that runs verl")
+    address = running_cluster(ray_address)
+    if address is None:
+        if nnodes > 1:
+            return Check("ray", "missing", f"{found}; no running Ray cluster, and nnodes is {nnodes}",
+                         "ray start --head on one node, ray start --address HEAD:6379 on the others; ray_address: auto")
+        return Check("ray", "ok", f"{found}; no running cluster: verl starts a local one")
+    try:
+        done = subprocess.run([python, "-c", _NODES.format(address=address)], capture_output=True, text=True, timeout=120)
+        nodes = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        nodes = None
+    if nodes is None:
+        return Check("ray", "missing" if ray_address or nnodes > 1 else "warn", f"{found}; the Ray cluster at {address} does not answer",
+                     "check `ray status` on the head node")
+    alive = [n for n in nodes if n["alive"]]
+    text = "; ".join(f"{n['address']}: {n['gpus']:g} GPUs, {n['cpus']:g} CPUs" for n in alive)
+    if len(alive) < nnodes:
+        return Check("ray", "missing", f"{found}; cluster at {address} has {len(alive)} alive node(s), nnodes is {nnodes}: {text}",
+                     "start Ray on the missing nodes (ray start --address HEAD:6379)")
+    return Check("ray", "ok", f"{found}; cluster at {address}, {len(alive)} alive node(s): {text}")
+
+
+def checks(options: Any) -> list[Check]:
+    """Every check for a verl round with ``options`` (the trainer's validated options)."""
+    python = options.python or sys.executable
+    from envengineer.plugins.trainers.verl_probe import probe
+
+    try:
+        facts = probe(python)
+    except ConfigError as exc:
+        return [Check("verl python", "missing", str(exc), "trainer.verl.python: a Python with envengineer and verl installed")]
+    found = facts["packages"]
+    where = [] if python == sys.executable else [Check("verl python", "ok", f"{facts['python']} at {python}")]
+    job = "the Python that runs verl"
+    return where + [
+        package_check("verl", found.get("verl"), tested=TESTED["verl"], install=INSTALL_HINT, where=job),
+        package_check("vllm", found.get("vllm"), tested=TESTED["vllm"], install=INSTALL_HINT, where=job),
+        package_check("TransferQueue", found.get("TransferQueue"), install=f"{INSTALL_HINT}, or pip install 'TransferQueue>=0.1.10'", where=job),
+        flash_attn_check(facts, options.attention),
+        ray_check(python, found.get("ray"), options.ray_address, options.nnodes),
+    ]
