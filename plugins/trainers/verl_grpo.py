@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from envengineer.components import Trainer
 from envengineer.errors import ConfigError
@@ -70,6 +70,11 @@ TRACKER_LOGGERS = ("tensorboard", "wandb", "mlflow")
 
 class VerlGrpoOptions(VerlOptions, LaunchOptions):
     """The ``verl`` trainer's section: verl's settings (:class:`VerlOptions`) and how the job is launched and watched."""
+
+    max_model_len: int | None = Field(
+        None, ge=32, description="vLLM context length (unset: verl takes the model's max_position_embeddings, e.g. 40960 for "
+        "Qwen3-4B; max_prompt_length + max_response_length is enough)",
+    )
 
 
 class VerlGrpoTrainer(Trainer):
@@ -309,7 +314,9 @@ class VerlGrpoTrainer(Trainer):
             "trainer.nnodes": o.nnodes,
             "trainer.n_gpus_per_node": o.n_gpus_per_node,
             "trainer.total_epochs": self.total_epochs(),
-            **({"trainer.total_training_steps": o.total_training_steps} if o.total_training_steps else {}),
+            # the steps this round takes, not the option itself: verl saves only at its last step (or a multiple of save_freq),
+            # and a total_training_steps beyond what its filtered dataloader holds is never reached, so nothing would be saved
+            **({"trainer.total_training_steps": steps} if o.total_training_steps else {}),
             "trainer.save_freq": max(1, steps),  # and verl always saves the last step: one save
             "trainer.test_freq": max(1, steps) if o.verl_validation else -1,
             "trainer.val_before_train": o.verl_validation,
@@ -416,20 +423,37 @@ class VerlGrpoTrainer(Trainer):
         write_parquet(validation, paths["validation"])
         return {"train": str(paths["train"]), "train_rows": len(train), "validation": str(paths["validation"]), "validation_rows": len(validation)}
 
+    def count_kept(self, request: TrainRequest, data: dict[str, Any]) -> dict[str, int]:
+        """The round's prompts that verl's length filter keeps (:func:`verl_data.kept_rows`, verl's own dataset), and how
+        many it drops: the batches, the steps and the save are planned on the kept ones. Every prompt dropped fails here,
+        before launch."""
+        from envengineer.plugins.trainers.verl_data import kept_rows
+
+        rows = data["train_rows"]
+        kept = kept_rows(self.check(self.overrides(request, rows)))
+        if kept == 0:
+            raise ConfigError(
+                f"trainer.verl.max_prompt_length: all {rows} of the round's prompts are longer than {self.options.max_prompt_length} "
+                "tokens with the chat template, and verl's filter_overlong_prompts drops them all; raise max_prompt_length"
+            )
+        return {"kept_rows": kept, "dropped_prompts": rows - kept}
+
     def plan(self, request: TrainRequest) -> dict[str, Any]:
         """Write the round's data and return the exact command, checked against verl (nothing is launched)."""
         data = self.write_data(request)
-        fitted, note = self.round_options(data["train_rows"]), self.short_note(data["train_rows"])
+        data.update(self.count_kept(request, data))
+        prompts = data["kept_rows"]
+        fitted, note = self.round_options(prompts), self.short_note(prompts)
         if fitted is None:  # nothing to launch: the round hands on its starting weights
             return {"data": data, "steps": 0, **note}
-        overrides = self.overrides(request, data["train_rows"])
+        overrides = self.overrides(request, prompts)
         self.check(overrides)
         env = self.environment(request)
         return {
             "command": shlex.join(self.command(overrides)),
             "env": env,
             "data": data,
-            "steps": self.planned_steps(data["train_rows"]),
+            "steps": self.planned_steps(prompts),
             "batches": fitted.batches(),
             **note,
         }
@@ -444,13 +468,15 @@ class VerlGrpoTrainer(Trainer):
         paths = self.paths(out_dir)
         started = time.perf_counter()
         data = self.write_data(request)
-        if self.round_options(data["train_rows"]) is None:
+        data.update(self.count_kept(request, data))
+        prompts = data["kept_rows"]
+        if self.round_options(prompts) is None:
             return self.carry_forward(request, paths, data, started)
-        overrides = self.overrides(request, data["train_rows"])
+        overrides = self.overrides(request, prompts)
         cfg = self.check(overrides)
         self.preflight(cfg)
-        steps = self.planned_steps(data["train_rows"])
-        launch = self.launch_record()
+        steps = self.planned_steps(prompts)
+        launch = {**self.launch_record(), "prompts_dropped": data["dropped_prompts"]}
         if self.options.nnodes > 1 and self.options.check_nodes:
             launch["nodes"] = self.check_nodes(Path(request.policy_path), out_dir)
         self.warn_slow_attention(launch)
@@ -475,8 +501,9 @@ class VerlGrpoTrainer(Trainer):
         paths["curves"].write_text("")
         record_id = request.generator.record_id
         write_jsonl(paths["rollouts"], [prompt_line(record_id(r)) for r in request.records])
-        metrics = {"prompts_given": data["train_rows"], "prompts_used": 0, "trained_prompts": 0, "steps": 0, "completions": 0,
-                   "seconds": round(time.perf_counter() - started, 2), **self.short_note(data["train_rows"])}
+        metrics = {"prompts_given": data["train_rows"], "prompts_dropped": data.get("dropped_prompts", 0), "prompts_used": 0,
+                   "trained_prompts": 0, "steps": 0, "completions": 0, "seconds": round(time.perf_counter() - started, 2),
+                   **self.short_note(data.get("kept_rows", data["train_rows"]))}
         return TrainResult(checkpoint=checkpoint, curves=paths["curves"], metrics=metrics)
 
     def write_rollouts(self, request: TrainRequest, paths: dict[str, Path]) -> dict[str, Any]:
@@ -502,11 +529,13 @@ class VerlGrpoTrainer(Trainer):
             return round(sum(values) / len(values), 4) if values else None
 
         step_seconds = [line["step_seconds"] for line in lines if line.get("step_seconds") is not None]
-        fitted = self.round_options(data["train_rows"]) or self.options
+        prompts = data.get("kept_rows", data["train_rows"])
+        fitted = self.round_options(prompts) or self.options
         batches = fitted.batches()
         return {
             "prompts_given": data["train_rows"],
-            "prompts_used": data["train_rows"] if fitted is self.options else fitted.train_batch_size,
+            "prompts_dropped": data.get("dropped_prompts", 0),  # longer than max_prompt_length: verl's filter
+            "prompts_used": prompts if fitted is self.options else fitted.train_batch_size,
             "steps": lines[-1]["step"],
             "seconds": round(time.perf_counter() - started, 2),
             "train_seconds": round(sum(step_seconds), 2) if step_seconds else None,
@@ -515,5 +544,5 @@ class VerlGrpoTrainer(Trainer):
             "completion_length": mean("completion_length"),
             "throughput_tokens_per_gpu_s": mean("throughput"),
             "last_reward_mean": lines[-1].get("reward_mean"),
-            **self.short_note(data["train_rows"]),
+            **self.short_note(prompts),
         }
