@@ -64,3 +64,16 @@ def test_a_multi_node_round_stops_before_launch_naming_the_node(two_nodes, regis
     assert "the Ray cluster is not ready" in message and other.unique_id[:8] in message and "verl 0.0.1 (here 0.9.1)" in message
     assert "no " + str(model / "config.json") not in message  # the model is at the same path on both nodes
     assert not (out / ".node-check").exists()
+
+
+def test_doctor_lists_a_running_clusters_nodes_without_starting_one(two_nodes):
+    import ray
+
+    from envengineer.plugins.trainers.verl_doctor import ray_check
+
+    cluster, _ = two_nodes
+    check = ray_check(sys.executable, ray.__version__, cluster.address, nnodes=2)
+    assert check.status == "ok" and f"cluster at {cluster.address}, 2 alive node(s)" in check.detail
+    assert check.detail.count("0 GPUs, 1 CPUs") == 2
+    short = ray_check(sys.executable, ray.__version__, cluster.address, nnodes=3)
+    assert short.status == "missing" and "2 alive node(s), nnodes is 3" in short.detail

@@ -20,11 +20,11 @@ def doctor_checks(components):
     """verl's needs (in the Python that runs it), for ``envengineer doctor`` or a run with the ``verl`` trainer; a custom
     ``module`` (a recipe's main, a stand-in) is trusted to know its own."""
     from envengineer.plugins.trainers.verl_doctor import checks
-    from envengineer.plugins.trainers.verl_grpo import VerlGrpoOptions, VerlGrpoTrainer
+    from envengineer.plugins.trainers.verl_grpo import VerlGrpoTrainer
 
     if components is None:
-        return checks(VerlGrpoOptions())
+        return checks(VerlGrpoTrainer())
     for component in components:
         if isinstance(component, VerlGrpoTrainer) and component.options.module.startswith("verl."):
-            return checks(component.options)
+            return checks(component)
     return []

@@ -66,7 +66,7 @@ def ray_check(python: str, found: str | None, ray_address: str | None, nnodes: i
                          "ray start --head on one node, ray start --address HEAD:6379 on the others; ray_address: auto")
         return Check("ray", "ok", f"{found}; no running cluster: verl starts a local one")
     try:
-        done = subprocess.run([python, "-c", _NODES.format(address=address)], capture_output=True, text=True, timeout=120)
+        done = subprocess.run([python, "-c", _NODES.format(address=address)], capture_output=True, text=True, timeout=60)
         nodes = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         nodes = None
@@ -81,13 +81,13 @@ def ray_check(python: str, found: str | None, ray_address: str | None, nnodes: i
     return Check("ray", "ok", f"{found}; cluster at {address}, {len(alive)} alive node(s): {text}")
 
 
-def checks(options: Any) -> list[Check]:
-    """Every check for a verl round with ``options`` (the trainer's validated options)."""
+def checks(trainer: Any) -> list[Check]:
+    """Every check for a round of ``trainer`` (a ``verl`` trainer: its options, and the facts of the Python that runs
+    verl it probed, the same the round uses)."""
+    options = trainer.options
     python = options.python or sys.executable
-    from envengineer.plugins.trainers.verl_probe import probe
-
     try:
-        facts = probe(python)
+        facts = trainer.job_facts()
     except ConfigError as exc:
         return [Check("verl python", "missing", str(exc), "trainer.verl.python: a Python with envengineer and verl installed")]
     found = facts["packages"]
