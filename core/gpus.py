@@ -22,8 +22,6 @@ APP_FIELDS = "gpu_uuid,pid,process_name,used_memory"
 #: CUDA minor version compatibility table: 13.x needs >= 580, 12.x >= 525, 11.x >= 450).
 MIN_DRIVER = {13: 580, 12: 525, 11: 450}
 
-MIB = 1024 * 1024
-
 
 @dataclass(frozen=True)
 class Gpu:

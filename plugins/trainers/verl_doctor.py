@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from envengineer.doctor import Check, package_check
@@ -100,3 +101,80 @@ def checks(trainer: Any) -> list[Check]:
         flash_attn_check(facts, options.attention),
         ray_check(python, found.get("ray"), options.ray_address, options.nnodes),
     ]
+
+
+class PreLaunch:
+    """The ``verl`` trainer's checks before it launches a round: the Python that runs verl (what it has, what attention
+    it allows), and on several nodes every node of the Ray cluster. Mixed into :class:`VerlGrpoTrainer`."""
+
+    options: Any
+
+    def job_facts(self) -> dict[str, Any]:
+        """What the Python that runs verl has (``python`` option, default this one): read once, by a subprocess of that
+        interpreter (:func:`envengineer.plugins.trainers.verl_probe.probe`), not from this process's imports."""
+        if getattr(self, "_job_facts", None) is None:
+            from envengineer.plugins.trainers.verl_probe import probe
+
+            self._job_facts = probe(self.options.python or sys.executable)
+        return self._job_facts
+
+    def launch_record(self) -> dict[str, Any]:
+        """How this machine runs the round (``details.json``'s ``launch``): the attention kernels and the job's Python."""
+        facts = self.job_facts()
+        attention, remove_padding = self.attention()
+        flash = facts["flash_attn"]
+        return {"attention": attention, "remove_padding": remove_padding, "python": facts["executable"],
+                "flash_attn": facts["packages"].get("flash_attn") if flash["imports"] else None,
+                **({"flash_attn_error": flash["error"]} if flash["error"] else {})}
+
+    def warn_slow_attention(self, record: dict[str, Any]) -> None:
+        """Say at launch that verl leaves the fast path (sdpa without padding removal) because flash-attn is missing."""
+        if self.options.attention != "auto" or record["remove_padding"]:
+            return
+        from rich.console import Console
+
+        why = f"does not import there ({record['flash_attn_error']})" if record.get("flash_attn_error") else "is not installed there"
+        Console(stderr=True).print(
+            f"[yellow]trainer.verl: flash-attn {why}, {record['python']}: verl runs sdpa without padding removal "
+            "(slower, more memory). docs/verl.md says how to install flash-attn for the pinned torch and CUDA.[/]", highlight=False)
+
+    def check_nodes(self, policy_path: Path, out_dir: Path) -> list[str]:
+        """Before a multi-node round: every node of the Ray cluster has this node's Python environment, the base model
+        at the same path and sees the round's folder (a marker written here); raises :class:`ConfigError` naming the
+        nodes that lack something. The node names checked, in order."""
+        from envengineer.plugins.trainers.verl_probe import node_problems, probe_cluster
+
+        o = self.options
+        marker = Path(out_dir).resolve() / ".node-check"
+        marker.write_text("written by the launching node; every node must see it\n")
+        model = Path(policy_path).resolve() / "config.json"
+        try:
+            nodes = probe_cluster(o.python or sys.executable, o.ray_address or "auto", [str(model), str(marker)])
+        finally:
+            marker.unlink(missing_ok=True)
+        problems = node_problems(self.job_facts(), nodes, nnodes=o.nnodes)
+        if problems:
+            raise ConfigError(
+                "trainer.verl: the Ray cluster is not ready for this round (every node needs the same Python environment, the "
+                "base model at the same path and the run directory on shared storage; docs/verl.md, 'Several nodes'):\n- "
+                + "\n- ".join(problems)
+            )
+        return sorted(nodes)
+
+    def preflight(self, cfg: Any) -> None:
+        """What verl's own entry point needs installed to launch, in the Python that runs it (not for the checks above);
+        another ``module`` (a recipe's main) is trusted to know its own needs."""
+        if not self.options.module.startswith("verl."):
+            return
+        facts = self.job_facts()
+        where = f"in {facts['executable']}"
+        if cfg.trainer.get("use_v1", False) and facts["packages"].get("TransferQueue") is None:
+            raise ConfigError(
+                f"trainer.verl: verl's main_ppo imports TransferQueue (trainer.use_v1 is true) and it is not installed {where}; "
+                f"plain `pip install verl` does not bring it: {INSTALL_HINT}, or pip install 'TransferQueue>=0.1.10'"
+            )
+        if facts["packages"].get("vllm") is None:
+            raise ConfigError(f"trainer.verl: vLLM (verl's rollout engine) is not installed {where}: {INSTALL_HINT}")
+        if self.options.attention == "flash_attention_2" and not facts["flash_attn"]["imports"]:
+            raise ConfigError(f"trainer.verl.attention: flash_attention_2, and flash-attn does not import {where} "
+                              f"({facts['flash_attn']['error'] or 'not installed'}); see docs/verl.md on flash-attn, or attention: auto")

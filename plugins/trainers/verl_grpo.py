@@ -51,7 +51,6 @@ from envengineer.components import Trainer
 from envengineer.errors import ConfigError
 from envengineer.plugins.trainers.verl_config import (
     ENV_PREFIX,
-    INSTALL_HINT,
     REWARD_MODULE,
     VerlOptions,
     check_overrides,
@@ -60,6 +59,7 @@ from envengineer.plugins.trainers.verl_config import (
     override_key,
 )
 from envengineer.plugins.trainers.verl_data import OUTCOMES_DIR
+from envengineer.plugins.trainers.verl_doctor import PreLaunch
 from envengineer.plugins.trainers.verl_launch import LaunchOptions, run_job
 from envengineer.training import ROLLOUTS_FILE, TrainRequest, TrainResult, reward_text
 
@@ -77,7 +77,7 @@ class VerlGrpoOptions(VerlOptions, LaunchOptions):
     )
 
 
-class VerlGrpoTrainer(Trainer):
+class VerlGrpoTrainer(PreLaunch, Trainer):
     name: ClassVar[str] = "verl"
     description: ClassVar[str] = "GRPO with verl (FSDP actor, vLLM rollouts) on one or more GPU nodes through Ray"
     Options: ClassVar[type[BaseModel]] = VerlGrpoOptions
@@ -175,15 +175,6 @@ class VerlGrpoTrainer(Trainer):
             raise ConfigError(f"trainer.verl.epochs: verl trains whole epochs, got {epochs}; use total_training_steps for a part")
         return int(epochs)
 
-    def job_facts(self) -> dict[str, Any]:
-        """What the Python that runs verl has (``python`` option, default this one): read once, by a subprocess of that
-        interpreter (:func:`envengineer.plugins.trainers.verl_probe.probe`), not from this process's imports."""
-        if getattr(self, "_job_facts", None) is None:
-            from envengineer.plugins.trainers.verl_probe import probe
-
-            self._job_facts = probe(self.options.python or sys.executable)
-        return self._job_facts
-
     def attention(self) -> tuple[str, bool]:
         """The attention implementation and whether verl may remove padding (packing needs flash-attn's varlen kernels);
         ``auto``: flash_attention_2 when flash-attn imports in the job's Python."""
@@ -191,49 +182,6 @@ class VerlGrpoTrainer(Trainer):
         if choice == "auto":
             choice = "flash_attention_2" if self.job_facts()["flash_attn"]["imports"] else "sdpa"
         return choice, choice == "flash_attention_2"
-
-    def launch_record(self) -> dict[str, Any]:
-        """How this machine runs the round (``details.json``'s ``launch``): the attention kernels and the job's Python."""
-        facts = self.job_facts()
-        attention, remove_padding = self.attention()
-        flash = facts["flash_attn"]
-        return {"attention": attention, "remove_padding": remove_padding, "python": facts["executable"],
-                "flash_attn": facts["packages"].get("flash_attn") if flash["imports"] else None,
-                **({"flash_attn_error": flash["error"]} if flash["error"] else {})}
-
-    def warn_slow_attention(self, record: dict[str, Any]) -> None:
-        """Say at launch that verl leaves the fast path (sdpa without padding removal) because flash-attn is missing."""
-        if self.options.attention != "auto" or record["remove_padding"]:
-            return
-        from rich.console import Console
-
-        why = f"does not import there ({record['flash_attn_error']})" if record.get("flash_attn_error") else "is not installed there"
-        Console(stderr=True).print(
-            f"[yellow]trainer.verl: flash-attn {why}, {record['python']}: verl runs sdpa without padding removal "
-            "(slower, more memory). docs/verl.md says how to install flash-attn for the pinned torch and CUDA.[/]", highlight=False)
-
-    def check_nodes(self, policy_path: Path, out_dir: Path) -> list[str]:
-        """Before a multi-node round: every node of the Ray cluster has this node's Python environment, the base model
-        at the same path and sees the round's folder (a marker written here); raises :class:`ConfigError` naming the
-        nodes that lack something. The node names checked, in order."""
-        from envengineer.plugins.trainers.verl_probe import node_problems, probe_cluster
-
-        o = self.options
-        marker = Path(out_dir).resolve() / ".node-check"
-        marker.write_text("written by the launching node; every node must see it\n")
-        model = Path(policy_path).resolve() / "config.json"
-        try:
-            nodes = probe_cluster(o.python or sys.executable, o.ray_address or "auto", [str(model), str(marker)])
-        finally:
-            marker.unlink(missing_ok=True)
-        problems = node_problems(self.job_facts(), nodes, nnodes=o.nnodes)
-        if problems:
-            raise ConfigError(
-                "trainer.verl: the Ray cluster is not ready for this round (every node needs the same Python environment, the "
-                "base model at the same path and the run directory on shared storage; docs/verl.md, 'Several nodes'):\n- "
-                + "\n- ".join(problems)
-            )
-        return sorted(nodes)
 
     def paths(self, out_dir: Path) -> dict[str, Path]:
         out_dir = Path(out_dir).resolve()
@@ -377,24 +325,6 @@ class VerlGrpoTrainer(Trainer):
         if mlflow and mlflow.get("tracking_uri") and "@" not in str(mlflow["tracking_uri"]):  # a URI with credentials stays in the environment
             env["MLFLOW_TRACKING_URI"] = str(mlflow["tracking_uri"])
         return {k: v for k, v in env.items() if v}
-
-    def preflight(self, cfg: Any) -> None:
-        """What verl's own entry point needs installed to launch, in the Python that runs it (not for the checks above);
-        another ``module`` (a recipe's main) is trusted to know its own needs."""
-        if not self.options.module.startswith("verl."):
-            return
-        facts = self.job_facts()
-        where = f"in {facts['executable']}"
-        if cfg.trainer.get("use_v1", False) and facts["packages"].get("TransferQueue") is None:
-            raise ConfigError(
-                f"trainer.verl: verl's main_ppo imports TransferQueue (trainer.use_v1 is true) and it is not installed {where}; "
-                f"plain `pip install verl` does not bring it: {INSTALL_HINT}, or pip install 'TransferQueue>=0.1.10'"
-            )
-        if facts["packages"].get("vllm") is None:
-            raise ConfigError(f"trainer.verl: vLLM (verl's rollout engine) is not installed {where}: {INSTALL_HINT}")
-        if self.options.attention == "flash_attention_2" and not facts["flash_attn"]["imports"]:
-            raise ConfigError(f"trainer.verl.attention: flash_attention_2, and flash-attn does not import {where} "
-                              f"({facts['flash_attn']['error'] or 'not installed'}); see docs/verl.md on flash-attn, or attention: auto")
 
     def check(self, overrides: list[str]) -> Any:
         """The overrides composed with verl's Hydra config and checked by verl's ``validate_config``."""
