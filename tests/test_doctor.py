@@ -186,3 +186,30 @@ def test_verl_flash_attn_is_judged_in_the_jobs_python(registry, tmp_path):
     assert flash_attn_check(broken, "auto").status == "warn"
     fine = {"packages": {"flash_attn": "2.8.3"}, "flash_attn": {"imports": True, "error": None}}
     assert flash_attn_check(fine, "auto").detail == "2.8.3: flash_attention_2 with padding removal (used)"
+
+
+def test_the_jobs_torch_is_read_without_importing_it_and_judged_against_the_driver():
+    from envengineer.plugins.trainers.verl_doctor import job_torch_check
+    from envengineer.plugins.trainers.verl_probe import probe
+
+    import torch
+
+    assert probe(sys.executable)["torch_cuda"] == torch.version.cuda  # None here: a CPU build
+    old = lambda: gpu_info.parse_gpus(SMI_GPUS)  # noqa: E731 - driver 570
+    check = job_torch_check("2.11.0+cu130", "13.0", read_gpus=old)
+    assert check.status == "missing" and "older than 580" in check.detail and check.name == "verl torch"
+    assert job_torch_check("2.11.0+cu128", "12.8", read_gpus=old).status == "ok"
+    assert job_torch_check("2.13.0+cpu", None, read_gpus=old).status == "warn"
+
+
+def test_the_cuda_build_is_read_from_a_cuda_torchs_version_file(tmp_path, monkeypatch):
+    """A torch built for CUDA 13 as its wheel lays out torch/version.py, first on the probed Python's path."""
+    from envengineer.plugins.trainers.verl_probe import probe
+
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('the probe must not import torch')\n")
+    (fake / "version.py").write_text("from typing import Optional\n\n__version__ = '2.11.0+cu130'\ndebug = False\n"
+                                     "cuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    assert probe(sys.executable)["torch_cuda"] == "13.0"

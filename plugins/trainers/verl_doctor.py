@@ -48,6 +48,21 @@ def flash_attn_check(facts: dict[str, Any], attention: str) -> Check:
     return Check("flash-attn", status, f"{why}; {then}", FLASH_ATTN_DOC)
 
 
+def job_torch_check(version: str | None, cuda_build: str | None, read_gpus: Any = None) -> Check:
+    """torch in the Python that runs verl (when it is not this one), and whether this machine's driver runs its CUDA build."""
+    from envengineer import gpus as gpu_info
+    from envengineer.doctor import torch_check
+
+    check = torch_check(version, cuda_build)
+    if check.status != "ok":
+        return Check("verl torch", check.status, f"in the Python that runs verl: {check.detail}", check.fix)
+    gpus = (read_gpus or gpu_info.read_gpus)()
+    problem = gpu_info.driver_problem(gpus[0].driver, cuda_build) if gpus else None
+    if problem:
+        return Check("verl torch", "missing", f"{version}: {problem}", "a newer driver, or torch built for an older CUDA in that Python")
+    return Check("verl torch", "ok", f"{check.detail}, in the Python that runs verl")
+
+
 def running_cluster(ray_address: str | None) -> str | None:
     """The address of a Ray cluster to ask, when one is known to run; None: none (and none is started)."""
     if ray_address:
@@ -92,7 +107,8 @@ def checks(trainer: Any) -> list[Check]:
     except ConfigError as exc:
         return [Check("verl python", "missing", str(exc), "trainer.verl.python: a Python with envengineer and verl installed")]
     found = facts["packages"]
-    where = [] if python == sys.executable else [Check("verl python", "ok", f"{facts['python']} at {python}")]
+    where = [] if python == sys.executable else [Check("verl python", "ok", f"{facts['python']} at {python}"),
+                                                 job_torch_check(found.get("torch"), facts.get("torch_cuda"))]
     job = "the Python that runs verl"
     return where + [
         package_check("verl", found.get("verl"), tested=TESTED["verl"], install=INSTALL_HINT, where=job),

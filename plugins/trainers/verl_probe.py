@@ -53,6 +53,7 @@ def facts(paths: Sequence[str] = ()) -> dict[str, Any]:
             flash["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
     return {
         "host": socket.gethostname(),
+        "torch_cuda": torch_cuda_build(),
         "python": platform.python_version(),
         "executable": sys.executable,
         "packages": packages,
@@ -60,6 +61,23 @@ def facts(paths: Sequence[str] = ()) -> dict[str, Any]:
         "paths": {path: os.path.exists(path) for path in paths},
         "nccl": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
     }
+
+
+def torch_cuda_build() -> str | None:
+    """The CUDA version this interpreter's torch was built for, read from ``torch/version.py`` (importing torch is slow
+    and not needed); None for a CPU-only build or no torch."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        with open(os.path.join(spec.submodule_search_locations[0], "version.py"), encoding="utf-8") as handle:
+            match = re.search(r"^cuda(?::[^=]*)?=\s*'([^']+)'", handle.read(), re.MULTILINE)
+    except OSError:
+        return None
+    return match.group(1) if match else None
 
 
 def probe_nodes(address: str, paths: Sequence[str]) -> dict[str, dict[str, Any]]:
