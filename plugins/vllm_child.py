@@ -181,6 +181,12 @@ def vllm_check() -> Any:
 # ------------------------------------------------------------------ GPU memory before the start
 
 
+def _stderr(message: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[yellow]{message}[/]", highlight=False, markup=True)
+
+
 def memory_shortfall(gpus: Sequence[Gpu], utilization: float, tensor_parallel_size: int) -> list[tuple[Gpu, float]]:
     """The GPUs among the first ``tensor_parallel_size`` visible ones with less than ``utilization`` × their memory free,
     each with the MiB vLLM needs there."""
@@ -195,7 +201,7 @@ def memory_shortfall(gpus: Sequence[Gpu], utilization: float, tensor_parallel_si
 def wait_for_memory(
     engine: dict[str, Any], *, wait_s: float, what: str, reader: Callable[[], list[Gpu] | None] = visible_gpus,
     holders: Callable[[], list[GpuProcess]] = read_processes, sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic, poll_s: float = MEMORY_POLL_S,
+    clock: Callable[[], float] = time.monotonic, poll_s: float = MEMORY_POLL_S, notify: Callable[[str], None] | None = None,
 ) -> None:
     """Wait up to ``wait_s`` until the GPUs the engine uses have the memory vLLM will ask for at its start
     (``gpu_memory_utilization`` × total on each of its ``tensor_parallel_size`` GPUs: vLLM refuses to start with less
@@ -203,7 +209,7 @@ def wait_for_memory(
     nothing to wait for."""
     utilization = float(engine.get("gpu_memory_utilization") or VLLM_DEFAULT_UTILIZATION)
     tp = int(engine.get("tensor_parallel_size") or 1)
-    started = clock()
+    started, told = clock(), False
     while True:
         gpus = reader()
         if not gpus:
@@ -211,12 +217,15 @@ def wait_for_memory(
         short = memory_shortfall(gpus, utilization, tp)
         if not short:
             return
+        lines = [f"GPU {gpu.index} ({gpu.name}): {gpu.free_mib / 1024:.1f} GiB free of {gpu.total_mib / 1024:.1f} GiB, "
+                 f"needs {needed / 1024:.1f} GiB (gpu_memory_utilization {utilization:g} × {gpu.total_mib / 1024:.1f} GiB)"
+                 for gpu, needed in short]
         if clock() - started >= wait_s:
             break
+        if not told:  # the wait can be long: say once what it waits for
+            (notify or _stderr)(f"{what}: waiting up to {wait_s / 60:g} minutes for GPU memory before starting vLLM: " + "; ".join(lines))
+            told = True
         sleep(poll_s)
-    lines = [f"GPU {gpu.index} ({gpu.name}): {gpu.free_mib / 1024:.1f} GiB free of {gpu.total_mib / 1024:.1f} GiB, "
-             f"needs {needed / 1024:.1f} GiB (gpu_memory_utilization {utilization:g} × {gpu.total_mib / 1024:.1f} GiB)"
-             for gpu, needed in short]
     uuids = {gpu.uuid for gpu, _ in short}
     held = [f"pid {p.pid} {p.name} ({p.used_mib / 1024:.1f} GiB)" for p in holders() if p.gpu_uuid in uuids]
     raise VllmChildError(

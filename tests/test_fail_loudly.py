@@ -182,11 +182,13 @@ class Clock:
 def test_the_memory_wait_returns_once_the_memory_is_free():
     from envengineer.plugins.vllm_child import wait_for_memory
 
-    clock = Clock()
+    clock, told = Clock(), []
     readings = iter([[gpu(0, 20000)], [gpu(0, 40000)], [gpu(0, 80000)]])
     wait_for_memory({"gpu_memory_utilization": 0.9}, wait_s=600, what="policy.vllm", reader=lambda: next(readings),
-                    holders=list, sleep=clock.sleep, clock=clock, poll_s=5)
+                    holders=list, sleep=clock.sleep, clock=clock, poll_s=5, notify=told.append)
     assert clock.now == 10  # two readings short, the third enough (0.9 × 81559 = 73403 MiB)
+    assert told == ["policy.vllm: waiting up to 10 minutes for GPU memory before starting vLLM: GPU 0 (NVIDIA H100 80GB HBM3): "
+                    "19.5 GiB free of 79.6 GiB, needs 71.7 GiB (gpu_memory_utilization 0.9 × 79.6 GiB)"]
 
 
 def test_the_memory_wait_fails_with_the_numbers_and_who_holds_it():
@@ -197,7 +199,7 @@ def test_the_memory_wait_fails_with_the_numbers_and_who_holds_it():
     with pytest.raises(VllmChildError) as failed:
         wait_for_memory({"gpu_memory_utilization": 0.55, "tensor_parallel_size": 2}, wait_s=60, what="engineer.checkpoint",
                         reader=lambda: [gpu(0, 80000), gpu(1, 30000), gpu(2, 100)], holders=lambda: holders,
-                        sleep=clock.sleep, clock=clock, poll_s=5)
+                        sleep=clock.sleep, clock=clock, poll_s=5, notify=lambda message: None)
     message = str(failed.value)
     assert message.startswith("engineer.checkpoint: vLLM would not start: after waiting 1 minutes")
     assert "GPU 1 (NVIDIA H100 80GB HBM3): 29.3 GiB free of 79.6 GiB, needs 43.8 GiB (gpu_memory_utilization 0.55" in message

@@ -29,7 +29,15 @@ verl's training dataloader drops a partial batch (``drop_last``) and its job fai
 one, so a round with fewer instances than ``train_batch_size`` trains one smaller batch of them
 instead (:meth:`VerlGrpoTrainer.round_options`, said in the metrics' ``note``), as the ``trl``
 trainer trains one smaller step; a round whose instances no batch can split among the GPUs
-trains nothing and hands on its starting weights, without launching verl.
+trains nothing and hands on its starting weights, without launching verl. verl also drops every prompt longer
+than ``max_prompt_length``; they are counted before launch with verl's own dataset
+(:meth:`VerlGrpoTrainer.count_kept`) and the round is planned on the prompts it keeps, its
+``total_training_steps`` included, so that verl reaches its last step, where it saves.
+
+Before launch the Python that runs verl is probed (flash-attn, vLLM, TransferQueue:
+:mod:`envengineer.plugins.trainers.verl_doctor`), and on several nodes every Ray node; the job runs
+in a process group of its own, ended whole when it fails, stalls or the loop is interrupted
+(:mod:`envengineer.plugins.trainers.verl_launch`).
 
 Everything up to the launch (overrides, data, reward, checkpoint hand-off, metrics) is tested
 on CPU against the installed verl; the training itself needs CUDA GPUs and vLLM.
@@ -139,7 +147,7 @@ class VerlGrpoTrainer(PreLaunch, Trainer):
                 per_gpu = mini * group // gpus
                 micro = max(m for m in range(1, min(per_gpu, o.ppo_micro_batch_size_per_gpu) + 1) if per_gpu % m == 0)
                 return type(o).model_validate({**o.model_dump(), "train_batch_size": batch, "ppo_mini_batch_size": mini,
-                                                   "ppo_micro_batch_size_per_gpu": micro})
+                                               "ppo_micro_batch_size_per_gpu": micro})
         return None
 
     def short_note(self, prompts: int) -> dict[str, Any]:
@@ -431,9 +439,9 @@ class VerlGrpoTrainer(PreLaunch, Trainer):
         paths["curves"].write_text("")
         record_id = request.generator.record_id
         write_jsonl(paths["rollouts"], [prompt_line(record_id(r)) for r in request.records])
-        metrics = {"prompts_given": data["train_rows"], "prompts_dropped": data.get("dropped_prompts", 0), "prompts_used": 0,
+        metrics = {"prompts_given": data["train_rows"], "prompts_dropped": data["dropped_prompts"], "prompts_used": 0,
                    "trained_prompts": 0, "steps": 0, "completions": 0, "seconds": round(time.perf_counter() - started, 2),
-                   **self.short_note(data.get("kept_rows", data["train_rows"]))}
+                   **self.short_note(data["kept_rows"])}
         return TrainResult(checkpoint=checkpoint, curves=paths["curves"], metrics=metrics)
 
     def write_rollouts(self, request: TrainRequest, paths: dict[str, Path]) -> dict[str, Any]:
@@ -459,12 +467,12 @@ class VerlGrpoTrainer(PreLaunch, Trainer):
             return round(sum(values) / len(values), 4) if values else None
 
         step_seconds = [line["step_seconds"] for line in lines if line.get("step_seconds") is not None]
-        prompts = data.get("kept_rows", data["train_rows"])
+        prompts = data["kept_rows"]
         fitted = self.round_options(prompts) or self.options
         batches = fitted.batches()
         return {
             "prompts_given": data["train_rows"],
-            "prompts_dropped": data.get("dropped_prompts", 0),  # longer than max_prompt_length: verl's filter
+            "prompts_dropped": data["dropped_prompts"],  # longer than max_prompt_length: verl's filter
             "prompts_used": prompts if fitted is self.options else fitted.train_batch_size,
             "steps": lines[-1]["step"],
             "seconds": round(time.perf_counter() - started, 2),
