@@ -405,7 +405,7 @@ def doctor(
     console.print(table(checks))
     gpu = next((c for c in checks if c.name == "gpus"), None)
     if gpu is not None and gpu.status == "missing":
-        console.print(f"[bold]no GPU[/] on this machine ({escape(gpu.detail)}): CPU runs work; GPU rounds (verl, vLLM) need one.")
+        console.print("[bold]no GPU[/] on this machine: CPU runs (the tiny policy, trl) work; GPU rounds (verl, vLLM) need one.")
     if components is not None:
         needs_gpu = bool(plugin_checks(registry.pm, components))
         missing = [c.name for c in checks if c.status == "missing"]

@@ -24,7 +24,7 @@ from envengineer.plugins.vllm_child import TESTED_VLLM
 TESTED = {"verl": "0.9.1", "vllm": TESTED_VLLM}
 #: Where ``ray start`` records the address of the cluster this node belongs to.
 RAY_CURRENT_CLUSTER = "/tmp/ray/ray_current_cluster"
-FLASH_ATTN_DOC = "docs/verl.md, 'flash-attn': a wheel built for the pinned torch and CUDA"
+FLASH_ATTN_DOC = "install a flash-attn built for that Python's torch and CUDA (the flash-attn section of docs/verl.md)"
 
 _NODES = """
 import json, ray
