@@ -106,6 +106,9 @@ def gpus_check(gpus: Sequence[gpu_info.Gpu] | None, cuda_visible_devices: str | 
         return Check("gpus", "missing", "no GPU", "run GPU rounds on a machine with NVIDIA GPUs")
     seen = gpu_info.visible(gpus, cuda_visible_devices)
     where = f" (CUDA_VISIBLE_DEVICES={cuda_visible_devices})" if cuda_visible_devices is not None else ""
+    if seen is None:
+        return Check("gpus", "warn", f"MIG instances{where} on {len(gpus)} GPU(s) ({gpus[0].name}); their free memory is not read",
+                     "nvidia-smi shows each instance's memory; vLLM's memory wait is skipped")
     if not seen:
         return Check("gpus", "missing", f"{len(gpus)} GPUs, none visible{where}", "fix CUDA_VISIBLE_DEVICES")
     each = "; ".join(f"{g.index}: {g.name}, {g.free_gib:.1f} of {g.total_gib:.1f} GiB free" for g in seen)

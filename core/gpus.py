@@ -103,11 +103,14 @@ def read_processes() -> list[GpuProcess]:
     return [] if text is None else parse_processes(text)
 
 
-def visible(gpus: Sequence[Gpu], cuda_visible_devices: str | None) -> list[Gpu]:
+def visible(gpus: Sequence[Gpu], cuda_visible_devices: str | None) -> list[Gpu] | None:
     """The GPUs a CUDA program sees, in its order: ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs, a prefix is
-    enough, as CUDA reads it) picks and orders them; unset, all of them by index."""
+    enough, as CUDA reads it) picks and orders them; unset, all of them by index. None when it names MIG
+    instances (``MIG-...``), whose memory the whole GPU's reading does not tell."""
     if cuda_visible_devices is None:
         return sorted(gpus, key=lambda g: g.index)
+    if "MIG-" in cuda_visible_devices:
+        return None
     chosen: list[Gpu] = []
     for item in (part.strip() for part in cuda_visible_devices.split(",")):
         if not item:
@@ -120,7 +123,7 @@ def visible(gpus: Sequence[Gpu], cuda_visible_devices: str | None) -> list[Gpu]:
 
 
 def visible_gpus(reader: Callable[[], list[Gpu] | None] = read_gpus) -> list[Gpu] | None:
-    """:func:`visible` for this process's environment; None without a driver."""
+    """:func:`visible` for this process's environment; None without a driver, or for MIG instances."""
     gpus = reader()
     return None if gpus is None else visible(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
 

@@ -96,6 +96,8 @@ def test_cuda_visible_devices_picks_and_orders_the_gpus():
     assert [g.index for g in gpu_info.visible(gpus, "GPU-8e0f,1")] == [3, 1]  # a UUID prefix, as CUDA reads it
     assert [g.index for g in gpu_info.visible(gpus, "1,7,2")] == [1]  # CUDA stops at the first it cannot read
     assert gpu_info.visible(gpus, "") == [] and len(gpu_info.visible(gpus, None)) == 4
+    mig = "MIG-4f8e1c2a-1111-2222-3333-444455556666"  # a MIG instance: the whole GPU's memory says nothing of it
+    assert gpu_info.visible(gpus, mig) is None and gpus_check(gpus, mig).status == "warn"
 
 
 @pytest.mark.parametrize("driver, cuda, needs", [

@@ -219,3 +219,16 @@ def test_the_vllm_options_carry_the_limits(registry):
     assert (policy.options.memory_wait_minutes, policy.options.stall_timeout_minutes) == (2, 5)
     engineer = registry.create("engineer", "checkpoint", {})
     assert (engineer.options.memory_wait_minutes, engineer.options.stall_timeout_minutes) == (10, 30)
+
+
+def test_mig_instances_are_not_waited_for(monkeypatch):
+    """A MIG instance's free memory is not the whole GPU's: no reading, so no wait (vLLM itself still checks)."""
+    from envengineer.gpus import visible_gpus
+    from envengineer.plugins.vllm_child import wait_for_memory
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4f8e1c2a-1111-2222-3333-444455556666")
+    whole = lambda: [gpu(0, 100)]  # noqa: E731 - the parent GPU, nearly full
+    assert visible_gpus(whole) is None
+    wait_for_memory({}, wait_s=600, what="policy.vllm", reader=lambda: visible_gpus(whole), holders=list, sleep=pytest.fail)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert visible_gpus(whole) == whole()
