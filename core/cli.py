@@ -385,6 +385,42 @@ def run_command(
     console.print(f"run directory: [bold]{escape(str(target))}[/]  (report: envengineer report {escape(str(target))})")
 
 
+@app.command()
+def doctor(
+    config: Optional[Path] = typer.Argument(None, help="a run config: check what its trainer and policy need (default: everything the plugins check)"),
+    overrides: Optional[list[str]] = typer.Argument(None, help="dotted overrides KEY.SUB=VALUE, as for run", show_default=False),
+) -> None:
+    """What this machine and environment offer a GPU run, and what will not work (ok / warn / missing, with fixes).
+
+    Exits 1 only when CONFIG's run needs a GPU and something it needs is missing (as `run` would stop); a machine
+    without a GPU is reported, not an error.
+    """
+    from envengineer.doctor import plugin_checks, run_checks, table
+
+    registry = _registry()
+    components = None
+    if config is not None:
+        from envengineer.runconfig import load_run_config, resolve
+
+        resolved = resolve(load_run_config(config, overrides or (), registry), registry)
+        components = [resolved.trainer, resolved.policy, resolved.engineer]
+    checks = run_checks(registry.pm, components)
+    console.print(table(checks))
+    gpu = next((c for c in checks if c.name == "gpus"), None)
+    if gpu is not None and gpu.status == "missing":
+        console.print("[bold]no GPU[/] on this machine: CPU runs (the tiny policy, trl) work; GPU rounds (verl, vLLM) need one.")
+    if components is not None:
+        needs_gpu = bool(plugin_checks(registry.pm, components))
+        missing = [c.name for c in checks if c.status == "missing"]
+        if not needs_gpu:
+            console.print(f"{escape(str(config))}: its trainer and policy need no GPU; nothing here stops it.")
+        elif missing:
+            console.print(f"[bold red]{escape(str(config))} would stop before training:[/] missing {escape(', '.join(missing))}")
+            raise typer.Exit(1)
+        else:
+            console.print(f"{escape(str(config))}: everything its GPU rounds need is here.")
+
+
 def _print_plan(plan: dict) -> None:
     """The trainer's dry-run plan: its data, environment and command (printed whole, to copy)."""
     for key, value in plan.items():
