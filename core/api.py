@@ -24,6 +24,7 @@ from envengineer.components import (
     NoOptions,
     Policy,
     Projection,
+    Resources,
     Trainer,
     Validator,
     Verdict,
@@ -43,7 +44,7 @@ from envengineer.training import CURVE_KEYS, TrainRequest, TrainResult
 __all__ = [
     "Aggregate", "Benchmark", "CURVE_KEYS", "Change", "Component", "ConfigError", "ContextModule", "DesignOutcome",
     "DesignRequest", "EnvEngineerError", "Engineer", "EngineerCallError", "EngineerReply", "Evidence", "GenerationResult",
-    "Generator", "Grouping", "InputError", "Knob", "NoOptions", "Policy", "Projection", "RoundRecord", "RunDir",
+    "Generator", "Grouping", "InputError", "Knob", "NoOptions", "Policy", "Projection", "Resources", "RoundRecord", "RunDir",
     "Tracker", "TrackerUnavailable", "TrainRequest", "TrainResult", "Trainer", "UnusableProposal", "Validator", "Verdict", "atomic_open", "build_request",
     "extract_yaml_block", "factual_note", "hookimpl", "load_prompt", "parse_proposal", "read_checksums", "read_jsonl", "retired_options",
     "summary_prompt", "write_json", "write_jsonl", "write_text", "write_yaml",

@@ -1,6 +1,7 @@
-"""Running a suite's unfinished runs: one after the other in this process, or ``jobs`` at a time,
-each in its own process (:mod:`envengineer.suite_worker`), after the shared starting policies are
-prepared once. A run that raises is recorded in the suite's status file and the others go on."""
+"""Running a suite's unfinished runs on this machine (``--launcher local``): one after the other in
+this process, or ``jobs`` at a time, each in its own process (:mod:`envengineer.suite_worker`),
+after the shared starting policies are prepared once. A run that raises is recorded in the suite's
+status file and the others go on. On a cluster: :mod:`envengineer.suite_launch`."""
 
 from __future__ import annotations
 
@@ -19,14 +20,15 @@ from envengineer.suite_model import FAILED, PARTIAL, Suite, SuiteEntry, SuiteRun
 from envengineer.suite_plan import run_state
 
 
-def _todo(suite: Suite) -> list[tuple[SuiteEntry, SuiteRun]]:
+def unfinished(suite: Suite) -> list[tuple[SuiteEntry, SuiteRun]]:
     """The unfinished runs, seed by seed (every config's seed 0 first): a suite stopped half-way
     holds whole seeds to compare."""
     todo = [(entry, run) for entry in suite.entries for run in entry.runs if not run.done and run.same_as is None]
     return sorted(todo, key=lambda item: item[1].seed)  # stable: configs in their order within a seed
 
 
-def _finished(suite: Suite, run: SuiteRun) -> None:
+def finished(suite: Suite, run: SuiteRun) -> None:
+    """Record how a run ended (and the rows that show the same run), in the status file."""
     for shared in (r for r in suite.runs if r.same_as is not None and r.run_dir == run.run_dir):
         shared.status, shared.error = run.status, run.error
     save_errors(suite)
@@ -45,7 +47,7 @@ def execute(suite: Suite, *, registry: Any = None, console: Console | None = Non
         raise EnvEngineerError(f"--jobs {jobs}: give at least one")
     console = console or Console()
     registry = registry or load_registry()
-    todo = _todo(suite)
+    todo = unfinished(suite)
     skipped = sum(1 for run in suite.runs if run.done and run.same_as is None)
     if skipped:
         console.print(f"[dim]{skipped} finished run(s) skipped[/]")
@@ -72,7 +74,7 @@ def execute(suite: Suite, *, registry: Any = None, console: Console | None = Non
                 console.print(f"[bold red]{escape(entry.stem)} seed {run.seed} failed:[/] {escape(run.error)}", highlight=False)
             else:
                 run.status, run.error = run_state(run.run_dir, run.config), None
-            _finished(suite, run)
+            finished(suite, run)
             advance()
     return suite
 
@@ -194,7 +196,7 @@ def _run_parallel(suite: Suite, todo: list[tuple[SuiteEntry, SuiteRun]], registr
                         if outcome.get("traceback"):
                             write_text(suite.output / entry.stem / f"seed-{run.seed}.traceback.txt", str(outcome["traceback"]))
                         console.print(f"[bold red]{escape(entry.stem)} seed {run.seed} failed:[/] {escape(run.error)}", highlight=False)
-                    _finished(suite, run)
+                    finished(suite, run)
                     progress.advance(overall)
                 if running:
                     time.sleep(0.5)

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
+from envengineer.components import Resources
 from envengineer.errors import ConfigError
 from envengineer.plugins.policies.transformers_policy import ModelDirOptions, ModelDirPolicy
 
@@ -53,6 +54,10 @@ class VllmPolicy(ModelDirPolicy):
             "tensor_parallel_size": o.tensor_parallel_size, "gpu_memory_utilization": o.gpu_memory_utilization,
             "max_model_len": o.max_model_len, "dtype": o.dtype, "enforce_eager": o.enforce_eager,
         }
+
+    def resources(self) -> Resources:
+        """The GPUs the engine is split over (``tensor_parallel_size``)."""
+        return Resources(gpus_per_node=self.options.tensor_parallel_size)
 
     def close(self) -> None:
         """Nothing to release: the engine lives only inside each :meth:`sample` call's child process."""

@@ -1,0 +1,322 @@
+"""Running a suite's runs on a cluster (``envengineer suite --launcher ray|slurm``), and the status
+of every run (``--status``).
+
+A launcher puts one run (a config at a seed) on the cluster as one job, with the resources the run
+asks for (:func:`run_resources`), and says whether a job it submitted is pending, running or over:
+:class:`Launcher`, with :mod:`envengineer.suite_launch_ray` and :mod:`envengineer.suite_launch_slurm`
+(each imports its library only when used). Everything else is here and the same for both:
+
+- the job runs :mod:`envengineer.suite_worker` on the node, the same resumable loop as ``envengineer
+  run``; its files sit beside the run directory on the shared storage (``<config>/seed-<s>.job.json``,
+  ``.log``, ``.result.json``, ``.node.json``), and the run directory decides what is finished;
+- each job's id is kept in the suite's status file (``suite.json``) until the suite sees it end, so
+  that the command run again after a crash follows the jobs still pending or running and submits
+  only the runs that have none;
+- while it follows them, one status line per run (pending, running on which node, round k of n,
+  done, failed) in a live table; a failed run is reported with its log's tail.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rich.console import Console
+from rich.markup import escape
+
+from envengineer.components import Resources
+from envengineer.errors import EnvEngineerError
+from envengineer.launch_options import LauncherOptions
+from envengineer.rundir import RunDir
+from envengineer.suite_model import FAILED, FINISHED, PARTIAL, STATUS_FILE, Suite, SuiteEntry, SuiteRun, read_jobs, run_key, save_jobs
+from envengineer.suite_plan import run_state
+from envengineer.suite_runner import finished, prepare_policies, unfinished
+
+PENDING, RUNNING, ENDED, UNKNOWN = "pending", "running", "ended", "unknown"
+#: lines of a failed run's log shown with its error
+TAIL_LINES = 20
+
+
+@dataclass
+class Job:
+    """One run as a cluster job: its resources and its files beside the run directory."""
+
+    entry: SuiteEntry
+    run: SuiteRun
+    key: str
+    resources: Resources
+
+    def file(self, suffix: str) -> Path:
+        return self.run.run_dir.parent / f"{self.run.run_dir.name}{suffix}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.entry.stem}-seed-{self.run.seed}"
+
+
+class Launcher(abc.ABC):
+    """Puts jobs on a cluster and says where they are. A job runs ``python -m envengineer.suite_worker
+    JOB.json`` (:func:`envengineer.suite_worker.main`) on a node with the job's resources."""
+
+    name: ClassVar[str] = ""
+    #: variables the run is started with (``--launcher ray``: its trainer's own Ray stays in the reservation)
+    run_env: ClassVar[dict[str, str]] = {}
+
+    @abc.abstractmethod
+    def submit(self, jobs: Sequence[Job]) -> list[str]:
+        """Submit the jobs; their ids, in order."""
+
+    @abc.abstractmethod
+    def state(self, job_id: str) -> str:
+        """PENDING, RUNNING, ENDED (over, however it ended) or UNKNOWN (the cluster cannot say now)."""
+
+    def record(self) -> dict[str, Any]:
+        """Saved with each job id: what finds the job again from another invocation (e.g. Ray's address)."""
+        return {}
+
+    def release(self, job_id: str) -> None:
+        """Free what an ended job still holds on the cluster."""
+
+    def close(self) -> None:
+        """Disconnect (the jobs still pending or running go on)."""
+
+
+def make_launcher(options: LauncherOptions, output: Path, saved: dict[str, dict[str, Any]] | None = None, *, start: bool = True) -> Launcher:
+    """The launcher ``options`` name; ``saved`` (the status file's jobs) fills in what finds earlier jobs
+    again. ``start`` False: only reach a cluster that is there (``--status`` starts nothing)."""
+    if options.name == "ray":
+        from envengineer.suite_launch_ray import RayLauncher
+
+        address = options.address or next((job.get("address") for job in (saved or {}).values() if job.get("launcher") == "ray" and job.get("address")), None)
+        return RayLauncher(options.model_copy(update={"address": address}), start=start)
+    if options.name == "slurm":
+        from envengineer.suite_launch_slurm import SlurmLauncher
+
+        return SlurmLauncher(options, output)
+    raise EnvEngineerError(f"--launcher {options.name}: runs on this machine (--jobs N); no jobs to follow")
+
+
+def run_resources(run: SuiteRun, registry: Any, options: LauncherOptions) -> Resources:
+    """What the run asks for: its trainer's and policy's resources, with the launcher's ``gpus_per_node``
+    and ``cpus`` on top. A run on several nodes is refused (its trainer needs a Ray cluster of its own
+    across them: start it yourself and run ``envengineer run`` there)."""
+    from envengineer.runconfig import resolve
+
+    resolved = resolve(run.config, registry)
+    need = resolved.trainer.resources().union(resolved.policy.resources())
+    need = Resources(options.gpus_per_node if options.gpus_per_node is not None else need.gpus_per_node, need.nodes,
+                     options.cpus if options.cpus is not None else need.cpus)
+    if need.nodes > 1:
+        raise EnvEngineerError(
+            f"{run.run_dir}: the run trains on {need.nodes} nodes; --launcher {options.name} runs each run on one node. "
+            "Start a Ray cluster over the nodes and run it with `envengineer run` there (trainer.ray_address)")
+    return need
+
+
+# ------------------------------------------------------------------ submitting and following
+
+
+def execute_on_cluster(suite: Suite, options: LauncherOptions, *, registry: Any = None, console: Console | None = None) -> Suite:
+    """Submit the unfinished runs that have no job pending or running, follow them all until each
+    has ended, and record how each ended. Interrupted (Ctrl-C), the jobs go on; the same command
+    follows them again."""
+    from envengineer.fileio import write_json
+    from envengineer.registry import load_registry
+
+    console = console or Console()
+    registry = registry or load_registry()
+    saved = read_jobs(suite.output / STATUS_FILE)
+    done = [run_key(suite.output, run) for run in suite.runs if run.done and run.same_as is None]
+    if any(key in saved for key in done):  # finished while no suite followed them
+        save_jobs(suite.output, {key: None for key in done})
+    todo = unfinished(suite)
+    skipped = len(done)
+    if skipped:
+        console.print(f"[dim]{skipped} finished run(s) skipped[/]")
+    if not todo:
+        return suite
+    suite.output.mkdir(parents=True, exist_ok=True)
+    launcher = make_launcher(options, suite.output, saved)
+    try:
+        jobs = {key: Job(entry, run, key, Resources()) for entry, run in todo for key in [run_key(suite.output, run)]}
+        following: dict[str, str] = {}
+        for key, job in jobs.items():
+            record = saved.get(key)
+            if record is None:
+                continue
+            if record.get("launcher") != launcher.name:
+                console.print(f"[yellow]{escape(key)}: job {escape(str(record.get('id')))} was submitted with --launcher "
+                              f"{escape(str(record.get('launcher')))}; it is not followed from here[/]", highlight=False)
+                continue
+            if launcher.state(str(record["id"])) != ENDED or job.file(".result.json").exists():
+                following[key] = str(record["id"])  # pending, running, or over with its outcome waiting
+        submit = [job for key, job in jobs.items() if key not in following]
+        if following:
+            console.print(f"following {len(following)} job(s) submitted earlier: {', '.join(sorted(following.values()))}", highlight=False)
+        if submit:
+            for job in submit:
+                job.resources = run_resources(job.run, registry, options)
+            prepare_policies([job.run for job in submit], registry, console)
+            for job in submit:
+                for suffix in (".result.json", ".node.json"):
+                    job.file(suffix).unlink(missing_ok=True)
+                verb = "resuming" if RunDir(job.run.run_dir).run_yaml.exists() else "starting"
+                log = job.file(".log")
+                log.parent.mkdir(parents=True, exist_ok=True)
+                with log.open("a", encoding="utf-8") as handle:
+                    handle.write(f"\n===== {job.name}: {verb} on {launcher.name} ({time.strftime('%Y-%m-%d %H:%M:%S')}) =====\n")
+                write_json(job.file(".job.json"), {
+                    "config": job.run.config.model_dump(mode="json"), "log": str(log), "result": str(job.file(".result.json")),
+                    "where": str(job.file(".node.json")), "env": dict(launcher.run_env),
+                    # the suite's table and row (excluded from a config's dump): trackers label runs by them
+                    "suite": job.run.config.suite.model_dump(mode="json") if job.run.config.suite else None,
+                })
+            ids = launcher.submit(submit)
+            extra = launcher.record()
+            save_jobs(suite.output, {job.key: {"launcher": launcher.name, "id": job_id, **extra} for job, job_id in zip(submit, ids)})
+            following.update({job.key: job_id for job, job_id in zip(submit, ids)})
+            console.print(f"submitted {len(submit)} run(s) with --launcher {launcher.name}; logs: "
+                          f"{escape(str(suite.output))}/<config>/seed-<s>.log", highlight=False)
+        _follow(suite, {key: jobs[key] for key in following}, following, launcher, console, options.poll_seconds)
+    finally:
+        launcher.close()
+    return suite
+
+
+def _follow(suite: Suite, jobs: dict[str, Job], ids: dict[str, str], launcher: Launcher, console: Console, every: float) -> None:
+    from rich.live import Live
+
+    states = {key: PENDING for key in jobs}
+    try:
+        with Live(status_table(suite, ids, states), console=console, refresh_per_second=2, transient=False) as live:
+            while any(state != ENDED for state in states.values()):
+                for key, job in jobs.items():
+                    if states[key] == ENDED:
+                        continue
+                    state = launcher.state(ids[key])
+                    if state == ENDED or (state != PENDING and job.file(".result.json").exists()):
+                        _ended(suite, job, ids[key], launcher, console)
+                        state = ENDED
+                    states[key] = state
+                live.update(status_table(suite, ids, states))
+                if any(state != ENDED for state in states.values()):
+                    time.sleep(every)
+    except KeyboardInterrupt:
+        console.print(f"[yellow]stopped following; the jobs go on ({launcher.name}). Run the same command again to follow them, "
+                      "or with --status to see where they are.[/]")
+        raise SystemExit(130) from None
+
+
+def _ended(suite: Suite, job: Job, job_id: str, launcher: Launcher, console: Console) -> None:
+    """Record how a job ended: the run directory's state, or the error its worker reported (else why it reported nothing), with the log's tail."""
+    from envengineer.fileio import write_text
+
+    run, log = job.run, job.file(".log")
+    outcome: dict[str, Any] = {}
+    try:
+        outcome = json.loads(job.file(".result.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        outcome = {"ok": False, "error": f"job {job_id} ended without reporting (killed, out of time or memory, or the node failed)"}
+    if outcome.get("ok"):
+        run.status, run.error = run_state(run.run_dir, run.config), None
+        console.print(f"[green]{escape(job.name)}: {escape(run.status)}[/]", highlight=False)
+    else:
+        run.status, run.error = FAILED, str(outcome.get("error"))
+        if outcome.get("traceback"):
+            write_text(job.file(".traceback.txt"), str(outcome["traceback"]))
+        tail = log_tail(log)
+        console.print(f"[bold red]{escape(job.name)} failed:[/] {escape(run.error)}\n[dim]{escape(str(log))}, last lines:[/]\n{escape(tail)}", highlight=False)
+    finished(suite, run)
+    save_jobs(suite.output, {job.key: None})
+    launcher.release(job_id)
+
+
+def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# ------------------------------------------------------------------ one status line per run
+
+
+def _rounds(run: SuiteRun) -> int:
+    folder = RunDir(run.run_dir)
+    try:
+        history = folder.history() if folder.history_path.exists() else []
+    except Exception:  # noqa: BLE001 - a line half-written: shown as not started yet
+        history = []
+    return sum(1 for line in history if line.get("step") == "round_end")
+
+
+def _node(run: SuiteRun) -> str:
+    try:
+        return str(json.loads((run.run_dir.parent / f"{run.run_dir.name}.node.json").read_text(encoding="utf-8")).get("host", ""))
+    except (OSError, ValueError):
+        return ""
+
+
+def status_table(suite: Suite, ids: dict[str, str], states: dict[str, str]) -> Any:
+    """One line per run: its state (done, pending, running on a node, failed, partial, not run), the
+    round it is at and its job. ``ids``/``states``: the jobs followed and what their launcher says."""
+    from rich.table import Table
+
+    table = Table(title=f"suite: {len(suite.runs)} run(s) in {suite.output}", title_justify="left")
+    for column in ("config", "seed", "state", "node", "round", "job"):
+        table.add_column(column)
+    for entry in suite.entries:
+        for run in entry.runs:
+            key = run_key(suite.output, run)
+            done, rounds = _rounds(run), run.config.rounds
+            job, state = ids.get(key, ""), states.get(key)
+            if run.same_as:
+                label, progress = f"[dim]the run of {escape(run.same_as)}[/]", ""
+            elif run.status == FINISHED:
+                label, progress = "[green]done[/]", f"{rounds} of {rounds}"
+            elif state == RUNNING or (state in (UNKNOWN, None) and job and _node(run)):
+                label, progress = "[cyan]running[/]" if state == RUNNING else "submitted (running?)", f"{min(done + 1, rounds)} of {rounds}"
+            elif state in (PENDING, UNKNOWN) or (state is None and job):
+                label, progress = "pending" if state == PENDING else "submitted", f"{done} of {rounds} done"
+            elif run.status == FAILED:
+                label, progress = f"[red]failed: {escape((run.error or '').splitlines()[0] if run.error else '')}[/]", f"{done} of {rounds} done"
+            elif run.status == PARTIAL:
+                label, progress = "[yellow]partial[/]", f"{done} of {rounds} done"
+            else:
+                label, progress = escape(run.status), ""
+            node = _node(run) if job or run.status != FINISHED else ""
+            table.add_row(escape(entry.stem), str(run.seed), label, escape(node), progress, escape(job))
+    return table
+
+
+def print_status(suite: Suite, options: LauncherOptions, console: Console) -> None:
+    """``envengineer suite DIR --status``: every run's line from the run directories and the saved job
+    ids, asking the jobs' launcher where they are when it can be reached (nothing is submitted)."""
+    saved = read_jobs(suite.output / STATUS_FILE)
+    ids = {key: str(job.get("id")) for key, job in saved.items()}
+    states: dict[str, str] = {}
+    by_launcher: dict[str, list[str]] = {}
+    for key, job in saved.items():
+        by_launcher.setdefault(str(job.get("launcher")), []).append(key)
+    for name, keys in by_launcher.items():
+        try:
+            launcher = make_launcher(options.model_copy(update={"name": name}), suite.output, {k: saved[k] for k in keys}, start=False)
+        except Exception as exc:  # noqa: BLE001 - the lines still show what the run directories say
+            console.print(f"[yellow]cannot ask {escape(name)} about its jobs ({escape(str(exc))}); states from the run directories[/]", highlight=False)
+            continue
+        try:
+            states.update({key: launcher.state(ids[key]) for key in keys})
+        finally:
+            launcher.close()
+    console.print(status_table(suite, ids, states))
+
+
+def new_id() -> str:
+    """A short random suffix that keeps two submissions of one run apart (it names jobs, never results)."""
+    return secrets.token_hex(4)
