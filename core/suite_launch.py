@@ -65,8 +65,10 @@ class Launcher(abc.ABC):
     JOB.json`` (:func:`envengineer.suite_worker.main`) on a node with the job's resources."""
 
     name: ClassVar[str] = ""
-    #: variables the run is started with (``--launcher ray``: its trainer's own Ray stays in the reservation)
-    run_env: ClassVar[dict[str, str]] = {}
+    #: variables the run is started with: a trainer that starts its own Ray (verl) starts a new one
+    #: inside the job's GPUs instead of joining a cluster it finds on the node (the suite's own, or
+    #: another job's on a shared Slurm node)
+    run_env: ClassVar[dict[str, str]] = {"RAY_ADDRESS": "local"}
 
     @abc.abstractmethod
     def submit(self, jobs: Sequence[Job]) -> list[str]:
@@ -126,7 +128,6 @@ def execute_on_cluster(suite: Suite, options: LauncherOptions, *, registry: Any 
     """Submit the unfinished runs that have no job pending or running, follow them all until each
     has ended, and record how each ended. Interrupted (Ctrl-C), the jobs go on; the same command
     follows them again."""
-    from envengineer.fileio import write_json
     from envengineer.registry import load_registry
 
     console = console or Console()
@@ -135,58 +136,68 @@ def execute_on_cluster(suite: Suite, options: LauncherOptions, *, registry: Any 
     done = [run_key(suite.output, run) for run in suite.runs if run.done and run.same_as is None]
     if any(key in saved for key in done):  # finished while no suite followed them
         save_jobs(suite.output, {key: None for key in done})
+    if done:
+        console.print(f"[dim]{len(done)} finished run(s) skipped[/]")
     todo = unfinished(suite)
-    skipped = len(done)
-    if skipped:
-        console.print(f"[dim]{skipped} finished run(s) skipped[/]")
     if not todo:
         return suite
-    suite.output.mkdir(parents=True, exist_ok=True)
     launcher = make_launcher(options, suite.output, saved)
     try:
-        jobs = {key: Job(entry, run, key, Resources()) for entry, run in todo for key in [run_key(suite.output, run)]}
-        following: dict[str, str] = {}
-        for key, job in jobs.items():
-            record = saved.get(key)
-            if record is None:
-                continue
-            if record.get("launcher") != launcher.name:
-                console.print(f"[yellow]{escape(key)}: job {escape(str(record.get('id')))} was submitted with --launcher "
-                              f"{escape(str(record.get('launcher')))}; it is not followed from here[/]", highlight=False)
-                continue
-            if launcher.state(str(record["id"])) != ENDED or job.file(".result.json").exists():
-                following[key] = str(record["id"])  # pending, running, or over with its outcome waiting
-        submit = [job for key, job in jobs.items() if key not in following]
-        if following:
-            console.print(f"following {len(following)} job(s) submitted earlier: {', '.join(sorted(following.values()))}", highlight=False)
-        if submit:
-            for job in submit:
-                job.resources = run_resources(job.run, registry, options)
-            prepare_policies([job.run for job in submit], registry, console)
-            for job in submit:
-                for suffix in (".result.json", ".node.json"):
-                    job.file(suffix).unlink(missing_ok=True)
-                verb = "resuming" if RunDir(job.run.run_dir).run_yaml.exists() else "starting"
-                log = job.file(".log")
-                log.parent.mkdir(parents=True, exist_ok=True)
-                with log.open("a", encoding="utf-8") as handle:
-                    handle.write(f"\n===== {job.name}: {verb} on {launcher.name} ({time.strftime('%Y-%m-%d %H:%M:%S')}) =====\n")
-                write_json(job.file(".job.json"), {
-                    "config": job.run.config.model_dump(mode="json"), "log": str(log), "result": str(job.file(".result.json")),
-                    "where": str(job.file(".node.json")), "env": dict(launcher.run_env),
-                    # the suite's table and row (excluded from a config's dump): trackers label runs by them
-                    "suite": job.run.config.suite.model_dump(mode="json") if job.run.config.suite else None,
-                })
-            ids = launcher.submit(submit)
-            extra = launcher.record()
-            save_jobs(suite.output, {job.key: {"launcher": launcher.name, "id": job_id, **extra} for job, job_id in zip(submit, ids)})
-            following.update({job.key: job_id for job, job_id in zip(submit, ids)})
-            console.print(f"submitted {len(submit)} run(s) with --launcher {launcher.name}; logs: "
-                          f"{escape(str(suite.output))}/<config>/seed-<s>.log", highlight=False)
-        _follow(suite, {key: jobs[key] for key in following}, following, launcher, console, options.poll_seconds)
+        jobs, ids = submit(suite, todo, launcher, options, registry=registry, console=console)
+        _follow(suite, jobs, ids, launcher, console, options.poll_seconds)
     finally:
         launcher.close()
     return suite
+
+
+def submit(suite: Suite, todo: Sequence[tuple[SuiteEntry, SuiteRun]], launcher: Launcher, options: LauncherOptions, *,
+           registry: Any, console: Console) -> tuple[dict[str, Job], dict[str, str]]:
+    """Submit the runs of ``todo`` that have no job of ``launcher`` pending or running (those are
+    followed, not submitted twice); record the new job ids. The jobs to follow and their ids, by run key."""
+    from envengineer.fileio import write_json
+
+    saved = read_jobs(suite.output / STATUS_FILE)
+    suite.output.mkdir(parents=True, exist_ok=True)
+    jobs = {key: Job(entry, run, key, Resources()) for entry, run in todo for key in [run_key(suite.output, run)]}
+    following: dict[str, str] = {}
+    for key, job in jobs.items():
+        record = saved.get(key)
+        if record is None:
+            continue
+        if record.get("launcher") != launcher.name:
+            console.print(f"[yellow]{escape(key)}: job {escape(str(record.get('id')))} was submitted with --launcher "
+                          f"{escape(str(record.get('launcher')))}; it is not followed from here[/]", highlight=False)
+            continue
+        if launcher.state(str(record["id"])) != ENDED or job.file(".result.json").exists():
+            following[key] = str(record["id"])  # pending, running, or over with its outcome waiting
+    todo_jobs = [job for key, job in jobs.items() if key not in following]
+    if following:
+        console.print(f"following {len(following)} job(s) submitted earlier: {', '.join(sorted(following.values()))}", highlight=False)
+    if todo_jobs:
+        for job in todo_jobs:
+            job.resources = run_resources(job.run, registry, options)
+        prepare_policies([job.run for job in todo_jobs], registry, console)
+        for job in todo_jobs:
+            for suffix in (".result.json", ".node.json"):
+                job.file(suffix).unlink(missing_ok=True)
+            verb = "resuming" if RunDir(job.run.run_dir).run_yaml.exists() else "starting"
+            log = job.file(".log")
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("a", encoding="utf-8") as handle:
+                handle.write(f"\n===== {job.name}: {verb} on {launcher.name} ({time.strftime('%Y-%m-%d %H:%M:%S')}) =====\n")
+            write_json(job.file(".job.json"), {
+                "config": job.run.config.model_dump(mode="json"), "log": str(log), "result": str(job.file(".result.json")),
+                "where": str(job.file(".node.json")), "env": dict(launcher.run_env),
+                # the suite's table and row (excluded from a config's dump): trackers label runs by them
+                "suite": job.run.config.suite.model_dump(mode="json") if job.run.config.suite else None,
+            })
+        ids = launcher.submit(todo_jobs)
+        extra = launcher.record()
+        save_jobs(suite.output, {job.key: {"launcher": launcher.name, "id": job_id, **extra} for job, job_id in zip(todo_jobs, ids)})
+        following.update({job.key: job_id for job, job_id in zip(todo_jobs, ids)})
+        console.print(f"submitted {len(todo_jobs)} run(s) with --launcher {launcher.name}; logs: "
+                      f"{escape(str(suite.output))}/<config>/seed-<s>.log", highlight=False)
+    return {key: jobs[key] for key in following}, following
 
 
 def _follow(suite: Suite, jobs: dict[str, Job], ids: dict[str, str], launcher: Launcher, console: Console, every: float) -> None:

@@ -4,8 +4,8 @@ The actor asks for the run's CPUs and GPUs (:func:`envengineer.suite_launch.run_
 Ray places it on a node it starts the run's worker process there and stays until the suite has
 seen the run end. Detached and named (``<namespace>/<config>-seed-<s>-<random>``), it outlives the
 suite's own process: the same command run again finds it by its name and follows it. The run is
-started with ``RAY_ADDRESS=local``, so a trainer that starts its own Ray (verl) does so inside the
-GPUs Ray gave the actor instead of asking the cluster for more.
+started with ``RAY_ADDRESS=local`` (:attr:`Launcher.run_env`), so a trainer that starts its own Ray
+(verl) does so inside the GPUs Ray gave the actor instead of asking the cluster for more.
 
 Ray is imported only here, and only for ``--launcher ray``.
 """
@@ -40,7 +40,6 @@ class RunActor:
 
 class RayLauncher(Launcher):
     name: ClassVar[str] = "ray"
-    run_env: ClassVar[dict[str, str]] = {"RAY_ADDRESS": "local"}
 
     def __init__(self, options: LauncherOptions, *, start: bool = True) -> None:
         try:

@@ -116,10 +116,15 @@ class SlurmLauncher(Launcher):
 
 
 def _alive(pid: str) -> bool:
+    """Whether the local job's process runs (a zombie, ended but not yet reaped, does not)."""
     try:
         os.kill(int(pid), 0)
     except (ValueError, ProcessLookupError):
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
+    except OSError:
+        return True  # no /proc: alive as far as kill says
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
