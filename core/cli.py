@@ -505,7 +505,7 @@ def suite_command(
     """Run configs or a manifest's arms over seeds (resumable; --jobs N in parallel, or as jobs on a Ray or
     Slurm cluster), then write the tables (mean ± sd) as .md and .csv, and each table's arms in detail: per
     subset, paired tests against the baseline arm, plots."""
-    from envengineer.launch_options import launcher_options
+    from envengineer.launchers import launcher_options
     from envengineer.suite import execute, plan, plan_table, write_tables
 
     registry = _registry()

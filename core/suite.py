@@ -57,7 +57,7 @@ __all__ = [
 
 def execute(suite: Suite, *, registry: Any = None, console: Console | None = None, jobs: int = 1, launcher: Any = None) -> Suite:
     """Run every unfinished run: on this machine (``launcher`` None or named ``local``: ``jobs`` at a
-    time), or as jobs on a cluster (:class:`~envengineer.launch_options.LauncherOptions` naming ``ray``
+    time), or as jobs on a cluster (:class:`~envengineer.launchers.LauncherOptions` naming ``ray``
     or ``slurm``: :mod:`envengineer.suite_launch`)."""
     if launcher is None or launcher.name == "local":
         return execute_here(suite, registry=registry, console=console, jobs=jobs)

@@ -18,75 +18,25 @@ asks for (:func:`run_resources`), and says whether a job it submitted is pending
 
 from __future__ import annotations
 
-import abc
 import json
-import secrets
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
 from envengineer.components import Resources
 from envengineer.errors import EnvEngineerError
-from envengineer.launch_options import LauncherOptions
+from envengineer.launchers import ENDED, PENDING, RUNNING, UNKNOWN, Job, Launcher, LauncherOptions
 from envengineer.rundir import RunDir
 from envengineer.suite_model import FAILED, FINISHED, PARTIAL, STATUS_FILE, Suite, SuiteEntry, SuiteRun, read_jobs, run_key, save_jobs
 from envengineer.suite_plan import run_state
 from envengineer.suite_runner import finished, prepare_policies, unfinished
 
-PENDING, RUNNING, ENDED, UNKNOWN = "pending", "running", "ended", "unknown"
 #: lines of a failed run's log shown with its error
 TAIL_LINES = 20
-
-
-@dataclass
-class Job:
-    """One run as a cluster job: its resources and its files beside the run directory."""
-
-    entry: SuiteEntry
-    run: SuiteRun
-    key: str
-    resources: Resources
-
-    def file(self, suffix: str) -> Path:
-        return self.run.run_dir.parent / f"{self.run.run_dir.name}{suffix}"
-
-    @property
-    def name(self) -> str:
-        return f"{self.entry.stem}-seed-{self.run.seed}"
-
-
-class Launcher(abc.ABC):
-    """Puts jobs on a cluster and says where they are. A job runs ``python -m envengineer.suite_worker
-    JOB.json`` (:func:`envengineer.suite_worker.main`) on a node with the job's resources."""
-
-    name: ClassVar[str] = ""
-    #: variables the run is started with: a trainer that starts its own Ray (verl) starts a new one
-    #: inside the job's GPUs instead of joining a cluster it finds on the node (the suite's own, or
-    #: another job's on a shared Slurm node)
-    run_env: ClassVar[dict[str, str]] = {"RAY_ADDRESS": "local"}
-
-    @abc.abstractmethod
-    def submit(self, jobs: Sequence[Job]) -> list[str]:
-        """Submit the jobs; their ids, in order."""
-
-    @abc.abstractmethod
-    def state(self, job_id: str) -> str:
-        """PENDING, RUNNING, ENDED (over, however it ended) or UNKNOWN (the cluster cannot say now)."""
-
-    def record(self) -> dict[str, Any]:
-        """Saved with each job id: what finds the job again from another invocation (e.g. Ray's address)."""
-        return {}
-
-    def release(self, job_id: str) -> None:
-        """Free what an ended job still holds on the cluster."""
-
-    def close(self) -> None:
-        """Disconnect (the jobs still pending or running go on)."""
 
 
 def make_launcher(options: LauncherOptions, output: Path, saved: dict[str, dict[str, Any]] | None = None, *, start: bool = True) -> Launcher:
@@ -134,15 +84,20 @@ def execute_on_cluster(suite: Suite, options: LauncherOptions, *, registry: Any 
     registry = registry or load_registry()
     saved = read_jobs(suite.output / STATUS_FILE)
     done = [run_key(suite.output, run) for run in suite.runs if run.done and run.same_as is None]
-    if any(key in saved for key in done):  # finished while no suite followed them
-        save_jobs(suite.output, {key: None for key in done})
     if done:
         console.print(f"[dim]{len(done)} finished run(s) skipped[/]")
     todo = unfinished(suite)
-    if not todo:
+    ended = {key: saved[key] for key in done if key in saved}  # finished while no suite followed them
+    if not todo and not ended:
         return suite
     launcher = make_launcher(options, suite.output, saved)
     try:
+        for key, record in ended.items():
+            if record.get("launcher") == launcher.name:
+                launcher.release(str(record.get("id")))
+        save_jobs(suite.output, {key: None for key in ended})
+        if not todo:
+            return suite
         jobs, ids = submit(suite, todo, launcher, options, registry=registry, console=console)
         _follow(suite, jobs, ids, launcher, console, options.poll_seconds)
     finally:
@@ -176,6 +131,8 @@ def submit(suite: Suite, todo: Sequence[tuple[SuiteEntry, SuiteRun]], launcher: 
     if todo_jobs:
         for job in todo_jobs:
             job.resources = run_resources(job.run, registry, options)
+        for problem in dict.fromkeys(filter(None, (launcher.fits(job.resources) for job in todo_jobs))):
+            console.print(f"[yellow]{escape(problem)}[/]", highlight=False)
         prepare_policies([job.run for job in todo_jobs], registry, console)
         for job in todo_jobs:
             for suffix in (".result.json", ".node.json"):
@@ -326,8 +283,3 @@ def print_status(suite: Suite, options: LauncherOptions, console: Console) -> No
         finally:
             launcher.close()
     console.print(status_table(suite, ids, states))
-
-
-def new_id() -> str:
-    """A short random suffix that keeps two submissions of one run apart (it names jobs, never results)."""
-    return secrets.token_hex(4)

@@ -17,9 +17,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from envengineer.components import Resources
 from envengineer.errors import EnvEngineerError
-from envengineer.launch_options import LauncherOptions
-from envengineer.suite_launch import ENDED, PENDING, RUNNING, UNKNOWN, Job, Launcher, new_id
+from envengineer.launchers import ENDED, PENDING, RUNNING, UNKNOWN, Job, Launcher, LauncherOptions, new_id
 
 
 class RunActor:
@@ -89,6 +89,13 @@ class RayLauncher(Launcher):
         except ray.exceptions.RayError:
             return UNKNOWN
         return RUNNING if code is None else ENDED
+
+    def fits(self, resources: Resources) -> str | None:
+        nodes = [node.get("Resources", {}) for node in self.ray.nodes() if node.get("Alive")]
+        if any(n.get("CPU", 0) >= resources.cpus and n.get("GPU", 0) >= resources.gpus_per_node for n in nodes):
+            return None
+        return (f"no node of the Ray cluster has {resources.cpus} CPU(s) and {resources.gpus_per_node} GPU(s); "
+                "the run waits until one joins (set launcher.cpus / launcher.gpus_per_node to ask for less)")
 
     def record(self) -> dict[str, Any]:
         return {"address": self.address, "namespace": self.namespace}

@@ -20,8 +20,7 @@ from typing import Any, ClassVar
 
 from envengineer.components import Resources
 from envengineer.errors import EnvEngineerError
-from envengineer.launch_options import LauncherOptions
-from envengineer.suite_launch import ENDED, PENDING, RUNNING, UNKNOWN, Job, Launcher
+from envengineer.launchers import ENDED, PENDING, RUNNING, UNKNOWN, Job, Launcher, LauncherOptions
 
 #: Slurm's job states (sacct/squeue) as the suite follows them; any other state has ended.
 _WAITING = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SUSPENDED"}

@@ -109,7 +109,7 @@ def read_manifest(path: Path, registry: Any = None) -> list[SuiteEntry]:
     if manifest.baseline is not None and manifest.baseline not in manifest.arms:
         raise ConfigError(f"{path}: baseline: no arm named {manifest.baseline} (arms: {', '.join(manifest.arms)})")
     if manifest.launcher is not None:
-        from envengineer.launch_options import launcher_options
+        from envengineer.launchers import launcher_options
 
         launcher_options(manifest.launcher, where=str(path))  # checked here: the error names the manifest
     baseline = manifest.baseline or (DEFAULT_BASELINE if DEFAULT_BASELINE in manifest.arms else None)

@@ -1,15 +1,23 @@
 """How ``envengineer suite`` runs a suite's runs: the ``launcher:`` section of a manifest and the
 ``--launcher``/``--address``/``--slurm-*`` options, as one checked model (the options win over the
-manifest). The launchers themselves are in :mod:`envengineer.suite_launch`."""
+manifest), and the interface each cluster launcher implements (:class:`Launcher`: Ray in
+:mod:`envengineer.suite_launch_ray`, Slurm in :mod:`envengineer.suite_launch_slurm`). Submitting and
+following the jobs is the same for all of them: :mod:`envengineer.suite_launch`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
+import abc
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from envengineer.components import Resources
 from envengineer.errors import ConfigError
+from envengineer.suite_model import SuiteEntry, SuiteRun
 
 LAUNCHERS = ("local", "ray", "slurm")
 
@@ -50,3 +58,61 @@ def launcher_options(section: Mapping[str, Any] | None, overrides: Mapping[str, 
 
         message = format_validation_error(exc, "launcher")
         raise ConfigError(f"{where}: {message}" if where else message) from None
+
+
+PENDING, RUNNING, ENDED, UNKNOWN = "pending", "running", "ended", "unknown"
+
+
+@dataclass
+class Job:
+    """One run as a cluster job: its resources and its files beside the run directory."""
+
+    entry: SuiteEntry
+    run: SuiteRun
+    key: str
+    resources: Resources
+
+    def file(self, suffix: str) -> Path:
+        return self.run.run_dir.parent / f"{self.run.run_dir.name}{suffix}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.entry.stem}-seed-{self.run.seed}"
+
+
+class Launcher(abc.ABC):
+    """Puts jobs on a cluster and says where they are. A job runs ``python -m envengineer.suite_worker
+    JOB.json`` (:func:`envengineer.suite_worker.main`) on a node with the job's resources."""
+
+    name: ClassVar[str] = ""
+    #: variables the run is started with: a trainer that starts its own Ray (verl) starts a new one
+    #: inside the job's GPUs instead of joining a cluster it finds on the node (the suite's own, or
+    #: another job's on a shared Slurm node)
+    run_env: ClassVar[dict[str, str]] = {"RAY_ADDRESS": "local"}
+
+    @abc.abstractmethod
+    def submit(self, jobs: Sequence[Job]) -> list[str]:
+        """Submit the jobs; their ids, in order."""
+
+    @abc.abstractmethod
+    def state(self, job_id: str) -> str:
+        """PENDING, RUNNING, ENDED (over, however it ended) or UNKNOWN (the cluster cannot say now)."""
+
+    def fits(self, resources: Resources) -> str | None:
+        """Why no node of the cluster can take a run asking for ``resources`` now (None: one can, or cannot tell)."""
+        return None
+
+    def record(self) -> dict[str, Any]:
+        """Saved with each job id: what finds the job again from another invocation (e.g. Ray's address)."""
+        return {}
+
+    def release(self, job_id: str) -> None:
+        """Free what an ended job still holds on the cluster."""
+
+    def close(self) -> None:
+        """Disconnect (the jobs still pending or running go on)."""
+
+
+def new_id() -> str:
+    """A short random suffix that keeps two submissions of one run apart (it names jobs, never results)."""
+    return secrets.token_hex(4)
