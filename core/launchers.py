@@ -73,7 +73,8 @@ class Job:
     resources: Resources
 
     def file(self, suffix: str) -> Path:
-        return self.run.run_dir.parent / f"{self.run.run_dir.name}{suffix}"
+        """``<config>/seed-<s><suffix>`` beside the run directory, absolute: a node may start the job elsewhere."""
+        return (self.run.run_dir.parent / f"{self.run.run_dir.name}{suffix}").absolute()
 
     @property
     def name(self) -> str:

@@ -145,6 +145,7 @@ def submit(suite: Suite, todo: Sequence[tuple[SuiteEntry, SuiteRun]], launcher: 
             write_json(job.file(".job.json"), {
                 "config": job.run.config.model_dump(mode="json"), "log": str(log), "result": str(job.file(".result.json")),
                 "where": str(job.file(".node.json")), "env": dict(launcher.run_env),
+                "cwd": str(Path.cwd()),  # the config's relative paths (model, output, caches) as they read here
                 # the suite's table and row (excluded from a config's dump): trackers label runs by them
                 "suite": job.run.config.suite.model_dump(mode="json") if job.run.config.suite else None,
             })

@@ -4,8 +4,9 @@
 starts one per run on a cluster node (:mod:`envengineer.suite_launch`). The job file holds the
 run's resolved config (seed and output already set), the log file to write the run's console
 output to, and the file to write the outcome to: ``{"ok": true}`` or ``{"ok": false, "error":
-...}``; optionally ``where`` (a file to note the node and process in when the run starts) and
-``env`` (variables set for the run, e.g. ``RAY_ADDRESS=local`` so that a trainer's own Ray stays
+...}``; optionally ``where`` (a file to note the node and process in when the run starts), ``cwd``
+(the folder the run's relative paths are read from: on a cluster, the suite's own) and ``env``
+(variables set for the run, e.g. ``RAY_ADDRESS=local`` so that a trainer's own Ray stays
 inside the run's reservation). The run is the same :class:`~envengineer.loop.Loop` as ``envengineer run`` and an
 in-process suite run: resumable, with the same results.
 """
@@ -63,9 +64,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _started(job: dict) -> None:
-    """Set the job's variables, and note where the run runs (the suite's status line shows the node)."""
+    """Go to the folder the suite ran in (the config's relative paths), set the job's variables, and
+    note where the run runs (the suite's status line shows the node)."""
     import os
     import socket
+
+    if job.get("cwd"):
+        os.chdir(job["cwd"])
 
     os.environ.update({str(k): str(v) for k, v in (job.get("env") or {}).items()})
     if job.get("where"):
