@@ -32,12 +32,7 @@ from envengineer.errors import EnvEngineerError
 from envengineer.launchers import ENDED, PENDING, RUNNING, UNKNOWN, Job, Launcher, LauncherOptions
 from envengineer.rundir import RunDir
 from envengineer.suite_model import FAILED, FINISHED, PARTIAL, STATUS_FILE, Suite, SuiteEntry, SuiteRun, read_jobs, run_key, save_jobs
-from envengineer.suite_plan import run_state
-from envengineer.suite_runner import finished, prepare_policies, unfinished
-
-#: lines of a failed run's log shown with its error
-TAIL_LINES = 20
-
+from envengineer.suite_runner import history_so_far, prepare_policies, record_outcome, unfinished
 
 def make_launcher(options: LauncherOptions, output: Path, saved: dict[str, dict[str, Any]] | None = None, *, start: bool = True) -> Launcher:
     """The launcher ``options`` name; ``saved`` (the status file's jobs) fills in what finds earlier jobs
@@ -183,46 +178,21 @@ def _follow(suite: Suite, jobs: dict[str, Job], ids: dict[str, str], launcher: L
 
 
 def _ended(suite: Suite, job: Job, job_id: str, launcher: Launcher, console: Console) -> None:
-    """Record how a job ended: the run directory's state, or the error its worker reported (else why it reported nothing), with the log's tail."""
-    from envengineer.fileio import write_text
-
-    run, log = job.run, job.file(".log")
-    outcome: dict[str, Any] = {}
+    """Record how a job ended (what its worker reported, else why it reported nothing), forget its id, free it."""
     try:
         outcome = json.loads(job.file(".result.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         outcome = {"ok": False, "error": f"job {job_id} ended without reporting (killed, out of time or memory, or the node failed)"}
-    if outcome.get("ok"):
-        run.status, run.error = run_state(run.run_dir, run.config), None
-        console.print(f"[green]{escape(job.name)}: {escape(run.status)}[/]", highlight=False)
-    else:
-        run.status, run.error = FAILED, str(outcome.get("error"))
-        if outcome.get("traceback"):
-            write_text(job.file(".traceback.txt"), str(outcome["traceback"]))
-        tail = log_tail(log)
-        console.print(f"[bold red]{escape(job.name)} failed:[/] {escape(run.error)}\n[dim]{escape(str(log))}, last lines:[/]\n{escape(tail)}", highlight=False)
-    finished(suite, run)
+    record_outcome(suite, job.entry, job.run, outcome, console, job.file(".log"))
     save_jobs(suite.output, {job.key: None})
     launcher.release(job_id)
-
-
-def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
-    try:
-        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 # ------------------------------------------------------------------ one status line per run
 
 
 def _rounds(run: SuiteRun) -> int:
-    folder = RunDir(run.run_dir)
-    try:
-        history = folder.history() if folder.history_path.exists() else []
-    except Exception:  # noqa: BLE001 - a line half-written: shown as not started yet
-        history = []
-    return sum(1 for line in history if line.get("step") == "round_end")
+    return sum(1 for line in history_so_far(run) if line.get("step") == "round_end")
 
 
 def _node(run: SuiteRun) -> str:

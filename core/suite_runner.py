@@ -107,7 +107,7 @@ def _log_path(suite: Suite, entry: SuiteEntry, run: SuiteRun) -> Path:
     return suite.output / entry.stem / f"seed-{run.seed}.log"
 
 
-def _history(run: SuiteRun) -> list[dict[str, Any]]:
+def history_so_far(run: SuiteRun) -> list[dict[str, Any]]:
     """The run's history so far, as its process writes it ([] while unreadable: a line half-written)."""
     folder = RunDir(run.run_dir)
     try:
@@ -148,7 +148,7 @@ def _run_parallel(suite: Suite, todo: list[tuple[SuiteEntry, SuiteRun]], registr
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from envengineer.fileio import write_json, write_text
+    from envengineer.fileio import write_json
 
     prepare_policies([run for _, run in todo], registry, console)
     console.print(f"suite: {len(todo)} run(s), {jobs} at a time, each in its own process; logs: {escape(str(suite.output))}/<config>/seed-<s>.log")
@@ -179,7 +179,7 @@ def _run_parallel(suite: Suite, todo: list[tuple[SuiteEntry, SuiteRun]], registr
                     bar = progress.add_task(f"{escape(entry.stem)} seed {run.seed} ({verb})", total=run.config.rounds)
                     running[process.pid] = (entry, run, process, result, bar)
                 for pid, (entry, run, process, result, bar) in list(running.items()):
-                    history = _history(run)
+                    history = history_so_far(run)
                     rounds_done = sum(1 for line in history if line.get("step") == "round_end")
                     progress.update(bar, completed=rounds_done, description=f"{escape(entry.stem)} seed {run.seed}: {escape(_where(history))}")
                     code = process.poll()
@@ -187,16 +187,8 @@ def _run_parallel(suite: Suite, todo: list[tuple[SuiteEntry, SuiteRun]], registr
                         continue
                     del running[pid]
                     progress.remove_task(bar)
-                    outcome = _outcome(result, code, _log_path(suite, entry, run))
-                    if outcome.get("ok"):
-                        run.status, run.error = run_state(run.run_dir, run.config), None
-                        console.print(f"[green]{escape(entry.stem)} seed {run.seed}: {escape(run.status)}[/]", highlight=False)
-                    else:
-                        run.status, run.error = FAILED, str(outcome.get("error"))
-                        if outcome.get("traceback"):
-                            write_text(suite.output / entry.stem / f"seed-{run.seed}.traceback.txt", str(outcome["traceback"]))
-                        console.print(f"[bold red]{escape(entry.stem)} seed {run.seed} failed:[/] {escape(run.error)}", highlight=False)
-                    finished(suite, run)
+                    log = _log_path(suite, entry, run)
+                    record_outcome(suite, entry, run, _outcome(result, code, log), console, log)
                     progress.advance(overall)
                 if running:
                     time.sleep(0.5)
@@ -212,6 +204,34 @@ def _run_parallel(suite: Suite, todo: list[tuple[SuiteEntry, SuiteRun]], registr
 
         shutil.rmtree(scratch, ignore_errors=True)
     return suite
+
+
+#: lines of a failed run's log shown with its error
+TAIL_LINES = 20
+
+
+def record_outcome(suite: Suite, entry: SuiteEntry, run: SuiteRun, outcome: dict[str, Any], console: Console, log: Path) -> None:
+    """Record how a run in a process of its own ended: its folder's state, or the error it reported
+    (its traceback beside its log, and the log's last lines shown under the error)."""
+    from envengineer.fileio import write_text
+
+    if outcome.get("ok"):
+        run.status, run.error = run_state(run.run_dir, run.config), None
+        console.print(f"[green]{escape(entry.stem)} seed {run.seed}: {escape(run.status)}[/]", highlight=False)
+    else:
+        run.status, run.error = FAILED, str(outcome.get("error"))
+        if outcome.get("traceback"):
+            write_text(suite.output / entry.stem / f"seed-{run.seed}.traceback.txt", str(outcome["traceback"]))
+        console.print(f"[bold red]{escape(entry.stem)} seed {run.seed} failed:[/] {escape(run.error)}\n"
+                      f"[dim]{escape(str(log))}, last lines:[/]\n{escape(log_tail(log))}", highlight=False)
+    finished(suite, run)
+
+
+def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
 
 
 def _outcome(result: Path, code: int, log: Path) -> dict[str, Any]:

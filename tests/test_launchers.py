@@ -206,7 +206,7 @@ def test_slurm_jobs_still_running_are_followed_and_a_failed_run_shows_its_logs_t
     result = suite_cmd(folder, out)  # the manifest names the launcher
     assert result.exit_code == 1, result.output + repr(result.exception)
     assert "following 4 job(s) submitted earlier" in result.output and "submitted" not in result.output.replace("submitted earlier", "")
-    assert "broken-seed-0 failed" in result.output and "no-student" in result.output
+    assert "broken seed 0 failed" in result.output and "no-student" in result.output
     assert "last lines:" in result.output  # the log's tail, under the error
     state = json.loads((out / "suite.json").read_text())
     assert "no-student" in state["errors"]["broken/seed-0"] and "jobs" not in state
