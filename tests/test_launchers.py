@@ -260,3 +260,57 @@ def test_a_bad_launcher_section_is_named_and_jobs_is_for_the_local_launcher(tmp_
     result = suite_cmd(folder, tmp_path / "out", "--launcher", "slurm", "--jobs", "2")
     assert result.exit_code != 0 and "--jobs 2: for --launcher local" in str(result.exception)
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------ pieces: the worker's start, Slurm's states, resources
+
+
+def test_a_cluster_job_starts_in_the_suites_folder_with_its_variables_and_notes_its_node(tmp_path, monkeypatch):
+    import os
+    import socket
+
+    from envengineer import suite_worker
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.chdir(tmp_path.parent)
+    where = tmp_path / "seed-0.node.json"
+    suite_worker._started({"cwd": str(tmp_path), "env": {"RAY_ADDRESS": "local"}, "where": str(where)})
+    try:
+        assert Path.cwd() == tmp_path and os.environ["RAY_ADDRESS"] == "local"
+        assert json.loads(where.read_text()) == {"host": socket.gethostname(), "pid": os.getpid()}
+    finally:
+        os.environ.pop("RAY_ADDRESS", None)
+
+
+def test_slurm_states_map_to_the_suites_and_without_srun_the_error_says_what_to_do(tmp_path, monkeypatch):
+    """sacct cannot run here: submitit's SlurmJob is replaced by one that reports a given state."""
+    submitit = pytest.importorskip("submitit")
+    from envengineer.components import Resources
+    from envengineer.errors import EnvEngineerError
+    from envengineer.launchers import ENDED, PENDING, RUNNING, UNKNOWN, launcher_options
+    from envengineer.suite_launch_slurm import SlurmLauncher
+
+    launcher = SlurmLauncher(launcher_options({"name": "slurm"}), tmp_path)
+    for state, expected in (("PENDING", PENDING), ("REQUEUED", PENDING), ("RUNNING", RUNNING), ("COMPLETING", RUNNING),
+                            ("COMPLETED", ENDED), ("FAILED", ENDED), ("TIMEOUT", ENDED), ("OUT_OF_MEMORY", ENDED),
+                            ("CANCELLED by 1234", ENDED), ("NODE_FAIL", ENDED), ("UNKNOWN", UNKNOWN)):
+        monkeypatch.setattr(submitit, "SlurmJob", lambda folder, job_id, s=state: type("Job", (), {"state": s})())
+        assert launcher.state("42") == expected, state
+    if shutil.which("srun") is None:
+        with pytest.raises(EnvEngineerError, match="executor: local runs the jobs on this machine"):
+            launcher.executor(Resources(), "x")
+
+
+def test_a_runs_resources_are_the_larger_of_its_trainers_and_policys_and_the_launcher_overrides_them():
+    from envengineer.components import Resources
+    from envengineer.registry import load_registry
+
+    registry = load_registry()
+    trl = registry.create("trainer", "trl", {"use_cpu": False, "threads": 3}).resources()
+    vllm = registry.create("policy", "vllm", {"path": "m", "tensor_parallel_size": 2}).resources()
+    assert trl == Resources(gpus_per_node=1, nodes=1, cpus=3) and vllm == Resources(gpus_per_node=2)
+    assert trl.union(vllm) == Resources(gpus_per_node=2, nodes=1, cpus=3)
+    assert registry.create("trainer", "trl", {}).resources() == Resources()  # use_cpu auto: decided on the node
+    verl = registry.create("trainer", "verl", {"nnodes": 2, "n_gpus_per_node": 8, "train_batch_size": 16, "ppo_mini_batch_size": 16,
+                                               "num_generations": 8}).resources()
+    assert verl == Resources(gpus_per_node=8, nodes=2, cpus=9)
