@@ -144,10 +144,14 @@ def submit(suite: Suite, todo: Sequence[tuple[SuiteEntry, SuiteRun]], launcher: 
                 # the suite's table and row (excluded from a config's dump): trackers label runs by them
                 "suite": job.run.config.suite.model_dump(mode="json") if job.run.config.suite else None,
             })
-        ids = launcher.submit(todo_jobs)
-        extra = launcher.record()
-        save_jobs(suite.output, {job.key: {"launcher": launcher.name, "id": job_id, **extra} for job, job_id in zip(todo_jobs, ids)})
-        following.update({job.key: job_id for job, job_id in zip(todo_jobs, ids)})
+        groups: dict[Resources, list[Job]] = {}
+        for job in todo_jobs:
+            groups.setdefault(job.resources, []).append(job)
+        for group in groups.values():  # each group's ids saved as soon as it is in: a failure later submits no run twice
+            ids = launcher.submit(group)
+            extra = launcher.record()
+            save_jobs(suite.output, {job.key: {"launcher": launcher.name, "id": job_id, **extra} for job, job_id in zip(group, ids)})
+            following.update({job.key: job_id for job, job_id in zip(group, ids)})
         console.print(f"submitted {len(todo_jobs)} run(s) with --launcher {launcher.name}; logs: "
                       f"{escape(str(suite.output))}/<config>/seed-<s>.log", highlight=False)
     return {key: jobs[key] for key in following}, following
@@ -167,6 +171,10 @@ def _follow(suite: Suite, jobs: dict[str, Job], ids: dict[str, str], launcher: L
                     if state == ENDED or (state != PENDING and job.file(".result.json").exists()):
                         _ended(suite, job, ids[key], launcher, console)
                         state = ENDED
+                    elif state != states[key] and not console.is_terminal:  # a log file: each change on a line of its own
+                        node = _node(job.run)
+                        console.print(f"{escape(job.entry.stem)} seed {job.run.seed}: {state}" + (f" on {escape(node)}" if state == RUNNING and node else ""),
+                                      highlight=False)
                     states[key] = state
                 live.update(status_table(suite, ids, states))
                 if any(state != ENDED for state in states.values()):

@@ -75,6 +75,7 @@ class SlurmLauncher(Launcher):
         return executor
 
     def submit(self, jobs: Sequence[Job]) -> list[str]:
+        """One job per run, or with ``array`` one job array per group of runs asking for the same resources."""
         from envengineer import suite_worker
 
         groups: dict[Resources, list[Job]] = {}
