@@ -73,7 +73,7 @@ def execute(suite: Suite, *, registry: Any = None, console: Console | None = Non
                     write_text(suite.output / entry.stem / f"seed-{run.seed}.traceback.txt", traceback.format_exc())
                 console.print(f"[bold red]{escape(entry.stem)} seed {run.seed} failed:[/] {escape(run.error)}", highlight=False)
             else:
-                run.status, run.error = run_state(run.run_dir, run.config), None
+                run.status, run.error = run_state(run.run_dir, run.config, registry), None
             finished(suite, run)
             advance()
     return suite

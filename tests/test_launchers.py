@@ -314,3 +314,20 @@ def test_a_runs_resources_are_the_larger_of_its_trainers_and_policys_and_the_lau
     verl = registry.create("trainer", "verl", {"nnodes": 2, "n_gpus_per_node": 8, "train_batch_size": 16, "ppo_mini_batch_size": 16,
                                                "num_generations": 8}).resources()
     assert verl == Resources(gpus_per_node=8, nodes=2, cpus=9)
+
+
+def test_a_finished_run_whose_config_leaves_validation_to_the_task_counts_as_finished(tmp_path):
+    """The loop records the validation set the task declares in run.yaml; the suite compares with that."""
+    from envengineer.suite import plan
+
+    folder = write_suite(tmp_path / "s")
+    base = yaml.safe_load((folder / "base.yaml").read_text())
+    base["eval"].pop("validation")
+    (folder / "base.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["suite", str(folder), "--seeds", "1", "--only", "fixed", "--output", str(out)], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load((out / "fixed/seed-0/run.yaml").read_text())["eval"]["validation"] == "grid-walk-val"
+    assert [run.status for run in plan([folder], seeds=1, output=out, only="fixed").runs] == ["finished"]
+    status = runner.invoke(app, ["suite", str(folder), "--seeds", "1", "--only", "fixed", "--output", str(out), "--status"], env=ENV)
+    assert "│ done" in status.output
