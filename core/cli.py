@@ -498,6 +498,7 @@ def suite_command(
     slurm_account: Optional[str] = typer.Option(None, "--slurm-account", help="slurm: the account charged"),
     slurm_array: Optional[bool] = typer.Option(None, "--slurm-array/--slurm-jobs", help="slurm: the runs as job arrays, or one job per run"),
     slurm_executor: Optional[str] = typer.Option(None, "--slurm-executor", help="slurm: slurm, or local to run the same jobs on this machine through submitit"),
+    launcher_file: Optional[Path] = typer.Option(None, "--launcher-file", help="a YAML file of launcher settings (a manifest's launcher: section: partition, time, setup, sbatch, ...), in place of the manifest's"),
     status: bool = typer.Option(False, "--status", help="print each run's state (pending, running on which node, round k of n, done, failed); submit nothing"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print which runs are finished, partial or to do; run nothing"),
     tables_only: bool = typer.Option(False, "--tables-only", help="write the tables and plots from what is on disk; run nothing"),
@@ -505,15 +506,14 @@ def suite_command(
     """Run configs or a manifest's arms over seeds (resumable; --jobs N in parallel, or as jobs on a Ray or
     Slurm cluster), then write the tables (mean ± sd) as .md and .csv, and each table's arms in detail: per
     subset, paired tests against the baseline arm, plots."""
-    from envengineer.launchers import launcher_options
+    from envengineer.launchers import suite_launcher
     from envengineer.suite import execute, plan, plan_table, write_tables
 
     registry = _registry()
     suite = plan(sources, seeds=seeds, output=output, only=only, registry=registry)
-    sections = [e.launcher for e in suite.entries if e.launcher]
-    options = launcher_options(sections[0] if sections else None, {
+    options = suite_launcher(suite.entries, launcher_file, {
         "name": launcher, "address": address, "partition": slurm_partition, "time": slurm_time, "account": slurm_account,
-        "array": slurm_array, "executor": slurm_executor}, where="suite")
+        "array": slurm_array, "executor": slurm_executor})
     if jobs > 1 and options.name != "local":
         raise EnvEngineerError(f"--jobs {jobs}: for --launcher local; on {options.name} every run is its own job")
     if status:

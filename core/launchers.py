@@ -60,6 +60,29 @@ def launcher_options(section: Mapping[str, Any] | None, overrides: Mapping[str, 
         raise ConfigError(f"{where}: {message}" if where else message) from None
 
 
+def suite_launcher(entries: Sequence[SuiteEntry], file: Path | None = None, overrides: Mapping[str, Any] | None = None) -> LauncherOptions:
+    """A suite's launcher: ``file`` (a YAML mapping with the fields of a manifest's ``launcher:``
+    section) if given, else its manifests' section (two manifests that set different ones are
+    refused), with the command line's ``overrides`` on top."""
+    import json
+
+    from envengineer.fileio import read_yaml
+
+    if file is not None:
+        if not Path(file).is_file():
+            raise ConfigError(f"--launcher-file {file}: no such file")
+        section = read_yaml(file)
+        if not isinstance(section, dict):
+            raise ConfigError(f"{file}: expected a mapping of launcher settings (name, partition, time, ...)")
+        return launcher_options(section, overrides, where=str(file))
+    sections = {json.dumps(e.launcher, sort_keys=True, default=str): e for e in entries if e.launcher}
+    if len(sections) > 1:
+        first, second = list(sections.values())[:2]
+        raise ConfigError(f"{first.path} and {second.path} set different launcher sections; give the one to use with --launcher-file")
+    entry = next(iter(sections.values()), None)
+    return launcher_options(entry.launcher if entry else None, overrides, where=str(entry.path) if entry else "")
+
+
 PENDING, RUNNING, ENDED, UNKNOWN = "pending", "running", "ended", "unknown"
 
 

@@ -57,7 +57,7 @@ class SlurmLauncher(Launcher):
         except ImportError:
             raise EnvEngineerError('--launcher slurm needs submitit: pip install "envengineer[slurm]"') from None
         self.submitit, self.options = submitit, options
-        self.folder = Path(output) / ".submitit"
+        self.folder = Path(output).absolute() / ".submitit"
         self.jobs: dict[str, Any] = {}  # the jobs submitted by this process, by id
 
     def executor(self, resources: Resources, name: str) -> Any:

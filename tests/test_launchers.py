@@ -260,6 +260,22 @@ def test_a_bad_launcher_section_is_named_and_jobs_is_for_the_local_launcher(tmp_
     result = suite_cmd(folder, tmp_path / "out", "--launcher", "slurm", "--jobs", "2")
     assert result.exit_code != 0 and "--jobs 2: for --launcher local" in str(result.exception)
     assert not (tmp_path / "out").exists()
+    # a folder of configs has no manifest: its settings come from a file; the command line wins over both
+    settings = tmp_path / "slurm.yaml"
+    settings.write_text("name: slurm\npartition: h100\nsbatch: {qos: high}\nwalltime: 5\n")
+    result = suite_cmd(folder, tmp_path / "out", "--launcher-file", str(settings))
+    assert "slurm.yaml: launcher.walltime: Extra inputs are not permitted" in str(result.exception)
+    from envengineer.launchers import suite_launcher
+    from envengineer.suite_manifest import read_entries
+
+    settings.write_text("name: slurm\npartition: h100\nsbatch: {qos: high}\n")
+    plain, ray, slurm = (read_entries([write_suite(tmp_path / n, launcher=section)]) for n, section in
+                         (("p", None), ("r", {"name": "ray"}), ("s", {"name": "slurm"})))
+    options = suite_launcher(plain + ray, settings, {"partition": "a100", "time": None})
+    assert (options.name, options.partition, options.sbatch, options.time) == ("slurm", "a100", {"qos": "high"}, 24 * 60)
+    assert suite_launcher(plain + ray).name == "ray"  # the one manifest that has a section
+    with pytest.raises(Exception, match="set different launcher sections; give the one to use with --launcher-file"):
+        suite_launcher(plain + ray + slurm)
 
 
 # ------------------------------------------------------------------ pieces: the worker's start, Slurm's states, resources
