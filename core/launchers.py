@@ -33,7 +33,7 @@ class LauncherOptions(BaseModel):
     cpus: int | None = Field(None, ge=1, description="CPUs each run asks for (default: its trainer's and policy's)")
     poll_seconds: float = Field(10.0, gt=0, description="how often the suite looks at the runs it follows")
     # ray
-    address: str | None = Field(None, description="ray: the cluster (e.g. head:6379, or ray://head:10001); default: the one started on this machine, else a new local one")
+    address: str | None = Field(None, description="ray: the cluster (e.g. head:6379); default: the one started on this machine, else a new local one")
     namespace: str = Field("envengineer", min_length=1, description="ray: the namespace the runs' actors are named in")
     # slurm
     partition: str | None = Field(None, description="slurm: the partition (default: the cluster's)")
