@@ -492,7 +492,7 @@ def suite_command(
     only: Optional[str] = typer.Option(None, "--only", help="only configs whose file stem, arm or run name matches this glob, e.g. 'v*'"),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="--launcher local: runs at a time, each in its own process (1: one after the other, in this process)"),
     launcher: Optional[str] = typer.Option(None, "--launcher", help="local (this machine), ray (a Ray cluster) or slurm (through submitit); default: the manifest's launcher.name, else local"),
-    address: Optional[str] = typer.Option(None, "--address", help="ray: the cluster's address (e.g. auto); default: the one on this machine, else a new local one"),
+    address: Optional[str] = typer.Option(None, "--address", help="ray: the cluster's address (e.g. head:6379); default: the one on this machine, else a new local one"),
     slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="slurm: the partition"),
     slurm_time: Optional[int] = typer.Option(None, "--slurm-time", min=1, help="slurm: each run's time limit in minutes"),
     slurm_account: Optional[str] = typer.Option(None, "--slurm-account", help="slurm: the account charged"),
