@@ -24,6 +24,7 @@ from envengineer.components import (
     NoOptions,
     Policy,
     Projection,
+    Resources,
     Trainer,
     Validator,
     Verdict,
@@ -46,7 +47,8 @@ from envengineer.training import CURVE_KEYS, TrainRequest, TrainResult
 __all__ = [
     "Aggregate", "Benchmark", "CURVE_KEYS", "Change", "Check", "Component", "ConfigError", "ContextModule", "DesignOutcome",
     "DesignRequest", "EnvEngineerError", "Engineer", "EngineerCallError", "EngineerReply", "Evidence", "GenerationResult",
-    "Fix", "Generator", "Grouping", "InputError", "Knob", "MemoryEstimate", "ModelShape", "NoOptions", "Policy", "Projection", "RoundRecord", "RunDir",
+    "Fix", "Generator", "Grouping", "InputError", "Knob", "MemoryEstimate", "ModelShape", "NoOptions", "Policy", "Projection", "Resources",
+    "RoundRecord", "RunDir",
     "Tracker", "TrackerUnavailable", "TrainRequest", "TrainResult", "Trainer", "UnusableProposal", "Validator", "Verdict", "atomic_open", "build_request",
     "extract_yaml_block", "factual_note", "hookimpl", "load_prompt", "parse_proposal", "read_checksums", "read_jsonl", "retired_options",
     "summary_prompt", "write_json", "write_jsonl", "write_text", "write_yaml",

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
+from envengineer.components import Resources
 from envengineer.errors import ConfigError
 from envengineer.plugins.policies.transformers_policy import ModelDirOptions, ModelDirPolicy
 from envengineer.plugins.vllm_child import ChildLimits
@@ -59,6 +60,10 @@ class VllmPolicy(ModelDirPolicy):
         from envengineer.plugins.vllm_memory import policy_memory
 
         return policy_memory(self, model, gpu_bytes, prompt_tokens)
+
+    def resources(self) -> Resources:
+        """The GPUs the engine is split over (``tensor_parallel_size``)."""
+        return Resources(gpus_per_node=self.options.tensor_parallel_size)
 
     def close(self) -> None:
         """Nothing to release: the engine lives only inside each :meth:`sample` call's child process."""

@@ -55,7 +55,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
-from envengineer.components import Trainer
+from envengineer.components import Resources, Trainer
 from envengineer.errors import ConfigError
 from envengineer.plugins.trainers.verl_config import (
     ENV_PREFIX,
@@ -166,6 +166,11 @@ class VerlGrpoTrainer(PreLaunch, Trainer):
             f"{prompts} prompts, fewer than one train batch of {o.train_batch_size}: one batch of {fitted.train_batch_size} "
             f"(optimiser steps of {fitted.ppo_mini_batch_size} prompts, micro-batches of {fitted.ppo_micro_batch_size_per_gpu})"
             + (f"; {dropped} left out so the batch divides among the GPUs" if dropped else ""))}
+
+    def resources(self) -> Resources:
+        """The job's GPUs (``nnodes`` × ``n_gpus_per_node``) and a CPU for each GPU's worker plus one for the loop."""
+        o = self.options
+        return Resources(gpus_per_node=o.n_gpus_per_node, nodes=o.nnodes, cpus=o.n_gpus_per_node + 1)
 
     def planned_steps(self, prompts: int) -> int:
         """verl's training steps (one rollout of ``train_batch_size`` prompts each) for ``prompts`` prompts; the last partial
