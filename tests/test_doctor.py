@@ -6,6 +6,7 @@ import sys
 
 import pytest
 import yaml
+from rich.console import Console
 from typer.testing import CliRunner
 
 from envengineer import gpus as gpu_info
@@ -25,12 +26,14 @@ SMI_APPS = "GPU-7d9e2f30-aaaa-bbbb-cccc-000000000002, 31337, /usr/bin/python3, 7
 def cli(*args: str):
     from envengineer import cli as command_line
 
-    width = command_line.console.width
-    command_line.console.width = 250  # whole table rows, whatever the terminal
+    # whole table rows, whatever the terminal; the module's console is left as it was (its width
+    # follows the terminal: setting it back would fix it at what it read here)
+    patch = pytest.MonkeyPatch()
+    patch.setattr(command_line, "console", Console(width=250))
     try:
         return CliRunner().invoke(command_line.app, list(args))
     finally:
-        command_line.console.width = width
+        patch.undo()
 
 
 # ------------------------------------------------------------------ the command on this machine

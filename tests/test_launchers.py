@@ -327,6 +327,7 @@ def test_a_runs_resources_are_the_larger_of_its_trainers_and_policys_and_the_lau
     assert trl == Resources(gpus_per_node=1, nodes=1, cpus=3) and vllm == Resources(gpus_per_node=2)
     assert trl.union(vllm) == Resources(gpus_per_node=2, nodes=1, cpus=3)
     assert registry.create("trainer", "trl", {}).resources() == Resources()  # use_cpu auto: decided on the node
+    assert registry.create("trainer", "trl", {"generation": "vllm"}).resources().gpus_per_node == 1  # colocated vLLM: a GPU
     verl = registry.create("trainer", "verl", {"nnodes": 2, "n_gpus_per_node": 8, "train_batch_size": 16, "ppo_mini_batch_size": 16,
                                                "num_generations": 8}).resources()
     assert verl == Resources(gpus_per_node=8, nodes=2, cpus=9)

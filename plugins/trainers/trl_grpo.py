@@ -266,10 +266,10 @@ class TrlGrpoTrainer(Trainer):
         return self.options.temperature
 
     def resources(self) -> Resources:
-        """One GPU when ``use_cpu`` is false; on the CPU (``true``, or ``auto``, which decides on the
-        node) the round's ``threads``."""
+        """One GPU when ``use_cpu`` is false or generation is TRL's colocated vLLM (a GPU engine); on the
+        CPU (``true``, or ``auto``, which decides on the node) the round's ``threads``."""
         o = self.options
-        return Resources(gpus_per_node=1 if o.use_cpu is False else 0, cpus=o.threads or 1)
+        return Resources(gpus_per_node=1 if o.use_cpu is False or o.generation == "vllm" else 0, cpus=o.threads or 1)
 
     def describe(self) -> dict[str, Any]:
         o = self.options
