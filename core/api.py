@@ -24,12 +24,14 @@ from envengineer.components import (
     NoOptions,
     Policy,
     Projection,
+    Resources,
     Trainer,
     Validator,
     Verdict,
     retired_options,
 )
 from envengineer.contract import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply
+from envengineer.doctor import Check
 from envengineer.errors import ConfigError, EnvEngineerError, InputError
 from envengineer.evidence import Evidence, RoundRecord
 from envengineer.fileio import atomic_open, read_jsonl, write_json, write_jsonl, write_text, write_yaml
@@ -43,9 +45,10 @@ from envengineer.trackers import Tracker, TrackerUnavailable
 from envengineer.training import CURVE_KEYS, TrainRequest, TrainResult
 
 __all__ = [
-    "Aggregate", "Benchmark", "CURVE_KEYS", "Change", "Component", "ConfigError", "ContextModule", "DesignOutcome",
+    "Aggregate", "Benchmark", "CURVE_KEYS", "Change", "Check", "Component", "ConfigError", "ContextModule", "DesignOutcome",
     "DesignRequest", "EnvEngineerError", "Engineer", "EngineerCallError", "EngineerReply", "Evidence", "GenerationResult",
-    "Fix", "Generator", "Grouping", "InputError", "Knob", "MemoryEstimate", "ModelShape", "NoOptions", "Policy", "Projection", "RoundRecord", "RunDir",
+    "Fix", "Generator", "Grouping", "InputError", "Knob", "MemoryEstimate", "ModelShape", "NoOptions", "Policy", "Projection", "Resources",
+    "RoundRecord", "RunDir",
     "Tracker", "TrackerUnavailable", "TrainRequest", "TrainResult", "Trainer", "UnusableProposal", "Validator", "Verdict", "atomic_open", "build_request",
     "extract_yaml_block", "factual_note", "hookimpl", "load_prompt", "parse_proposal", "read_checksums", "read_jsonl", "retired_options",
     "summary_prompt", "write_json", "write_jsonl", "write_text", "write_yaml",

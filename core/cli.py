@@ -385,6 +385,42 @@ def run_command(
     console.print(f"run directory: [bold]{escape(str(target))}[/]  (report: envengineer report {escape(str(target))})")
 
 
+@app.command()
+def doctor(
+    config: Optional[Path] = typer.Argument(None, help="a run config: check what its trainer and policy need (default: everything the plugins check)"),
+    overrides: Optional[list[str]] = typer.Argument(None, help="dotted overrides KEY.SUB=VALUE, as for run", show_default=False),
+) -> None:
+    """What this machine and environment offer a GPU run, and what will not work (ok / warn / missing, with fixes).
+
+    Exits 1 only when CONFIG's run needs a GPU and something it needs is missing (as `run` would stop); a machine
+    without a GPU is reported, not an error.
+    """
+    from envengineer.doctor import plugin_checks, run_checks, table
+
+    registry = _registry()
+    components = None
+    if config is not None:
+        from envengineer.runconfig import load_run_config, resolve
+
+        resolved = resolve(load_run_config(config, overrides or (), registry), registry)
+        components = [resolved.trainer, resolved.policy, resolved.engineer]
+    checks = run_checks(registry.pm, components)
+    console.print(table(checks))
+    gpu = next((c for c in checks if c.name == "gpus"), None)
+    if gpu is not None and gpu.status == "missing":
+        console.print("[bold]no GPU[/] on this machine: CPU runs (the tiny policy, trl) work; GPU rounds (verl, vLLM) need one.")
+    if components is not None:
+        needs_gpu = bool(plugin_checks(registry.pm, components))
+        missing = [c.name for c in checks if c.status == "missing"]
+        if not needs_gpu:
+            console.print(f"{escape(str(config))}: its trainer and policy need no GPU; nothing here stops it.")
+        elif missing:
+            console.print(f"[bold red]{escape(str(config))} would stop before training:[/] missing {escape(', '.join(missing))}")
+            raise typer.Exit(1)
+        else:
+            console.print(f"{escape(str(config))}: everything its GPU rounds need is here.")
+
+
 def _print_plan(plan: dict) -> None:
     """The trainer's dry-run plan: its data, environment and command (printed whole, to copy)."""
     for key, value in plan.items():
@@ -528,22 +564,42 @@ def suite_command(
     seeds: int = typer.Option(3, "--seeds", min=1, help="run every config with seeds 0..N-1 (overrides its seed)"),
     output: Path = typer.Option(Path("runs/suite"), "--output", help="suite folder: <config-stem or arm>/seed-<s>/ run directories and the tables"),
     only: Optional[str] = typer.Option(None, "--only", help="only configs whose file stem, arm or run name matches this glob, e.g. 'v*'"),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="runs at a time, each in its own process (1: one after the other, in this process)"),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="--launcher local: runs at a time, each in its own process (1: one after the other, in this process)"),
+    launcher: Optional[str] = typer.Option(None, "--launcher", help="local (this machine), ray (a Ray cluster) or slurm (through submitit); default: the manifest's launcher.name, else local"),
+    address: Optional[str] = typer.Option(None, "--address", help="ray: the cluster's address (e.g. head:6379); default: the one on this machine, else a new local one"),
+    slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="slurm: the partition"),
+    slurm_time: Optional[int] = typer.Option(None, "--slurm-time", min=1, help="slurm: each run's time limit in minutes"),
+    slurm_account: Optional[str] = typer.Option(None, "--slurm-account", help="slurm: the account charged"),
+    slurm_array: Optional[bool] = typer.Option(None, "--slurm-array/--slurm-jobs", help="slurm: the runs as job arrays, or one job per run"),
+    slurm_executor: Optional[str] = typer.Option(None, "--slurm-executor", help="slurm: slurm, or local to run the same jobs on this machine through submitit"),
+    launcher_file: Optional[Path] = typer.Option(None, "--launcher-file", help="a YAML file of launcher settings (a manifest's launcher: section: partition, time, setup, sbatch, ...), in place of the manifest's"),
+    status: bool = typer.Option(False, "--status", help="print each run's state (pending, running on which node, round k of n, done, failed); submit nothing"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print which runs are finished, partial or to do; run nothing"),
     tables_only: bool = typer.Option(False, "--tables-only", help="write the tables and plots from what is on disk; run nothing"),
 ) -> None:
-    """Run configs or a manifest's arms over seeds (resumable; --jobs N in parallel), then write the tables
-    (mean ± sd) as .md and .csv, and each table's arms in detail: per subset, paired tests against the
-    baseline arm, plots."""
+    """Run configs or a manifest's arms over seeds (resumable; --jobs N in parallel, or as jobs on a Ray or
+    Slurm cluster), then write the tables (mean ± sd) as .md and .csv, and each table's arms in detail: per
+    subset, paired tests against the baseline arm, plots."""
+    from envengineer.launchers import suite_launcher
     from envengineer.suite import execute, plan, plan_table, write_tables
 
     registry = _registry()
     suite = plan(sources, seeds=seeds, output=output, only=only, registry=registry)
+    options = suite_launcher(suite.entries, launcher_file, {
+        "name": launcher, "address": address, "partition": slurm_partition, "time": slurm_time, "account": slurm_account,
+        "array": slurm_array, "executor": slurm_executor})
+    if jobs > 1 and options.name != "local":
+        raise EnvEngineerError(f"--jobs {jobs}: for --launcher local; on {options.name} every run is its own job")
+    if status:
+        from envengineer.suite_launch import print_status
+
+        print_status(suite, options, console)
+        return
     if dry_run:
         console.print(plan_table(suite))
         return
     if not tables_only:
-        execute(suite, registry=registry, console=console, jobs=jobs)
+        execute(suite, registry=registry, console=console, jobs=jobs, launcher=options)
     written = write_tables(suite, console=console, registry=registry)
     pages = [p for p in written if p.suffix == ".md"]
     console.print(f"wrote {', '.join(escape(str(p)) for p in pages)} (and {len(written) - len(pages)} .csv and .png files beside them)",

@@ -12,6 +12,7 @@ generation, projection, prompts) and a :class:`Validator` (scoring), paired by n
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -345,6 +346,21 @@ class Engineer(Component, abc.ABC):
         return ()
 
 
+@dataclass(frozen=True)
+class Resources:
+    """What one run asks a cluster for (``envengineer suite --launcher ray|slurm``): GPUs on each of
+    ``nodes`` nodes and CPUs for the run's own process. A run's need is the largest of its trainer's
+    and its policy's (:meth:`Trainer.resources`, :meth:`Policy.resources`)."""
+
+    gpus_per_node: int = 0
+    nodes: int = 1
+    cpus: int = 1
+
+    def union(self, other: "Resources") -> "Resources":
+        """Enough for both (they run one after the other in the same process)."""
+        return Resources(max(self.gpus_per_node, other.gpus_per_node), max(self.nodes, other.nodes), max(self.cpus, other.cpus))
+
+
 class Trainer(Component, abc.ABC):
     """Trains a policy for one round on a training set.
 
@@ -383,6 +399,10 @@ class Trainer(Component, abc.ABC):
         :class:`envengineer.model_shape.ModelShape`) as a :class:`envengineer.memory.MemoryEstimate`
         (rows per phase, what it leaves out, candidate fixes as dotted overrides), or None: it has no estimate."""
         return None
+
+    def resources(self) -> Resources:
+        """What a round of training asks a cluster for (default: one CPU, no GPU)."""
+        return Resources()
 
 
 class Policy(Component, abc.ABC):
@@ -447,6 +467,10 @@ class Policy(Component, abc.ABC):
 
     def close(self) -> None:
         """Release what the policy holds (memory a trainer needs next)."""
+
+    def resources(self) -> Resources:
+        """What sampling asks a cluster for (default: one CPU, no GPU)."""
+        return Resources()
 
     @abc.abstractmethod
     def sample(self, prompts: Sequence[list[dict[str, str]] | str], *, n: int = 1) -> list[list[str]]:

@@ -99,6 +99,24 @@ def register_commands(cli: Any) -> None:
     """
 
 
+# ----------------------------------------------------------------------- doctor
+
+
+@hookspec
+def doctor_checks(components: list[Any] | None) -> list[Any]:
+    """Checks of what your components need from this machine for a GPU run (``envengineer doctor``, and ``run``
+    before training).
+
+    :param components: the run's trainer, policy and engineer objects (their options validated), or None for
+        ``envengineer doctor`` without a config: check everything your plugin could need.
+    :returns: :class:`envengineer.doctor.Check` results (``ok``, ``warn`` or ``missing``, a one-line detail and a
+        fix); ``[]`` when no component is yours or none of yours needs a GPU. Returning checks for a run's
+        component says that the run needs a GPU: ``run`` then checks the machine too (driver, GPUs) and stops
+        before anything trains on any ``missing`` one. The first check of each name is kept. Import heavy modules
+        inside the implementation; a check must not start anything (a cluster, an engine).
+    """
+
+
 # ----------------------------------------------------------------------- report
 
 

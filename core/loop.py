@@ -313,6 +313,7 @@ class Loop:
                 "full": dict(self.run.trainer.describe()),
                 "bookkeeping": {"round": round, "rounds_total": self.cfg.rounds, "budget": self.cfg.budget,
                                 "budget_mode": self.cfg.budget_mode, **_bookkeeping(self.run.trainer, result)},
+                **({"launch": dict(result.launch)} if result.launch else {}),
             }
             if signal is not None:
                 write_json(partial / self.dir.signal(round).name, signal)
@@ -613,6 +614,11 @@ def run(
     loop = Loop(resolved, registry, console or Console())
     if dry_run:
         return loop.plan()
+    from envengineer.doctor import preflight, table as checks_table
+
+    checks = preflight(registry.pm, [resolved.trainer, resolved.policy, resolved.engineer])  # stops a GPU run that cannot work
+    if checks:
+        loop.console.print(checks_table(checks, title="before the GPU rounds (envengineer doctor)"))
     try:
         rows = loop.run_all()
     except FallbackLimitError:

@@ -47,12 +47,23 @@ from envengineer.suite_model import (
     slug,
 )
 from envengineer.suite_plan import plan, plan_table
-from envengineer.suite_runner import execute
+from envengineer.suite_runner import execute as execute_here
 
 __all__ = [
     "DIFFERENT", "FAILED", "FINISHED", "PARTIAL", "TODO", "Suite", "SuiteEntry", "SuiteRun",
     "entry_row", "execute", "plan", "plan_table", "tables", "write_tables",
 ]
+
+
+def execute(suite: Suite, *, registry: Any = None, console: Console | None = None, jobs: int = 1, launcher: Any = None) -> Suite:
+    """Run every unfinished run: on this machine (``launcher`` None or named ``local``: ``jobs`` at a
+    time), or as jobs on a cluster (:class:`~envengineer.launchers.LauncherOptions` naming ``ray``
+    or ``slurm``: :mod:`envengineer.suite_launch`)."""
+    if launcher is None or launcher.name == "local":
+        return execute_here(suite, registry=registry, console=console, jobs=jobs)
+    from envengineer.suite_launch import execute_on_cluster
+
+    return execute_on_cluster(suite, launcher, registry=registry, console=console)
 
 
 def _context_label(context: dict[str, Any] | str) -> str:

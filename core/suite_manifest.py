@@ -29,6 +29,7 @@ class Manifest(BaseModel):
     base: str = Field(min_length=1, description="the base run config, relative to the manifest")
     table: str | None = Field(None, min_length=1, description="the table the arms are rows of (default: the base's suite.table, else 'runs')")
     baseline: str | None = Field(None, min_length=1, description="the arm the paired tests compare the others against (default: the arm named fixed)")
+    launcher: dict[str, Any] | None = Field(None, description="how `envengineer suite` runs the arms on a cluster (docs/cluster.md): name, resources, Slurm and Ray settings")
     arms: dict[str, Any] = Field(min_length=1, description="arm name -> {dotted.key: value} or [KEY=VALUE, ...] (null: the base as it is)")
 
 
@@ -107,6 +108,10 @@ def read_manifest(path: Path, registry: Any = None) -> list[SuiteEntry]:
             raise ConfigError(f"{path}: arms.{arm}: an arm's name names its run folder: letters, digits, . _ - (not starting with . _ -)")
     if manifest.baseline is not None and manifest.baseline not in manifest.arms:
         raise ConfigError(f"{path}: baseline: no arm named {manifest.baseline} (arms: {', '.join(manifest.arms)})")
+    if manifest.launcher is not None:
+        from envengineer.launchers import launcher_options
+
+        launcher_options(manifest.launcher, where=str(path))  # checked here: the error names the manifest
     baseline = manifest.baseline or (DEFAULT_BASELINE if DEFAULT_BASELINE in manifest.arms else None)
     base_path = Path(manifest.base) if Path(manifest.base).is_absolute() else path.parent / manifest.base
     if not base_path.is_file():
@@ -139,7 +144,8 @@ def read_manifest(path: Path, registry: Any = None) -> list[SuiteEntry]:
             except Exception:  # noqa: BLE001 - an error type with another signature: say it as a config error
                 error = ConfigError(message)
             raise error from None
-        entries.append(SuiteEntry(path, config, arm=arm, base=base_path, overrides=overrides, baseline=arm == baseline))
+        entries.append(SuiteEntry(path, config, arm=arm, base=base_path, overrides=overrides, baseline=arm == baseline,
+                                  launcher=manifest.launcher))
     return entries
 
 

@@ -21,7 +21,8 @@ from envengineer.drawn import BenchView
 from envengineer.errors import InputError
 from envengineer.runconfig import RunConfig
 
-#: Suite bookkeeping in the output folder: the last error of every run that raised.
+#: Suite bookkeeping in the output folder: the last error of every run that raised, and the cluster
+#: jobs submitted and still to be followed.
 STATUS_FILE = "suite.json"
 DEFAULT_TABLE = "runs"
 FINISHED, PARTIAL, TODO, DIFFERENT, FAILED = "finished", "partial", "to do", "different run", "failed"
@@ -54,6 +55,7 @@ class SuiteEntry:
     base: Path | None = None  # an arm's base config
     overrides: tuple[str, ...] = ()  # an arm's overrides of its base, as `envengineer run` takes them
     baseline: bool = False  # the arm the suite's paired tests compare the others against
+    launcher: dict[str, Any] | None = None  # its manifest's `launcher:` section (how a cluster runs it)
 
     @property
     def stem(self) -> str:
@@ -89,16 +91,27 @@ class Suite:
 # ------------------------------------------------------------------ the status file
 
 
-def read_errors(path: Path) -> dict[str, str]:
-    """The last error of each run that raised, by :func:`run_key` ({} without the file)."""
+def _read_status(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: unreadable suite status ({exc}); delete it to forget recorded failures") from None
-    errors = data.get("errors") if isinstance(data, dict) else None
+        raise InputError(f"{path}: unreadable suite status ({exc}); delete it to forget recorded failures and submitted jobs") from None
+    return data if isinstance(data, dict) else {}
+
+
+def read_errors(path: Path) -> dict[str, str]:
+    """The last error of each run that raised, by :func:`run_key` ({} without the file)."""
+    errors = _read_status(path).get("errors")
     return {str(k): str(v) for k, v in errors.items()} if isinstance(errors, dict) else {}
+
+
+def read_jobs(path: Path) -> dict[str, dict[str, Any]]:
+    """The cluster jobs submitted and not yet seen to end, by :func:`run_key`: ``{"launcher": "slurm",
+    "id": "1234", ...}`` ({} without the file)."""
+    jobs = _read_status(path).get("jobs")
+    return {str(k): dict(v) for k, v in jobs.items() if isinstance(v, dict)} if isinstance(jobs, dict) else {}
 
 
 def run_key(output: Path, run: SuiteRun) -> str:
@@ -106,17 +119,36 @@ def run_key(output: Path, run: SuiteRun) -> str:
     return run.run_dir.relative_to(output).as_posix()
 
 
-def save_errors(suite: Suite) -> None:
-    """Record the suite's runs' errors in the status file (a run that finished since: forgotten)."""
+def _write_status(path: Path, errors: dict[str, str], jobs: dict[str, dict[str, Any]]) -> None:
     from envengineer.fileio import write_json
 
+    data: dict[str, Any] = {"errors": dict(sorted(errors.items()))}
+    if jobs:
+        data["jobs"] = dict(sorted(jobs.items()))
+    write_json(path, data)
+
+
+def save_errors(suite: Suite) -> None:
+    """Record the suite's runs' errors in the status file (a run that finished since: forgotten)."""
     path = suite.output / STATUS_FILE
     errors = read_errors(path)  # runs left out by --only keep theirs
     for run in (r for r in suite.runs if r.same_as is None):
         errors.pop(run_key(suite.output, run), None)
         if run.error and not run.done:
             errors[run_key(suite.output, run)] = run.error
-    write_json(path, {"errors": dict(sorted(errors.items()))})
+    _write_status(path, errors, read_jobs(path))
+
+
+def save_jobs(output: Path, changes: dict[str, dict[str, Any] | None]) -> None:
+    """Record submitted jobs by run key (None: the job has ended and is forgotten)."""
+    path = output / STATUS_FILE
+    jobs = read_jobs(path)
+    for key, job in changes.items():
+        if job is None:
+            jobs.pop(key, None)
+        else:
+            jobs[key] = job
+    _write_status(path, read_errors(path), jobs)
 
 
 # ------------------------------------------------------------------ shared with the report

@@ -42,14 +42,22 @@ def _same_run(config: RunConfig) -> str:
     return json.dumps(identity, sort_keys=True, default=str)
 
 
-def run_state(run_dir: Path, config: RunConfig) -> str:
-    """finished / partial / to do, or "different run" when the folder holds another config."""
+def run_state(run_dir: Path, config: RunConfig, registry: Any = None) -> str:
+    """finished / partial / to do, or "different run" when the folder holds another config. A config
+    that names no ``eval.validation`` is compared with the set its task declares, as the loop records
+    it in ``run.yaml`` (``registry``: default, the installed plugins)."""
     from envengineer.fileio import read_yaml
     from envengineer.rundir import RunDir
 
     folder = RunDir(run_dir)
     if not folder.run_yaml.exists():
         return TODO
+    if config.eval.validation is None:
+        from envengineer.registry import load_registry
+        from envengineer.runconfig import validation_set
+
+        name = validation_set(config, registry if registry is not None else load_registry())
+        config = config.model_copy(update={"eval": config.eval.model_copy(update={"validation": name})})
     if _identity(read_yaml(folder.run_yaml)) != _identity(config.model_dump(mode="json")):
         return DIFFERENT
     return FINISHED if folder.done("round_end", config.rounds - 1) else PARTIAL
@@ -75,7 +83,7 @@ def plan(sources: Sequence[str | Path], *, seeds: int, output: str | Path, only:
                 shared = owner[1]
                 entry.runs.append(SuiteRun(shared.config, seed, shared.run_dir, shared.status, same_as=owner[0]))
                 continue
-            run = SuiteRun(seeded, seed, run_dir, run_state(run_dir, seeded))
+            run = SuiteRun(seeded, seed, run_dir, run_state(run_dir, seeded, registry))
             first[_same_run(seeded)] = (entry.stem, run)
             entry.runs.append(run)
         entries.append(entry)

@@ -1,6 +1,7 @@
-"""Running a suite's unfinished runs: one after the other in this process, or ``jobs`` at a time,
-each in its own process (:mod:`envengineer.suite_worker`), after the shared starting policies are
-prepared once. A run that raises is recorded in the suite's status file and the others go on."""
+"""Running a suite's unfinished runs on this machine (``--launcher local``): one after the other in
+this process, or ``jobs`` at a time, each in its own process (:mod:`envengineer.suite_worker`),
+after the shared starting policies are prepared once. A run that raises is recorded in the suite's
+status file and the others go on. On a cluster: :mod:`envengineer.suite_launch`."""
 
 from __future__ import annotations
 
@@ -19,14 +20,15 @@ from envengineer.suite_model import FAILED, PARTIAL, Suite, SuiteEntry, SuiteRun
 from envengineer.suite_plan import run_state
 
 
-def _todo(suite: Suite) -> list[tuple[SuiteEntry, SuiteRun]]:
+def unfinished(suite: Suite) -> list[tuple[SuiteEntry, SuiteRun]]:
     """The unfinished runs, seed by seed (every config's seed 0 first): a suite stopped half-way
     holds whole seeds to compare."""
     todo = [(entry, run) for entry in suite.entries for run in entry.runs if not run.done and run.same_as is None]
     return sorted(todo, key=lambda item: item[1].seed)  # stable: configs in their order within a seed
 
 
-def _finished(suite: Suite, run: SuiteRun) -> None:
+def finished(suite: Suite, run: SuiteRun) -> None:
+    """Record how a run ended (and the rows that show the same run), in the status file."""
     for shared in (r for r in suite.runs if r.same_as is not None and r.run_dir == run.run_dir):
         shared.status, shared.error = run.status, run.error
     save_errors(suite)
@@ -45,7 +47,7 @@ def execute(suite: Suite, *, registry: Any = None, console: Console | None = Non
         raise EnvEngineerError(f"--jobs {jobs}: give at least one")
     console = console or Console()
     registry = registry or load_registry()
-    todo = _todo(suite)
+    todo = unfinished(suite)
     skipped = sum(1 for run in suite.runs if run.done and run.same_as is None)
     if skipped:
         console.print(f"[dim]{skipped} finished run(s) skipped[/]")
@@ -71,8 +73,8 @@ def execute(suite: Suite, *, registry: Any = None, console: Console | None = Non
                     write_text(suite.output / entry.stem / f"seed-{run.seed}.traceback.txt", traceback.format_exc())
                 console.print(f"[bold red]{escape(entry.stem)} seed {run.seed} failed:[/] {escape(run.error)}", highlight=False)
             else:
-                run.status, run.error = run_state(run.run_dir, run.config), None
-            _finished(suite, run)
+                run.status, run.error = run_state(run.run_dir, run.config, registry), None
+            finished(suite, run)
             advance()
     return suite
 
@@ -105,7 +107,7 @@ def _log_path(suite: Suite, entry: SuiteEntry, run: SuiteRun) -> Path:
     return suite.output / entry.stem / f"seed-{run.seed}.log"
 
 
-def _history(run: SuiteRun) -> list[dict[str, Any]]:
+def history_so_far(run: SuiteRun) -> list[dict[str, Any]]:
     """The run's history so far, as its process writes it ([] while unreadable: a line half-written)."""
     folder = RunDir(run.run_dir)
     try:
@@ -146,7 +148,7 @@ def _run_parallel(suite: Suite, todo: list[tuple[SuiteEntry, SuiteRun]], registr
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from envengineer.fileio import write_json, write_text
+    from envengineer.fileio import write_json
 
     prepare_policies([run for _, run in todo], registry, console)
     console.print(f"suite: {len(todo)} run(s), {jobs} at a time, each in its own process; logs: {escape(str(suite.output))}/<config>/seed-<s>.log")
@@ -177,7 +179,7 @@ def _run_parallel(suite: Suite, todo: list[tuple[SuiteEntry, SuiteRun]], registr
                     bar = progress.add_task(f"{escape(entry.stem)} seed {run.seed} ({verb})", total=run.config.rounds)
                     running[process.pid] = (entry, run, process, result, bar)
                 for pid, (entry, run, process, result, bar) in list(running.items()):
-                    history = _history(run)
+                    history = history_so_far(run)
                     rounds_done = sum(1 for line in history if line.get("step") == "round_end")
                     progress.update(bar, completed=rounds_done, description=f"{escape(entry.stem)} seed {run.seed}: {escape(_where(history))}")
                     code = process.poll()
@@ -185,16 +187,8 @@ def _run_parallel(suite: Suite, todo: list[tuple[SuiteEntry, SuiteRun]], registr
                         continue
                     del running[pid]
                     progress.remove_task(bar)
-                    outcome = _outcome(result, code, _log_path(suite, entry, run))
-                    if outcome.get("ok"):
-                        run.status, run.error = run_state(run.run_dir, run.config), None
-                        console.print(f"[green]{escape(entry.stem)} seed {run.seed}: {escape(run.status)}[/]", highlight=False)
-                    else:
-                        run.status, run.error = FAILED, str(outcome.get("error"))
-                        if outcome.get("traceback"):
-                            write_text(suite.output / entry.stem / f"seed-{run.seed}.traceback.txt", str(outcome["traceback"]))
-                        console.print(f"[bold red]{escape(entry.stem)} seed {run.seed} failed:[/] {escape(run.error)}", highlight=False)
-                    _finished(suite, run)
+                    log = _log_path(suite, entry, run)
+                    record_outcome(suite, entry, run, _outcome(result, code, log), console, log)
                     progress.advance(overall)
                 if running:
                     time.sleep(0.5)
@@ -210,6 +204,34 @@ def _run_parallel(suite: Suite, todo: list[tuple[SuiteEntry, SuiteRun]], registr
 
         shutil.rmtree(scratch, ignore_errors=True)
     return suite
+
+
+#: lines of a failed run's log shown with its error
+TAIL_LINES = 20
+
+
+def record_outcome(suite: Suite, entry: SuiteEntry, run: SuiteRun, outcome: dict[str, Any], console: Console, log: Path) -> None:
+    """Record how a run in a process of its own ended: its folder's state, or the error it reported
+    (its traceback beside its log, and the log's last lines shown under the error)."""
+    from envengineer.fileio import write_text
+
+    if outcome.get("ok"):
+        run.status, run.error = run_state(run.run_dir, run.config), None
+        console.print(f"[green]{escape(entry.stem)} seed {run.seed}: {escape(run.status)}[/]", highlight=False)
+    else:
+        run.status, run.error = FAILED, str(outcome.get("error"))
+        if outcome.get("traceback"):
+            write_text(suite.output / entry.stem / f"seed-{run.seed}.traceback.txt", str(outcome["traceback"]))
+        console.print(f"[bold red]{escape(entry.stem)} seed {run.seed} failed:[/] {escape(run.error)}\n"
+                      f"[dim]{escape(str(log))}, last lines:[/]\n{escape(log_tail(log))}", highlight=False)
+    finished(suite, run)
+
+
+def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
 
 
 def _outcome(result: Path, code: int, log: Path) -> dict[str, Any]:

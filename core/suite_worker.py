@@ -1,9 +1,13 @@
 """One run of a suite in its own process: ``python -m envengineer.suite_worker JOB.json``.
 
-``envengineer suite --jobs N`` starts one of these per run, N at a time. The job file holds the
+``envengineer suite --jobs N`` starts one of these per run, N at a time; ``--launcher ray|slurm``
+starts one per run on a cluster node (:mod:`envengineer.suite_launch`). The job file holds the
 run's resolved config (seed and output already set), the log file to write the run's console
 output to, and the file to write the outcome to: ``{"ok": true}`` or ``{"ok": false, "error":
-...}``. The run is the same :class:`~envengineer.loop.Loop` as ``envengineer run`` and an
+...}``; optionally ``where`` (a file to note the node and process in when the run starts), ``cwd``
+(the folder the run's relative paths are read from: on a cluster, the suite's own) and ``env``
+(variables set for the run, e.g. ``RAY_ADDRESS=local`` so that a trainer's own Ray stays
+inside the run's reservation). The run is the same :class:`~envengineer.loop.Loop` as ``envengineer run`` and an
 in-process suite run: resumable, with the same results.
 """
 
@@ -25,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     _exit_with_parent()
     job = json.loads(Path(args[0]).read_text(encoding="utf-8"))
     result_path, log_path = Path(job["result"]), Path(job["log"])
+    _started(job)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("a", encoding="utf-8") as log:
         from rich.console import Console
@@ -56,6 +61,22 @@ def main(argv: list[str] | None = None) -> int:
 
     write_json(result_path, outcome)
     return code
+
+
+def _started(job: dict) -> None:
+    """Go to the folder the suite ran in (the config's relative paths), set the job's variables, and
+    note where the run runs (the suite's status line shows the node)."""
+    import os
+    import socket
+
+    if job.get("cwd"):
+        os.chdir(job["cwd"])
+
+    os.environ.update({str(k): str(v) for k, v in (job.get("env") or {}).items()})
+    if job.get("where"):
+        from envengineer.fileio import write_json
+
+        write_json(Path(job["where"]), {"host": socket.gethostname(), "pid": os.getpid()})
 
 
 def _exit_with_parent() -> None:

@@ -77,11 +77,16 @@ class TrainRequest:
 
 @dataclass
 class TrainResult:
-    """The new checkpoint (a Hugging Face model directory), its curves, and summary metrics."""
+    """The new checkpoint (a Hugging Face model directory), its curves, and summary metrics.
+
+    ``launch``: how this machine ran the round (kernels chosen, what was dropped), recorded under ``launch`` in the
+    round's ``train/details.json``; unlike ``describe()`` it may differ from machine to machine, so the engineer's
+    context never shows it."""
 
     checkpoint: Path
     curves: Path
     metrics: dict[str, Any] = field(default_factory=dict)
+    launch: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

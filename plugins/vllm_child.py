@@ -26,6 +26,13 @@ than ``multiprocessing`` with the ``spawn`` context:
   the kernel's OOM killer), with the last lines of that output. The parent waits on the
   process itself, so a dead child is noticed at once, never waited on forever.
 
+Failing loudly: before the child starts, :func:`wait_for_memory` waits (``memory_wait_minutes``)
+until every GPU the engine will use has ``gpu_memory_utilization`` × its memory free (vLLM 0.24
+refuses to start below that), and fails with the numbers and the processes holding the memory
+otherwise. The child leads a process group of its own (:mod:`envengineer.plugins.processes`); a
+child silent for ``stall_timeout_minutes`` (no output line) is ended with its whole group, as is
+one whose parent is interrupted.
+
 Without vllm the child answers with :class:`VllmNotInstalled` (``pip install
 "envengineer[vllm]"``). The tests run this module against ``tests/fake_vllm``, a stand-in of
 vLLM's public API on CPU; the real engine needs a CUDA GPU.
@@ -40,18 +47,38 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from envengineer.errors import EnvEngineerError
+from envengineer.gpus import Gpu, GpuProcess, read_processes, visible_gpus
+from envengineer.plugins.processes import Stalled, end_group, sigterm_as_interrupt, start, watch
 
 INSTALL_HINT = 'pip install "envengineer[vllm]" (or "envengineer[train,verl]", which includes vLLM); vLLM needs a CUDA GPU'
 TAIL_LINES = 40
 #: Seconds a child that has written its answer gets to exit (vLLM tears down its engine core).
 EXIT_GRACE_S = 120.0
+#: vLLM 0.24's ``LLM(gpu_memory_utilization=...)`` default.
+VLLM_DEFAULT_UTILIZATION = 0.92
+#: Seconds between two readings of the GPUs' free memory while waiting for it.
+MEMORY_POLL_S = 5.0
+
+
+class ChildLimits(BaseModel):
+    """How long a vLLM child may wait for GPU memory and stay silent (the options of every component that runs one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_wait_minutes: float = Field(
+        10, ge=0, description="wait this long for the GPU memory vLLM needs (gpu_memory_utilization × total) to be free, then fail",
+    )
+    stall_timeout_minutes: float = Field(30, ge=0, description="end the vLLM child when it prints nothing for this long (0: never)")
 
 
 class VllmChildError(EnvEngineerError):
@@ -94,16 +121,19 @@ def request(prompt: list[dict[str, str]] | str, *, n: int = 1, seed: int | None 
 
 def generate(
     engine: dict[str, Any], requests: Sequence[dict[str, Any]], *, temperature: float, top_p: float, max_tokens: int,
-    chat_template_kwargs: dict[str, Any] | None = None, what: str = "vllm",
+    chat_template_kwargs: dict[str, Any] | None = None, what: str = "vllm", limits: ChildLimits | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``requests`` (see :func:`request`) in one child process.
 
     Returns one ``{"texts": [...], "prompt_tokens": int, "completion_tokens": [...]}`` per
     request, in order. ``what`` prefixes error messages (``policy.vllm``, ``engineer.checkpoint``).
-    Raises :class:`VllmNotInstalled`, or :class:`VllmChildError` when the child raised or died.
+    Raises :class:`VllmNotInstalled`, or :class:`VllmChildError` when the GPU memory never came free,
+    or the child raised, died or stalled.
     """
     if not requests:
         return []
+    limits = limits or ChildLimits()
+    wait_for_memory(engine, wait_s=limits.memory_wait_minutes * 60, what=what)
     job = {
         "engine": engine,
         "requests": list(requests),
@@ -113,10 +143,14 @@ def generate(
     with tempfile.TemporaryDirectory(prefix="envengineer-vllm-") as tmp:
         job_path, result_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
         job_path.write_text(json.dumps(job), encoding="utf-8")
-        returncode, tail = _run_child(job_path, result_path)
+        returncode, tail, stalled = _run_child(job_path, result_path, stall_timeout_s=limits.stall_timeout_minutes * 60 or None)
         result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.exists() else None
     log = "".join(tail).rstrip()
     where = f"\nlast lines of its output:\n{log}" if log else " (it wrote no output)"
+    if stalled is not None and result is None:
+        raise VllmChildError(f"{what}: the vLLM child process stalled: {stalled} (stall_timeout_minutes: "
+                             f"{limits.stall_timeout_minutes:g}); it and every process it started were ended{where}",
+                             returncode=returncode, output_tail=log)
     if result is not None and "error" in result:
         error = result["error"]
         if error.get("missing_vllm"):
@@ -133,6 +167,74 @@ def generate(
     return outputs
 
 
+#: The vLLM release the ``verl`` extra pins and ``tests/fake_vllm`` follows.
+TESTED_VLLM = "0.24.0"
+
+
+def vllm_check() -> Any:
+    """``envengineer doctor``'s line for vLLM in this Python (the one the child runs)."""
+    from envengineer.doctor import package_check, version
+
+    return package_check("vllm", version("vllm"), tested=TESTED_VLLM, install=INSTALL_HINT)
+
+
+# ------------------------------------------------------------------ GPU memory before the start
+
+
+def _stderr(message: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[yellow]{message}[/]", highlight=False, markup=True)
+
+
+def memory_shortfall(gpus: Sequence[Gpu], utilization: float, tensor_parallel_size: int) -> list[tuple[Gpu, float]]:
+    """The GPUs among the first ``tensor_parallel_size`` visible ones with less than ``utilization`` × their memory free,
+    each with the MiB vLLM needs there."""
+    short = []
+    for gpu in list(gpus)[:tensor_parallel_size]:
+        needed = utilization * gpu.total_mib
+        if gpu.free_mib < needed:
+            short.append((gpu, needed))
+    return short
+
+
+def wait_for_memory(
+    engine: dict[str, Any], *, wait_s: float, what: str, reader: Callable[[], list[Gpu] | None] = visible_gpus,
+    holders: Callable[[], list[GpuProcess]] = read_processes, sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic, poll_s: float = MEMORY_POLL_S, notify: Callable[[str], None] | None = None,
+) -> None:
+    """Wait up to ``wait_s`` until the GPUs the engine uses have the memory vLLM will ask for at its start
+    (``gpu_memory_utilization`` × total on each of its ``tensor_parallel_size`` GPUs: vLLM refuses to start with less
+    free), or raise :class:`VllmChildError` with the numbers and who holds the memory. No driver (a CPU machine):
+    nothing to wait for."""
+    utilization = float(engine.get("gpu_memory_utilization") or VLLM_DEFAULT_UTILIZATION)
+    tp = int(engine.get("tensor_parallel_size") or 1)
+    started, told = clock(), False
+    while True:
+        gpus = reader()
+        if not gpus:
+            return
+        short = memory_shortfall(gpus, utilization, tp)
+        if not short:
+            return
+        lines = [f"GPU {gpu.index} ({gpu.name}): {gpu.free_mib / 1024:.1f} GiB free of {gpu.total_mib / 1024:.1f} GiB, "
+                 f"needs {needed / 1024:.1f} GiB (gpu_memory_utilization {utilization:g} × {gpu.total_mib / 1024:.1f} GiB)"
+                 for gpu, needed in short]
+        if clock() - started >= wait_s:
+            break
+        if not told:  # the wait can be long: say once what it waits for
+            (notify or _stderr)(f"{what}: waiting up to {wait_s / 60:g} minutes for GPU memory before starting vLLM: " + "; ".join(lines))
+            told = True
+        sleep(poll_s)
+    uuids = {gpu.uuid for gpu, _ in short}
+    held = [f"pid {p.pid} {p.name} ({p.used_mib / 1024:.1f} GiB)" for p in holders() if p.gpu_uuid in uuids]
+    raise VllmChildError(
+        f"{what}: vLLM would not start: after waiting {wait_s / 60:g} minutes (memory_wait_minutes), "
+        + "; ".join(lines) + ". " + (f"Held by: {', '.join(held)}. " if held else "nvidia-smi names no process holding it. ")
+        + "Lower gpu_memory_utilization, end what holds the memory, or wait longer (memory_wait_minutes)."
+    )
+
+
 def _signal_note(returncode: int | None) -> str:
     if returncode is None:
         return ""
@@ -147,52 +249,45 @@ def _signal_note(returncode: int | None) -> str:
     return f" (killed by {name}{oom})"
 
 
-def _run_child(job_path: Path, result_path: Path) -> tuple[int, deque[str]]:
-    """Start the child, keep the tail of its output, wait for it; end its whole session afterwards."""
+def _run_child(job_path: Path, result_path: Path, *, stall_timeout_s: float | None = None) -> tuple[int | None, deque[str], Stalled | None]:
+    """Start the child, keep the tail of its output, wait for it; end its whole process group afterwards.
+    Returns the exit code, the tail and, when it stalled, the :class:`Stalled` it was ended for."""
     tail: deque[str] = deque(maxlen=TAIL_LINES)
-    proc = subprocess.Popen(
+    lines = [0]  # output lines so far: the child's sign of life
+    proc = start(
         [sys.executable, "-m", "envengineer.plugins.vllm_child", str(job_path), str(result_path)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        env=dict(os.environ),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ),
     )
 
     def read() -> None:
         assert proc.stdout is not None
         for raw in proc.stdout:
             tail.append(raw.decode("utf-8", "replace"))
+            lines[0] += 1
 
     reader = threading.Thread(target=read, name="vllm-child-output", daemon=True)
     reader.start()
+    stalled: Stalled | None = None
+    returncode: int | None = None
     try:
-        while True:
+        with sigterm_as_interrupt():
             try:
-                returncode = proc.wait(timeout=1.0)
-                break
-            except subprocess.TimeoutExpired:
-                if result_path.exists():  # answered: give it a while to shut vLLM down, then end it
-                    try:
-                        returncode = proc.wait(timeout=EXIT_GRACE_S)
-                    except subprocess.TimeoutExpired:
-                        _kill_session(proc)
-                        returncode = proc.wait()
-                    break
-    except BaseException:  # KeyboardInterrupt in the parent: the child does not outlive it
-        _kill_session(proc)
-        proc.wait()
-        raise
-    finally:
-        _kill_session(proc)  # vLLM's own processes left behind by a child that died
+                returncode = watch(proc, activity=lambda: lines[0], stall_timeout_s=stall_timeout_s, done=result_path.exists)
+            except Stalled as exc:
+                stalled = exc
+            if returncode is None and stalled is None:  # answered: give it a while to shut vLLM down, then end it
+                try:
+                    returncode = proc.wait(timeout=EXIT_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    pass
+    finally:  # interrupted, stalled, or vLLM's own processes left behind: the child's whole group goes
+        end_group(proc, grace_s=10.0)
+        if returncode is None:
+            returncode = proc.poll()
         reader.join(timeout=5.0)
         if proc.stdout is not None and not reader.is_alive():
             proc.stdout.close()
-    return returncode, tail
-
-
-def _kill_session(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass
+    return returncode, tail, stalled
 
 
 # ------------------------------------------------------------------------- the child

@@ -194,7 +194,7 @@ def test_what_is_and_is_not_a_hook_name_problem(pm, tmp_path, monkeypatch):
 
     problems = pm.hook_problems(names_mod)
     assert len(problems) == 2, problems
-    assert problems[0].startswith("setup is marked @hookimpl but no hook is named 'setup' (the hooks: on_benchmark_end, ")
+    assert problems[0].startswith("setup is marked @hookimpl but no hook is named 'setup' (the hooks: doctor_checks, on_benchmark_end, ")
     assert problems[1] == ("on_run_ends looks like hook 'on_run_end' but is neither marked @hookimpl nor named like it: "
                            "did you mean on_run_end?")
     with pytest.raises(HookNameError) as info:

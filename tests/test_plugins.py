@@ -154,7 +154,7 @@ def test_misspelled_hook_fails_loudly(tmp_path, monkeypatch):
     assert who.startswith("typo") and "register_enginers" in error and "did you mean register_engineers?" in error
 
 
-HEAVY = ("torch", "transformers", "trl", "verl", "vllm", "openai", "google.genai", "datasets", "wandb", "mlflow", "tensorboard")
+HEAVY = ("torch", "transformers", "trl", "verl", "vllm", "openai", "google.genai", "datasets", "wandb", "mlflow", "tensorboard", "ray", "submitit")
 
 
 def test_import_and_help_stay_light():

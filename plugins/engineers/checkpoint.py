@@ -20,9 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envengineer.components import Engineer, retired_options
 from envengineer.api import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply, factual_note, load_prompt, summary_prompt
+from envengineer.plugins.vllm_child import ChildLimits
 
 
-class CheckpointOptions(BaseModel):
+class CheckpointOptions(ChildLimits):
+    """The engineer's options; with vLLM also how long its child may wait for GPU memory and stay silent (:class:`ChildLimits`)."""
+
     model_config = ConfigDict(extra="forbid")
 
     model_path: str | None = Field(None, description="model directory (default: the policy checkpoint the loop passes)")
@@ -103,7 +106,7 @@ class CheckpointEngineer(Engineer):
         )
         requests = [vllm_child.request(messages, n=1, seed=o.seed) for messages in conversations]
         outputs = vllm_child.generate(engine, requests, temperature=o.temperature, top_p=o.top_p, max_tokens=o.max_new_tokens,
-                                      chat_template_kwargs=chat_kwargs, what=f"engineer.{self.name}")
+                                      chat_template_kwargs=chat_kwargs, what=f"engineer.{self.name}", limits=o)
         return [(out["texts"][0], {"prompt_tokens": out["prompt_tokens"], "completion_tokens": out["completion_tokens"][0]}) for out in outputs]
 
     def _transformers(self, path: str, conversations: list[list[dict[str, str]]], chat_kwargs: dict[str, Any]) -> list[tuple[str, dict[str, int]]]:

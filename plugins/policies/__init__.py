@@ -19,3 +19,14 @@ def register_commands(cli):
     from envengineer.plugins.policies import cli as commands
 
     commands.register(cli)  # envengineer pretrain: the tiny policy's base model
+
+
+@hookimpl
+def doctor_checks(components):
+    """vLLM for the ``vllm`` policy (its child process runs this Python)."""
+    from envengineer.plugins.policies.vllm_policy import VllmPolicy
+    from envengineer.plugins.vllm_child import vllm_check
+
+    if components is None or any(isinstance(component, VllmPolicy) for component in components):
+        return [vllm_check()]
+    return []

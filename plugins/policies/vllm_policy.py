@@ -23,11 +23,13 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
+from envengineer.components import Resources
 from envengineer.errors import ConfigError
 from envengineer.plugins.policies.transformers_policy import ModelDirOptions, ModelDirPolicy
+from envengineer.plugins.vllm_child import ChildLimits
 
 
-class VllmOptions(ModelDirOptions):
+class VllmOptions(ModelDirOptions, ChildLimits):
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs the model is split over")
     gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0, description="share of GPU memory vLLM may take (weights and KV cache)")
     max_model_len: int | None = Field(None, ge=1, description="context length (default: the model's)")
@@ -59,6 +61,10 @@ class VllmPolicy(ModelDirPolicy):
 
         return policy_memory(self, model, gpu_bytes, prompt_tokens)
 
+    def resources(self) -> Resources:
+        """The GPUs the engine is split over (``tensor_parallel_size``)."""
+        return Resources(gpus_per_node=self.options.tensor_parallel_size)
+
     def close(self) -> None:
         """Nothing to release: the engine lives only inside each :meth:`sample` call's child process."""
 
@@ -88,6 +94,6 @@ class VllmPolicy(ModelDirPolicy):
         requests = [vllm_child.request(p, n=1 if greedy else n, seed=o.seed + i) for i, p in enumerate(prompts)]
         outputs = vllm_child.generate(
             self.engine(), requests, temperature=o.temperature, top_p=o.top_p, max_tokens=o.max_new_tokens,
-            chat_template_kwargs=dict(o.chat_template_kwargs), what=f"policy.{self.name}",
+            chat_template_kwargs=dict(o.chat_template_kwargs), what=f"policy.{self.name}", limits=o,
         )
         return [out["texts"] * n if greedy else list(out["texts"]) for out in outputs]

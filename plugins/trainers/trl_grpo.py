@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
-from envengineer.components import Generator, Trainer, retired_options
+from envengineer.components import Generator, Resources, Trainer, retired_options
 from envengineer.errors import ConfigError
 from envengineer.evaluation import score_response
 from envengineer.plugins.trainers.rollouts import Groups, prompt_line
@@ -264,6 +264,12 @@ class TrlGrpoTrainer(Trainer):
     @property
     def sampling_temperature(self) -> float:
         return self.options.temperature
+
+    def resources(self) -> Resources:
+        """One GPU when ``use_cpu`` is false or generation is TRL's colocated vLLM (a GPU engine); on the
+        CPU (``true``, or ``auto``, which decides on the node) the round's ``threads``."""
+        o = self.options
+        return Resources(gpus_per_node=1 if o.use_cpu is False or o.generation == "vllm" else 0, cpus=o.threads or 1)
 
     def describe(self) -> dict[str, Any]:
         o = self.options

@@ -275,3 +275,16 @@ def read_rollouts(folder: str | os.PathLike[str], records: Sequence[Mapping[str,
     for item in outcomes:
         by_index.setdefault(int(item["index"]), []).append((float(item["reward"]), bool(item["valid"])))
     return [prompt_line(generator.record_id(record), chunks(by_index.get(index, []), group_size)) for index, record in enumerate(records)]
+
+
+def kept_rows(cfg: Any) -> int:
+    """How many rows of ``data.train_files`` verl's training dataset keeps: main_ppo's own ``create_rl_dataset`` with
+    the composed ``cfg`` and the model's tokenizer, as verl 0.9.1's trainer builds them (its
+    ``filter_overlong_prompts`` drops prompts longer than ``max_prompt_length`` with the chat template applied)."""
+    from verl.trainer.ppo.utils import create_rl_dataset
+    from verl.utils.config import omega_conf_to_dataclass
+
+    model = omega_conf_to_dataclass(cfg.actor_rollout_ref.model)
+    dataset = create_rl_dataset(cfg.data.train_files, cfg.data, model.tokenizer, model.processor, is_train=True,
+                                max_samples=cfg.data.get("train_max_samples", -1))
+    return len(dataset)

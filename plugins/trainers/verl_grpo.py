@@ -29,7 +29,15 @@ verl's training dataloader drops a partial batch (``drop_last``) and its job fai
 one, so a round with fewer instances than ``train_batch_size`` trains one smaller batch of them
 instead (:meth:`VerlGrpoTrainer.round_options`, said in the metrics' ``note``), as the ``trl``
 trainer trains one smaller step; a round whose instances no batch can split among the GPUs
-trains nothing and hands on its starting weights, without launching verl.
+trains nothing and hands on its starting weights, without launching verl. verl also drops every prompt longer
+than ``max_prompt_length``; they are counted before launch with verl's own dataset
+(:meth:`VerlGrpoTrainer.count_kept`) and the round is planned on the prompts it keeps, its
+``total_training_steps`` included, so that verl reaches its last step, where it saves.
+
+Before launch the Python that runs verl is probed (flash-attn, vLLM, TransferQueue:
+:mod:`envengineer.plugins.trainers.verl_doctor`), and on several nodes every Ray node; the job runs
+in a process group of its own, ended whole when it fails, stalls or the loop is interrupted
+(:mod:`envengineer.plugins.trainers.verl_launch`).
 
 Everything up to the launch (overrides, data, reward, checkpoint hand-off, metrics) is tested
 on CPU against the installed verl; the training itself needs CUDA GPUs and vLLM.
@@ -37,7 +45,6 @@ on CPU against the installed verl; the training itself needs CUDA GPUs and vLLM.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
 import shutil
@@ -46,13 +53,12 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from envengineer.components import Trainer
+from envengineer.components import Resources, Trainer
 from envengineer.errors import ConfigError
 from envengineer.plugins.trainers.verl_config import (
     ENV_PREFIX,
-    INSTALL_HINT,
     REWARD_MODULE,
     VerlOptions,
     check_overrides,
@@ -61,7 +67,8 @@ from envengineer.plugins.trainers.verl_config import (
     override_key,
 )
 from envengineer.plugins.trainers.verl_data import OUTCOMES_DIR
-from envengineer.plugins.trainers.verl_launch import run_job
+from envengineer.plugins.trainers.verl_doctor import PreLaunch
+from envengineer.plugins.trainers.verl_launch import LaunchOptions, run_job
 from envengineer.training import ROLLOUTS_FILE, TrainRequest, TrainResult, reward_text
 
 
@@ -69,15 +76,20 @@ from envengineer.training import ROLLOUTS_FILE, TrainRequest, TrainResult, rewar
 TRACKER_LOGGERS = ("tensorboard", "wandb", "mlflow")
 
 
-def flash_attn_available() -> bool:
-    return importlib.util.find_spec("flash_attn") is not None
+class VerlGrpoOptions(VerlOptions, LaunchOptions):
+    """The ``verl`` trainer's section: verl's settings (:class:`VerlOptions`) and how the job is launched and watched."""
+
+    max_model_len: int | None = Field(
+        None, ge=32, description="vLLM context length (unset: verl takes the model's max_position_embeddings, e.g. 40960 for "
+        "Qwen3-4B; max_prompt_length + max_response_length is enough)",
+    )
 
 
-class VerlGrpoTrainer(Trainer):
+class VerlGrpoTrainer(PreLaunch, Trainer):
     name: ClassVar[str] = "verl"
     description: ClassVar[str] = "GRPO with verl (FSDP actor, vLLM rollouts) on one or more GPU nodes through Ray"
-    Options: ClassVar[type[BaseModel]] = VerlOptions
-    options: VerlOptions
+    Options: ClassVar[type[BaseModel]] = VerlGrpoOptions
+    options: VerlGrpoOptions
 
     @property
     def epochs(self) -> float:
@@ -134,8 +146,8 @@ class VerlGrpoTrainer(Trainer):
                     continue
                 per_gpu = mini * group // gpus
                 micro = max(m for m in range(1, min(per_gpu, o.ppo_micro_batch_size_per_gpu) + 1) if per_gpu % m == 0)
-                return VerlOptions.model_validate({**o.model_dump(), "train_batch_size": batch, "ppo_mini_batch_size": mini,
-                                                   "ppo_micro_batch_size_per_gpu": micro})
+                return type(o).model_validate({**o.model_dump(), "train_batch_size": batch, "ppo_mini_batch_size": mini,
+                                               "ppo_micro_batch_size_per_gpu": micro})
         return None
 
     def short_note(self, prompts: int) -> dict[str, Any]:
@@ -155,6 +167,11 @@ class VerlGrpoTrainer(Trainer):
             f"(optimiser steps of {fitted.ppo_mini_batch_size} prompts, micro-batches of {fitted.ppo_micro_batch_size_per_gpu})"
             + (f"; {dropped} left out so the batch divides among the GPUs" if dropped else ""))}
 
+    def resources(self) -> Resources:
+        """The job's GPUs (``nnodes`` × ``n_gpus_per_node``) and a CPU for each GPU's worker plus one for the loop."""
+        o = self.options
+        return Resources(gpus_per_node=o.n_gpus_per_node, nodes=o.nnodes, cpus=o.n_gpus_per_node + 1)
+
     def planned_steps(self, prompts: int) -> int:
         """verl's training steps (one rollout of ``train_batch_size`` prompts each) for ``prompts`` prompts; the last partial
         batch is dropped (fewer prompts than one batch: the smaller batch of :meth:`round_options`, or 0 steps)."""
@@ -172,10 +189,11 @@ class VerlGrpoTrainer(Trainer):
         return int(epochs)
 
     def attention(self) -> tuple[str, bool]:
-        """The attention implementation and whether verl may remove padding (packing needs flash-attn's varlen kernels)."""
+        """The attention implementation and whether verl may remove padding (packing needs flash-attn's varlen kernels);
+        ``auto``: flash_attention_2 when flash-attn imports in the job's Python."""
         choice = self.options.attention
         if choice == "auto":
-            choice = "flash_attention_2" if flash_attn_available() else "sdpa"
+            choice = "flash_attention_2" if self.job_facts()["flash_attn"]["imports"] else "sdpa"
         return choice, choice == "flash_attention_2"
 
     def paths(self, out_dir: Path) -> dict[str, Path]:
@@ -258,7 +276,9 @@ class VerlGrpoTrainer(Trainer):
             "trainer.nnodes": o.nnodes,
             "trainer.n_gpus_per_node": o.n_gpus_per_node,
             "trainer.total_epochs": self.total_epochs(),
-            **({"trainer.total_training_steps": o.total_training_steps} if o.total_training_steps else {}),
+            # the steps this round takes, not the option itself: verl saves only at its last step (or a multiple of save_freq),
+            # and a total_training_steps beyond what its filtered dataloader holds is never reached, so nothing would be saved
+            **({"trainer.total_training_steps": steps} if o.total_training_steps else {}),
             "trainer.save_freq": max(1, steps),  # and verl always saves the last step: one save
             "trainer.test_freq": max(1, steps) if o.verl_validation else -1,
             "trainer.val_before_train": o.verl_validation,
@@ -342,19 +362,6 @@ class VerlGrpoTrainer(Trainer):
             env["MLFLOW_TRACKING_URI"] = str(mlflow["tracking_uri"])
         return {k: v for k, v in env.items() if v}
 
-    def preflight(self, cfg: Any) -> None:
-        """What verl's own entry point needs installed to launch (not for the checks above); another
-        ``module`` (a recipe's main) is trusted to know its own needs."""
-        if not self.options.module.startswith("verl."):
-            return
-        if cfg.trainer.get("use_v1", False) and importlib.util.find_spec("transfer_queue") is None:
-            raise ConfigError(
-                "trainer.verl: verl's main_ppo imports TransferQueue (trainer.use_v1 is true) and it is not installed; "
-                f"plain `pip install verl` does not bring it: {INSTALL_HINT}, or pip install 'TransferQueue>=0.1.10'"
-            )
-        if importlib.util.find_spec("vllm") is None:
-            raise ConfigError(f"trainer.verl: vLLM (verl's rollout engine) is not installed: {INSTALL_HINT}")
-
     def check(self, overrides: list[str]) -> Any:
         """The overrides composed with verl's Hydra config and checked by verl's ``validate_config``."""
         return check_overrides(overrides)
@@ -382,20 +389,37 @@ class VerlGrpoTrainer(Trainer):
         write_parquet(validation, paths["validation"])
         return {"train": str(paths["train"]), "train_rows": len(train), "validation": str(paths["validation"]), "validation_rows": len(validation)}
 
+    def count_kept(self, request: TrainRequest, data: dict[str, Any]) -> dict[str, int]:
+        """The round's prompts that verl's length filter keeps (:func:`verl_data.kept_rows`, verl's own dataset), and how
+        many it drops: the batches, the steps and the save are planned on the kept ones. Every prompt dropped fails here,
+        before launch."""
+        from envengineer.plugins.trainers.verl_data import kept_rows
+
+        rows = data["train_rows"]
+        kept = kept_rows(self.check(self.overrides(request, rows)))
+        if kept == 0:
+            raise ConfigError(
+                f"trainer.verl.max_prompt_length: all {rows} of the round's prompts are longer than {self.options.max_prompt_length} "
+                "tokens with the chat template, and verl's filter_overlong_prompts drops them all; raise max_prompt_length"
+            )
+        return {"kept_rows": kept, "dropped_prompts": rows - kept}
+
     def plan(self, request: TrainRequest) -> dict[str, Any]:
         """Write the round's data and return the exact command, checked against verl (nothing is launched)."""
         data = self.write_data(request)
-        fitted, note = self.round_options(data["train_rows"]), self.short_note(data["train_rows"])
+        data.update(self.count_kept(request, data))
+        prompts = data["kept_rows"]
+        fitted, note = self.round_options(prompts), self.short_note(prompts)
         if fitted is None:  # nothing to launch: the round hands on its starting weights
             return {"data": data, "steps": 0, **note}
-        overrides = self.overrides(request, data["train_rows"])
+        overrides = self.overrides(request, prompts)
         self.check(overrides)
         env = self.environment(request)
         return {
             "command": shlex.join(self.command(overrides)),
             "env": env,
             "data": data,
-            "steps": self.planned_steps(data["train_rows"]),
+            "steps": self.planned_steps(prompts),
             "batches": fitted.batches(),
             **note,
         }
@@ -410,19 +434,25 @@ class VerlGrpoTrainer(Trainer):
         paths = self.paths(out_dir)
         started = time.perf_counter()
         data = self.write_data(request)
-        if self.round_options(data["train_rows"]) is None:
+        data.update(self.count_kept(request, data))
+        prompts = data["kept_rows"]
+        if self.round_options(prompts) is None:
             return self.carry_forward(request, paths, data, started)
-        overrides = self.overrides(request, data["train_rows"])
+        overrides = self.overrides(request, prompts)
         cfg = self.check(overrides)
         self.preflight(cfg)
-        steps = self.planned_steps(data["train_rows"])
+        steps = self.planned_steps(prompts)
+        launch = {**self.launch_record(), "prompts_dropped": data["dropped_prompts"]}
+        if self.options.nnodes > 1 and self.options.check_nodes:
+            launch["nodes"] = self.check_nodes(Path(request.policy_path), out_dir)
+        self.warn_slow_attention(launch)
         shutil.rmtree(paths["outcomes"], ignore_errors=True)  # an earlier attempt's responses are not this round's
         paths["outcomes"].mkdir(parents=True)
         lines = self.launch(self.command(overrides), {**os.environ, **self.environment(request)}, paths, steps)
         checkpoint = hand_off(paths["checkpoints"], paths["checkpoint"], keep=self.options.keep_verl_checkpoint)
         metrics = self.round_metrics(lines, data, started)
         metrics.update(self.write_rollouts(request, paths))
-        return TrainResult(checkpoint=checkpoint, curves=paths["curves"], metrics=metrics)
+        return TrainResult(checkpoint=checkpoint, curves=paths["curves"], metrics=metrics, launch=launch)
 
     def carry_forward(self, request: TrainRequest, paths: dict[str, Path], data: dict[str, Any], started: float) -> TrainResult:
         """A round no batch fits (:meth:`round_options` None): verl is not launched, the starting model is copied as
@@ -437,8 +467,9 @@ class VerlGrpoTrainer(Trainer):
         paths["curves"].write_text("")
         record_id = request.generator.record_id
         write_jsonl(paths["rollouts"], [prompt_line(record_id(r)) for r in request.records])
-        metrics = {"prompts_given": data["train_rows"], "prompts_used": 0, "trained_prompts": 0, "steps": 0, "completions": 0,
-                   "seconds": round(time.perf_counter() - started, 2), **self.short_note(data["train_rows"])}
+        metrics = {"prompts_given": data["train_rows"], "prompts_dropped": data["dropped_prompts"], "prompts_used": 0,
+                   "trained_prompts": 0, "steps": 0, "completions": 0, "seconds": round(time.perf_counter() - started, 2),
+                   **self.short_note(data["kept_rows"])}
         return TrainResult(checkpoint=checkpoint, curves=paths["curves"], metrics=metrics)
 
     def write_rollouts(self, request: TrainRequest, paths: dict[str, Path]) -> dict[str, Any]:
@@ -455,7 +486,8 @@ class VerlGrpoTrainer(Trainer):
 
     def launch(self, command: list[str], env: dict[str, str], paths: dict[str, Path], steps: int) -> list[dict[str, Any]]:
         """Run verl, its output to ``verl.log``, its metrics into ``curves.jsonl`` as they come; the curve lines."""
-        return run_job(command, env, paths, steps, self.options.module)
+        o = self.options
+        return run_job(command, env, paths, steps, o.module, stall_timeout_s=o.stall_timeout_s, grace_s=o.kill_grace_seconds)
 
     def round_metrics(self, lines: list[dict[str, Any]], data: dict[str, Any], started: float) -> dict[str, Any]:
         def mean(key: str) -> float | None:
@@ -463,11 +495,13 @@ class VerlGrpoTrainer(Trainer):
             return round(sum(values) / len(values), 4) if values else None
 
         step_seconds = [line["step_seconds"] for line in lines if line.get("step_seconds") is not None]
-        fitted = self.round_options(data["train_rows"]) or self.options
+        prompts = data["kept_rows"]
+        fitted = self.round_options(prompts) or self.options
         batches = fitted.batches()
         return {
             "prompts_given": data["train_rows"],
-            "prompts_used": data["train_rows"] if fitted is self.options else fitted.train_batch_size,
+            "prompts_dropped": data["dropped_prompts"],  # longer than max_prompt_length: verl's filter
+            "prompts_used": prompts if fitted is self.options else fitted.train_batch_size,
             "steps": lines[-1]["step"],
             "seconds": round(time.perf_counter() - started, 2),
             "train_seconds": round(sum(step_seconds), 2) if step_seconds else None,
@@ -476,5 +510,5 @@ class VerlGrpoTrainer(Trainer):
             "completion_length": mean("completion_length"),
             "throughput_tokens_per_gpu_s": mean("throughput"),
             "last_reward_mean": lines[-1].get("reward_mean"),
-            **self.short_note(data["train_rows"]),
+            **self.short_note(prompts),
         }

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from envengineer.errors import EnvEngineerError
+from envengineer.plugins.processes import KILL_GRACE_S, Stalled, end_group, file_sizes, sigterm_as_interrupt, start, watch
 from envengineer.training import CURVE_KEYS
 
 #: verl's file-logger keys -> curves.jsonl keys (the first key present wins).
@@ -29,6 +31,22 @@ METRIC_KEYS: dict[str, tuple[str, ...]] = {
     "step_seconds": ("timing_s/step",),
     "epoch": ("training/epoch",),
 }
+
+class LaunchOptions(BaseModel):
+    """The ``verl`` trainer's options about launching and watching the job (beside verl's own settings)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stall_timeout_minutes: float = Field(
+        30, ge=0, description="fail the round when neither verl.log nor the metrics file grows for this long (0: never)",
+    )
+    kill_grace_seconds: float = Field(30, ge=0, description="between SIGTERM and SIGKILL when the job's process group is ended")
+    check_nodes: bool = Field(True, description="before a multi-node round, check every Ray node (Python environment, model, run directory)")
+
+    @property
+    def stall_timeout_s(self) -> float | None:
+        return self.stall_timeout_minutes * 60 or None
+
 
 class TrainingFailed(EnvEngineerError):
     """The training job failed (its log's tail is in the message)."""
@@ -99,42 +117,57 @@ class MetricsFollower:
         return new
 
 
-def run_job(command: list[str], env: dict[str, str], paths: dict[str, Path], steps: int, name: str) -> list[dict[str, Any]]:
-    """Run verl, its output to ``verl.log``, its metrics into ``curves.jsonl`` as they come; the curve lines."""
+def run_job(
+    command: list[str], env: dict[str, str], paths: dict[str, Path], steps: int, name: str, *,
+    stall_timeout_s: float | None = None, grace_s: float = KILL_GRACE_S,
+) -> list[dict[str, Any]]:
+    """Run verl, its output to ``verl.log``, its metrics into ``curves.jsonl`` as they come; the curve lines.
+
+    The job runs in a process group of its own (:mod:`envengineer.plugins.processes`): when it fails, stalls
+    (neither ``verl.log`` nor the metrics file grows for ``stall_timeout_s``), or this process is interrupted
+    (Ctrl-C, SIGTERM), the whole group is ended, Ray's and vLLM's workers with it."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     for key in ("metrics", "curves"):
         paths[key].unlink(missing_ok=True)
     paths["curves"].write_text("")
     follower = MetricsFollower(paths["metrics"], paths["curves"])
-    with paths["log"].open("wb") as log, Progress(
+    with paths["log"].open("wb") as log, sigterm_as_interrupt(), Progress(
         TextColumn("verl GRPO"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[reward]}"), TimeElapsedColumn(),
         transient=True,
     ) as progress:
         log.write(("$ " + shlex.join(command) + "\n").encode())
         log.flush()
         task = progress.add_task("train", total=steps or None, reward="")
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(paths["log"].parent))
+        process = start(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(paths["log"].parent))
         try:
-            while process.poll() is None:
-                time.sleep(1.0)
-                _advance(progress, task, follower.poll())
+            returncode = watch(process, activity=lambda: file_sizes(paths["log"], paths["metrics"]), stall_timeout_s=stall_timeout_s,
+                               on_poll=lambda: _advance(progress, task, follower.poll()))
+        except Stalled as stalled:
+            end_group(process, grace_s)
+            raise TrainingFailed(
+                f"trainer.verl: {name} stalled: {stalled} in {paths['log']} or {paths['metrics']} "
+                f"(trainer.verl.stall_timeout_minutes: {stalled_minutes(stall_timeout_s)}); the job and every process it "
+                f"started were ended. The end of {paths['log']}:\n" + log_tail(paths["log"])
+            ) from None
         except BaseException:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            end_group(process, grace_s)
             raise
+        end_group(process, grace_s)  # what the job left behind in its group
         _advance(progress, task, follower.poll())
-    if process.returncode != 0:
+    if returncode != 0:
         raise TrainingFailed(
-            f"trainer.verl: {name} exited with code {process.returncode}; the end of {paths['log']}:\n"
+            f"trainer.verl: {name} exited with code {returncode}; the end of {paths['log']}:\n"
             + log_tail(paths["log"])
         )
     if not follower.lines:
         raise TrainingFailed(f"trainer.verl: verl finished but logged no training step to {paths['metrics']}; see {paths['log']}")
     return follower.lines
+
+
+def stalled_minutes(seconds: float | None) -> str:
+    return "off" if not seconds else f"{seconds / 60:g}"
+
 
 def _advance(progress: Any, task: Any, new: list[dict[str, Any]]) -> None:
     if new:

@@ -1,0 +1,112 @@
+"""``envengineer suite --launcher ray``: each run as a detached Ray actor on a cluster.
+
+The actor asks for the run's CPUs and GPUs (:func:`envengineer.suite_launch.run_resources`); once
+Ray places it on a node it starts the run's worker process there and stays until the suite has
+seen the run end. Detached and named (``<namespace>/<config>-seed-<s>-<random>``), it outlives the
+suite's own process: the same command run again finds it by its name and follows it. The run is
+started with ``RAY_ADDRESS=local`` (:attr:`Launcher.run_env`), so a trainer that starts its own Ray
+(verl) does so inside the GPUs Ray gave the actor instead of asking the cluster for more.
+
+Ray is imported only here, and only for ``--launcher ray``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from envengineer.components import Resources
+from envengineer.errors import EnvEngineerError
+from envengineer.launchers import ENDED, PENDING, RUNNING, UNKNOWN, Job, Launcher, LauncherOptions, new_id
+
+
+class RunActor:
+    """On its node: the run's worker process (:mod:`envengineer.suite_worker`), started when placed."""
+
+    def __init__(self, job_file: str) -> None:
+        self.process = subprocess.Popen([sys.executable, "-m", "envengineer.suite_worker", job_file],
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def poll(self) -> int | None:
+        """The worker's exit status, None while it runs."""
+        return self.process.poll()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+
+
+class RayLauncher(Launcher):
+    name: ClassVar[str] = "ray"
+
+    def __init__(self, options: LauncherOptions, *, start: bool = True) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise EnvEngineerError('--launcher ray needs Ray: pip install "envengineer[ray]"') from None
+        self.ray, self.namespace = ray, options.namespace
+        self.connected_here = not ray.is_initialized()
+        if self.connected_here:
+            address = options.address if (options.address or start) else "auto"
+            try:
+                ray.init(address=address, namespace=self.namespace, log_to_driver=False)
+            except ConnectionError as exc:
+                raise EnvEngineerError(f"--launcher ray: no Ray cluster at {address} ({exc})") from None
+        self.address = ray.get_runtime_context().gcs_address
+        self.polls: dict[str, Any] = {}  # job id -> its poll call still under way (an actor not placed yet)
+
+    def submit(self, jobs: Sequence[Job]) -> list[str]:
+        ids = []
+        for job in jobs:
+            job_id = f"{job.name}-{new_id()}"
+            actor = self.ray.remote(RunActor).options(
+                name=job_id, namespace=self.namespace, lifetime="detached", max_restarts=0,
+                num_cpus=job.resources.cpus, num_gpus=job.resources.gpus_per_node,
+            )
+            actor.remote(str(job.file(".job.json")))
+            ids.append(job_id)
+        return ids
+
+    def state(self, job_id: str) -> str:
+        ray = self.ray
+        try:
+            actor = ray.get_actor(job_id, namespace=self.namespace)
+        except ValueError:
+            return ENDED  # no such actor: released, or the cluster restarted
+        call = self.polls.get(job_id)
+        if call is None:
+            call = self.polls[job_id] = actor.poll.remote()
+        ready, _ = ray.wait([call], timeout=0.5)
+        if not ready:
+            return PENDING  # not placed on a node yet (or busy starting)
+        del self.polls[job_id]
+        try:
+            code = ray.get(call)
+        except ray.exceptions.RayActorError:
+            return ENDED  # the actor died (its node failed): the run reported nothing
+        except ray.exceptions.RayError:
+            return UNKNOWN
+        return RUNNING if code is None else ENDED
+
+    def fits(self, resources: Resources) -> str | None:
+        nodes = [node.get("Resources", {}) for node in self.ray.nodes() if node.get("Alive")]
+        if any(n.get("CPU", 0) >= resources.cpus and n.get("GPU", 0) >= resources.gpus_per_node for n in nodes):
+            return None
+        return (f"no node of the Ray cluster has {resources.cpus} CPU(s) and {resources.gpus_per_node} GPU(s); "
+                "the run waits until one joins (set launcher.cpus / launcher.gpus_per_node to ask for less)")
+
+    def record(self) -> dict[str, Any]:
+        return {"address": self.address, "namespace": self.namespace}
+
+    def release(self, job_id: str) -> None:
+        self.polls.pop(job_id, None)
+        try:
+            self.ray.kill(self.ray.get_actor(job_id, namespace=self.namespace))
+        except ValueError:
+            pass
+
+    def close(self) -> None:
+        if self.connected_here:
+            self.ray.shutdown()
