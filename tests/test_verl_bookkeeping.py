@@ -50,7 +50,13 @@ def test_dropped_prompts_are_counted_and_the_last_step_is_reachable(registry, ro
     assert 0 < expect_kept < len(lengths)
     trainer = registry.create("trainer", "verl", options(max_prompt_length=cut, epochs=2, total_training_steps=100))
     data = trainer.write_data(round_request)
+    import os
+
+    environ = os.environ
     counted = trainer.count_kept(round_request, data)
+    # datasets' filter with num_proc puts a copy in os.environ's place; the count keeps the object every
+    # reference (rich's consoles, subprocess) holds, with datasets' contents
+    assert os.environ is environ
     assert counted == {"kept_rows": expect_kept, "dropped_prompts": len(lengths) - expect_kept}
     cfg = trainer.check(trainer.overrides(round_request, counted["kept_rows"]))
     # verl 0.9.1's trainer (ppo/v1/trainer_base.py): steps_per_epoch = len(train_dataset) // train_batch_size, the total

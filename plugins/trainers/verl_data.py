@@ -21,6 +21,7 @@ its own process there (``HOST-PID.jsonl``; validation rows are left out); after 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
@@ -285,6 +286,28 @@ def kept_rows(cfg: Any) -> int:
     from verl.utils.config import omega_conf_to_dataclass
 
     model = omega_conf_to_dataclass(cfg.actor_rollout_ref.model)
-    dataset = create_rl_dataset(cfg.data.train_files, cfg.data, model.tokenizer, model.processor, is_train=True,
-                                max_samples=cfg.data.get("train_max_samples", -1))
+    with same_environ():
+        dataset = create_rl_dataset(cfg.data.train_files, cfg.data, model.tokenizer, model.processor, is_train=True,
+                                    max_samples=cfg.data.get("train_max_samples", -1))
     return len(dataset)
+
+
+@contextlib.contextmanager
+def same_environ():
+    """Keep ``os.environ`` the same object across a call into ``datasets``: its ``map``/``filter`` with
+    ``num_proc`` (verl's prompt filter uses it) puts a deep copy of the environment in its place afterwards
+    (datasets 4.x, ``arrow_dataset.py``), so everything that kept a reference to it (rich's consoles read
+    ``COLUMNS`` through theirs, ``subprocess`` defaults) would read a stale mapping. The original object
+    gets the copy's contents back, which is the environment datasets meant to restore."""
+    environ = os.environ
+    try:
+        yield
+    finally:
+        replaced = os.environ
+        if replaced is not environ:
+            os.environ = environ
+            for key in [k for k in environ if k not in replaced]:
+                del environ[key]
+            for key, value in replaced.items():
+                if environ.get(key) != value:
+                    environ[key] = value
