@@ -95,7 +95,7 @@ def our_ray_dirs():
 
 
 def test_a_two_node_slurm_job_makes_a_ray_cluster_runs_the_run_on_it_and_leaves_no_ray_behind(tmp_path, our_ray_dirs):
-    from envengineer.suite_launch_nodes import head_file
+    from envengineer.suite_launch_nodes import _listening, head_file
 
     _, run, job = one_run(tmp_path, env={})  # a multi-node job's file sets no RAY_ADDRESS: the job's cluster does
     handoff = head_file(job)
@@ -117,9 +117,8 @@ def test_a_two_node_slurm_job_makes_a_ray_cluster_runs_the_run_on_it_and_leaves_
     assert f"job 4242: Ray cluster at {head['address']}, 2 node(s): node-a, node-b" in log  # rank 1 joined under its Slurm host name
 
     assert not ray_processes(our_ray_dirs)  # every rank's Ray ended: no raylet, GCS or worker is left
-    status = subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "status", "--address", head["address"]],
-                            capture_output=True, text=True, timeout=60)
-    assert status.returncode != 0  # nothing answers at the head's address any more
+    host, port = head["address"].rsplit(":", 1)
+    assert not _listening(host, port)  # nothing answers at the head's address any more (`ray status` would wait 40 s to say so)
 
 
 def test_rank_0_names_the_hosts_that_did_not_join_and_records_the_failure(tmp_path, our_ray_dirs):
@@ -137,37 +136,48 @@ def test_rank_0_names_the_hosts_that_did_not_join_and_records_the_failure(tmp_pa
     assert not ray_processes(our_ray_dirs)  # the head stopped all the same
 
 
-def test_verls_node_check_sees_every_node_of_the_jobs_cluster(tmp_path, our_ray_dirs, monkeypatch):
-    """The verl trainer's check before a multi-node round, inside the job: rank 0's functions here, rank 1 in its own process."""
-    from envengineer.fileio import write_json
-    from envengineer.registry import load_registry
-    from envengineer.suite_launch_nodes import RayNodes, await_cluster, free_port, head_args, head_file, node_ip, start_ray, stop_cluster
+CHECK = """
+import json, os, sys
+from pathlib import Path
+from envengineer.fileio import write_json
+from envengineer.registry import load_registry
+from envengineer.suite_launch_nodes import RayNodes, await_cluster, free_port, head_args, head_file, node_ip, start_ray, stop_cluster
+job, model, out = map(Path, sys.argv[1:4])
+spec = {spec}
+os.environ["RAY_AUTH_MODE"] = "token"
+ip, port = node_ip(), free_port()
+address, handoff = f"{{ip}}:{{port}}", head_file(job)
+head = start_ray(head_args(port), spec, "node-a", ip)
+try:
+    joined = await_cluster(address, spec, ["node-a", "node-b"], head, lambda: write_json(handoff, {{"address": address, "job": "4242"}}))
+    os.environ["RAY_ADDRESS"] = address  # as rank 0 sets it for the run
+    trainer = load_registry().create("trainer", "verl", {{"nnodes": 2, "n_gpus_per_node": 1, "train_batch_size": 8,
+                                                         "ppo_mini_batch_size": 8, "num_generations": 4}})
+    checked = trainer.check_nodes(model, out)  # ray_address unset: "auto", which is RAY_ADDRESS
+finally:
+    stop_cluster(handoff, address, "4242", head, spec)
+print(json.dumps({{"joined": joined, "checked": checked}}))
+"""
 
+
+def test_verls_node_check_sees_every_node_of_the_jobs_cluster(tmp_path, our_ray_dirs):
+    """The verl trainer's check before a multi-node round, inside the job: rank 0's functions with the check between
+    the cluster's forming and its end (where the run would be), rank 1 as in a job."""
     _, _, job = one_run(tmp_path, env={})
-    spec = RayNodes(nodes=2, per_node=1, resource="fake_gpu", num_gpus=0, num_cpus=1, resources={"fake_gpu": 1},
-                    join_timeout_s=90, stop_timeout_s=30, poll_s=0.2)
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    model, out = tmp_path / "model", tmp_path / "round"
+    model.mkdir()
+    out.mkdir()
+    (model / "config.json").write_text("{}")
     before = ray_dirs()
-    ip, port = node_ip(), free_port()
-    address, handoff = f"{ip}:{port}", head_file(job)
-    head = start_ray(head_args(port), spec, "node-a", ip)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    head = subprocess.Popen([sys.executable, "-c", CHECK.format(spec=SPEC.format(timeout=90)), str(job), str(model), str(out)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     other = rank(job, 1, timeout=90)
-    try:
-        joined = await_cluster(address, spec, ["node-a", "node-b"], head, lambda: write_json(handoff, {"address": address, "job": "4242"}))
-        assert joined == ["node-a", "node-b"]
-        monkeypatch.setenv("RAY_ADDRESS", address)  # as rank 0 sets it for the run
-        model = tmp_path / "model"
-        model.mkdir()
-        (model / "config.json").write_text("{}")
-        trainer = load_registry().create("trainer", "verl", {"nnodes": 2, "n_gpus_per_node": 1, "train_batch_size": 8,
-                                                               "ppo_mini_batch_size": 8, "num_generations": 4})
-        nodes = trainer.check_nodes(model, tmp_path / "out")  # ray_address unset: "auto", which is RAY_ADDRESS
-        assert len(nodes) == 2, nodes
-    finally:
-        stop_cluster(handoff, address, "4242", head, spec)
-        other.communicate(timeout=120)
-        our_ray_dirs.update(ray_dirs() - before)
-    assert other.returncode == 0
+    outputs = [head.communicate(timeout=300)[0], other.communicate(timeout=120)[0]]
+    our_ray_dirs.update(ray_dirs() - before)
+    assert (head.returncode, other.returncode) == (0, 0), "\n".join(o[-3000:] for o in outputs)
+    found = json.loads(outputs[0].strip().splitlines()[-1])
+    assert found["joined"] == ["node-a", "node-b"] and len(found["checked"]) == 2  # every node has the model, the folder, the packages
     assert not ray_processes(our_ray_dirs)
 
 
