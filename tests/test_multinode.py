@@ -29,13 +29,13 @@ RANK = "import sys; from envengineer.suite_launch_nodes import RayNodes, main; s
 
 
 def one_run(tmp_path: Path, env: dict[str, str]):
-    """A one-round run of the simulated student, as the suite plans it, and its job file (what `submit` writes)."""
+    """A one-round run of the simulated student in ``tmp_path``, as the suite plans it, and its job file (what `submit` writes)."""
     from envengineer.fileio import write_json
     from envengineer.registry import load_registry
     from envengineer.suite import plan
 
     folder = tmp_path / "suite"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     base = {"name": "sim", "task": {"name": "grid-walk"}, "rounds": 1, "budget": 24, "engineer": "fixed",
             "policy": "simulated", "trainer": "simulated", "eval": {"validation": "grid-walk-val", "limit": 20}}
     (folder / "base.yaml").write_text(yaml.safe_dump(base))
@@ -228,37 +228,52 @@ def two_nodes():
         cluster.shutdown()
 
 
+def follow(launcher, job_id: str, timeout: float = 120) -> None:
+    from envengineer.launchers import ENDED
+
+    deadline = time.monotonic() + timeout
+    try:
+        while launcher.state(job_id) != ENDED:
+            assert time.monotonic() < deadline, f"job {job_id} did not end"
+            time.sleep(0.5)
+    finally:
+        launcher.release(job_id)
+
+
+def outcome(job_file: Path, suffix: str) -> dict:
+    return json.loads(Path(str(job_file).replace(".job.json", suffix)).read_text())
+
+
 def test_a_two_node_run_on_ray_attaches_to_the_cluster_and_a_three_node_run_waits_for_a_third(tmp_path, two_nodes):
     from envengineer.components import Resources
-    from envengineer.launchers import ENDED, PENDING, Job, launcher_options
+    from envengineer.launchers import PENDING, Job, launcher_options
     from envengineer.suite_launch_ray import RayLauncher
 
     launcher = RayLauncher(launcher_options({"name": "ray", "address": two_nodes.address}))
     two, three = Resources(gpus_per_node=1, nodes=2, cpus=2), Resources(gpus_per_node=1, nodes=3, cpus=2)
     assert launcher.fits(two) is None
-    assert "the Ray cluster has 2 alive node(s) with 1 GPU(s) and the run trains on 3" in launcher.fits(three)
     assert launcher.job_env(two) == {"RAY_ADDRESS": launcher.address}
 
-    entry, run, job_file = one_run(tmp_path, env=launcher.job_env(three))
-    [job_id] = launcher.submit([Job(entry, run, "fixed/seed-0", three)])
-    try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            assert launcher.state(job_id) == PENDING  # placed (one CPU, no GPU) but waiting for a third node
-            time.sleep(0.5)
-        assert not Path(str(job_file).replace(".job.json", ".node.json")).exists()  # the run has not started
-        two_nodes.add_node(num_cpus=1, num_gpus=1)
-        deadline = time.monotonic() + 120
-        while launcher.state(job_id) != ENDED:
-            assert time.monotonic() < deadline, "the run did not end once the third node joined"
-            time.sleep(0.5)
-    finally:
-        launcher.release(job_id)
-    assert json.loads(Path(str(job_file).replace(".job.json", ".result.json")).read_text()) == {"ok": True}
-    where = json.loads(Path(str(job_file).replace(".job.json", ".node.json")).read_text())
+    entry, run, job_file = one_run(tmp_path / "two", env=launcher.job_env(two))
+    [job_id] = launcher.submit([Job(entry, run, "fixed/seed-0", two)])
+    follow(launcher, job_id)
+    assert outcome(job_file, ".result.json") == {"ok": True}
+    where = outcome(job_file, ".node.json")
     assert where["ray_address"] == launcher.address and launcher.address.rsplit(":", 1)[1] == two_nodes.address.rsplit(":", 1)[1]
-    # the address the run was given is this cluster's, and verl's node check through it sees every node
+    # the address the run was given is this cluster's, and verl's node check through it sees both nodes
     probe = subprocess.run([sys.executable, "-m", "envengineer.plugins.trainers.verl_probe", "--nodes", "auto"],
                            env={**os.environ, "RAY_ADDRESS": where["ray_address"]}, capture_output=True, text=True, timeout=300)
     assert probe.returncode == 0, probe.stderr[-2000:]
-    assert len(json.loads(probe.stdout.strip().splitlines()[-1])) == 3
+    assert len(json.loads(probe.stdout.strip().splitlines()[-1])) == 2
+
+    assert "the Ray cluster has 2 alive node(s) with 1 GPU(s) and the run trains on 3" in launcher.fits(three)
+    entry, run, job_file = one_run(tmp_path / "three", env=launcher.job_env(three))
+    [job_id] = launcher.submit([Job(entry, run, "fixed/seed-0", three)])
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        assert launcher.state(job_id) == PENDING  # placed (one CPU, no GPU) but waiting for a third node
+        time.sleep(0.5)
+    assert not Path(str(job_file).replace(".job.json", ".node.json")).exists()  # the run has not started
+    two_nodes.add_node(num_cpus=1, num_gpus=1)
+    follow(launcher, job_id)
+    assert outcome(job_file, ".result.json") == {"ok": True}
