@@ -168,7 +168,7 @@ def test_a_run_waiting_for_resources_shows_pending_and_a_run_on_several_nodes_ne
     run = suite.runs[0]
     verl = {"name": "verl", "nnodes": 2, "n_gpus_per_node": 4, "preset": "paper-4xh100"}
     run.config = parse_run_config({**run.config.model_dump(mode="json"), "trainer": verl, "policy": {"name": "vllm", "path": "m"}}, "x", registry)
-    assert run_resources(run, registry, options) == Resources(gpus_per_node=4, nodes=2, cpus=5)  # ray: one run over the cluster's nodes
+    assert run_resources(run, registry, options) == Resources(gpus_per_node=4, nodes=2, cpus=3)  # ray: one run over the cluster's nodes (cpus: the launcher's)
     slurm = launcher_options({"name": "slurm", "executor": "local"})
     with pytest.raises(EnvEngineerError, match="trains on 2 nodes; launcher.executor: local runs every job on this machine"):
         run_resources(run, registry, slurm)  # submitit's local executor is one machine
