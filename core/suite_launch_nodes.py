@@ -71,9 +71,11 @@ def main(job_file: str, spec: RayNodes) -> int:
     env = submitit.JobEnvironment()
     hosts = list(env.hostnames)
     name = hosts[env.node] if env.node < len(hosts) else env.hostname
+    restarts = os.environ.get("SLURM_RESTART_COUNT", "0")  # a requeued job keeps its id: its handoff file must not
+    attempt = env.job_id if restarts in ("", "0") else f"{env.job_id}.{restarts}"
     if env.global_rank == 0:
-        return run_head(job_file, spec, hosts, name, env.job_id)
-    join(job_file, spec, name, env.job_id)
+        return run_head(job_file, spec, hosts, name, attempt)
+    join(job_file, spec, name, attempt)
     return 0
 
 
@@ -87,7 +89,18 @@ def run_head(job_file: str, spec: RayNodes, hosts: Sequence[str], name: str, job
     job = json.loads(Path(job_file).read_text(encoding="utf-8"))
     log, handoff = Path(job["log"]), head_file(job_file)
     handoff.unlink(missing_ok=True)
-    _auth_env()
+
+    def failed(error: str) -> int:
+        _note(log, f"job {job_id}: {error}")
+        write_json(job["result"], {"ok": False, "error": error})
+        return 1
+
+    _auth_env()  # before Ray is imported: it reads the mode once
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return failed(f"a run on {spec.nodes} nodes needs Ray in the job's Python ({sys.executable}): "
+                      'pip install "envengineer[ray]" (the verl extra brings it too)')
     ip, port = node_ip(), free_port()
     address = f"{ip}:{port}"
     process = start_ray(head_args(port), spec, name, ip)
@@ -95,10 +108,8 @@ def run_head(job_file: str, spec: RayNodes, hosts: Sequence[str], name: str, job
         try:
             joined = await_cluster(address, spec, hosts, process,
                                    lambda: write_json(handoff, {"address": address, "job": job_id, "head": name}))
-        except EnvEngineerError as exc:
-            _note(log, f"job {job_id}: {exc}")
-            write_json(job["result"], {"ok": False, "error": str(exc)})
-            return 1
+        except Exception as exc:  # noqa: BLE001 - recorded as the run's outcome, like the worker's own failures
+            return failed(str(exc) if isinstance(exc, EnvEngineerError) else f"the job's Ray cluster: {type(exc).__name__}: {exc}")
         _note(log, f"job {job_id}: Ray cluster at {address}, {len(joined)} node(s): {', '.join(joined)}")
         os.environ["RAY_ADDRESS"] = address
         from envengineer import suite_worker
@@ -182,7 +193,7 @@ def join(job_file: str, spec: RayNodes, name: str, job_id: str) -> None:
     """Wait for this job's head address, join it, stay until rank 0 says stop; :class:`EnvEngineerError` if this
     node's Ray ends before that."""
     handoff = head_file(job_file)
-    _auth_env()
+    _auth_env()  # before Ray is imported: it reads the mode once
     deadline = time.monotonic() + spec.join_timeout_s
     while (found := _handoff(handoff, job_id)) is None:
         if time.monotonic() > deadline:

@@ -65,14 +65,19 @@ def ray_dirs() -> set[str]:
 
 
 def ray_processes(dirs: set[str]) -> list[str]:
-    """Processes of this machine that belong to a Ray node whose files are in ``dirs`` (gcs_server, raylet, agents, workers)."""
-    import psutil
-
+    """Processes of this machine that belong to a Ray node whose files are in ``dirs`` (gcs_server, raylet, agents,
+    workers: each names its session folder on its command line), read from /proc."""
     found = []
-    for process in psutil.process_iter(["pid", "cmdline"]):
-        line = " ".join(process.info["cmdline"] or [])
-        if any(d in line for d in dirs):
-            found.append(f"{process.info['pid']}: {line[:120]}")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue  # ended meanwhile
+        if state != "Z" and any(d in line for d in dirs):
+            found.append(f"{proc.name}: {line[:120]}")
     return found
 
 
@@ -125,7 +130,12 @@ def test_rank_0_names_the_hosts_that_did_not_join_and_records_the_failure(tmp_pa
     _, run, job = one_run(tmp_path, env={})
     before = ray_dirs()
     alone = rank(job, 0, timeout=4)  # rank 1 (node-b) never starts
+    seen: set[str] = set()
+    while alone.poll() is None:  # while the head waits, its processes are there to be seen
+        seen |= {line.split(":")[0] for line in ray_processes(ray_dirs() - before)}
+        time.sleep(0.5)
     output = alone.communicate(timeout=120)[0]
+    assert len(seen) >= 2, seen  # the head's gcs_server and raylet at least: what the checks below look for
     assert alone.returncode == 1, output[-3000:]
     our_ray_dirs.update(ray_dirs() - before)
     result = json.loads(Path(str(job).replace(".job.json", ".result.json")).read_text())
