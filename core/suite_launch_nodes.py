@@ -260,9 +260,13 @@ def stop_ray(process: subprocess.Popen, timeout_s: float) -> None:
 
 
 def _auth_env() -> None:
-    """Ray's token authentication for this node's Ray and the run's drivers, unless set otherwise: the token is
-    Ray's own (``RAY_AUTH_TOKEN``, else ``~/.ray/auth_token``, made by the head when missing)."""
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    """Ray's token authentication as ``ray start`` chooses it (on when a token is found: ``RAY_AUTH_TOKEN``,
+    ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``; ``RAY_AUTH_MODE`` set by the user wins), made explicit so
+    that the drivers on the cluster (the wait here, verl's ``ray.init()``) authenticate the same way."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or (Path.home() / ".ray" / "auth_token").is_file():
+        os.environ["RAY_AUTH_MODE"] = "token"
 
 
 def node_ip() -> str:

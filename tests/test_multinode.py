@@ -151,10 +151,10 @@ import json, os, sys
 from pathlib import Path
 from envengineer.fileio import write_json
 from envengineer.registry import load_registry
-from envengineer.suite_launch_nodes import RayNodes, await_cluster, free_port, head_args, head_file, node_ip, start_ray, stop_cluster
+from envengineer.suite_launch_nodes import RayNodes, _auth_env, await_cluster, free_port, head_args, head_file, node_ip, start_ray, stop_cluster
 job, model, out = map(Path, sys.argv[1:4])
 spec = {spec}
-os.environ["RAY_AUTH_MODE"] = "token"
+_auth_env()  # as rank 0 does, before Ray is imported
 ip, port = node_ip(), free_port()
 address, handoff = f"{{ip}}:{{port}}", head_file(job)
 head = start_ray(head_args(port), spec, "node-a", ip)
