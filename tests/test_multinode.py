@@ -99,9 +99,19 @@ def our_ray_dirs():
     assert not left, left
 
 
-def test_a_two_node_slurm_job_makes_a_ray_cluster_runs_the_run_on_it_and_leaves_no_ray_behind(tmp_path, our_ray_dirs):
+@pytest.mark.parametrize("token", [True, False], ids=["ray-token", "no-ray-token"])
+def test_a_two_node_slurm_job_makes_a_ray_cluster_runs_the_run_on_it_and_leaves_no_ray_behind(tmp_path, our_ray_dirs, monkeypatch, token):
+    import secrets
+
     from envengineer.suite_launch_nodes import _listening, head_file
 
+    home = tmp_path / "home"  # the nodes' shared home: with Ray's token in it, or none (Ray's authentication off)
+    (home / ".ray").mkdir(parents=True)
+    if token:
+        (home / ".ray" / "auth_token").write_text(secrets.token_hex(32))
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
     _, run, job = one_run(tmp_path, env={})  # a multi-node job's file sets no RAY_ADDRESS: the job's cluster does
     handoff = head_file(job)
     handoff.write_text(json.dumps({"address": "10.0.0.9:1", "job": "4241"}))  # an earlier job's: never read as this one's
@@ -111,6 +121,7 @@ def test_a_two_node_slurm_job_makes_a_ray_cluster_runs_the_run_on_it_and_leaves_
     assert [p.returncode for p in ranks] == [0, 0], "\n".join(o[-3000:] for o in outputs)
     our_ray_dirs.update(ray_dirs() - before)
     assert len(our_ray_dirs) == 2  # one Ray node per rank, each in a folder of its own
+    assert ("Token authentication is disabled" in outputs[0]) is not token  # Ray's own warning when it starts without
 
     assert json.loads(Path(f"{job}".replace(".job.json", ".result.json")).read_text()) == {"ok": True}  # rank 0 recorded it
     assert (run.run_dir / "run.yaml").is_file()
