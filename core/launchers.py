@@ -109,10 +109,13 @@ class Launcher(abc.ABC):
     JOB.json`` (:func:`envengineer.suite_worker.main`) on a node with the job's resources."""
 
     name: ClassVar[str] = ""
-    #: variables the run is started with: a trainer that starts its own Ray (verl) starts a new one
-    #: inside the job's GPUs instead of joining a cluster it finds on the node (the suite's own, or
-    #: another job's on a shared Slurm node)
-    run_env: ClassVar[dict[str, str]] = {"RAY_ADDRESS": "local"}
+
+    def job_env(self, resources: Resources) -> dict[str, str]:
+        """Variables the run is started with. On one node ``RAY_ADDRESS=local``: a trainer that starts its
+        own Ray (verl) starts a new one inside the job's GPUs instead of joining a cluster it finds on
+        the node (the suite's own, or another job's on a shared Slurm node). On several nodes the
+        launcher says which cluster the run's trainer attaches to."""
+        return {"RAY_ADDRESS": "local"} if resources.nodes <= 1 else {}
 
     @abc.abstractmethod
     def submit(self, jobs: Sequence[Job]) -> list[str]:

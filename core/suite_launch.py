@@ -51,18 +51,18 @@ def make_launcher(options: LauncherOptions, output: Path, saved: dict[str, dict[
 
 def run_resources(run: SuiteRun, registry: Any, options: LauncherOptions) -> Resources:
     """What the run asks for: its trainer's and policy's resources, with the launcher's ``gpus_per_node``
-    and ``cpus`` on top. A run on several nodes is refused (its trainer needs a Ray cluster of its own
-    across them: start it yourself and run ``envengineer run`` there)."""
+    and ``cpus`` on top. A run on several nodes gets a Ray cluster over them (docs/cluster.md); submitit's
+    local executor, one machine, refuses it."""
     from envengineer.runconfig import resolve
 
     resolved = resolve(run.config, registry)
     need = resolved.trainer.resources().union(resolved.policy.resources())
     need = Resources(options.gpus_per_node if options.gpus_per_node is not None else need.gpus_per_node, need.nodes,
                      options.cpus if options.cpus is not None else need.cpus)
-    if need.nodes > 1:
+    if need.nodes > 1 and options.name == "slurm" and options.executor == "local":
         raise EnvEngineerError(
-            f"{run.run_dir}: the run trains on {need.nodes} nodes; --launcher {options.name} runs each run on one node. "
-            "Start a Ray cluster over the nodes and run it with `envengineer run` there (trainer.ray_address)")
+            f"{run.run_dir}: the run trains on {need.nodes} nodes; launcher.executor: local runs every job on this machine. "
+            "Submit it to Slurm (executor: slurm) or run it on a Ray cluster (--launcher ray)")
     return need
 
 
@@ -139,7 +139,7 @@ def submit(suite: Suite, todo: Sequence[tuple[SuiteEntry, SuiteRun]], launcher: 
                 handle.write(f"\n===== {job.name}: {verb} on {launcher.name} ({time.strftime('%Y-%m-%d %H:%M:%S')}) =====\n")
             write_json(job.file(".job.json"), {
                 "config": job.run.config.model_dump(mode="json"), "log": str(log), "result": str(job.file(".result.json")),
-                "where": str(job.file(".node.json")), "env": dict(launcher.run_env),
+                "where": str(job.file(".node.json")), "env": launcher.job_env(job.resources),
                 "cwd": str(Path.cwd()),  # the config's relative paths (model, output, caches) as they read here
                 # the suite's table and row (excluded from a config's dump): trackers label runs by them
                 "suite": job.run.config.suite.model_dump(mode="json") if job.run.config.suite else None,

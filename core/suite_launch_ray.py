@@ -4,8 +4,14 @@ The actor asks for the run's CPUs and GPUs (:func:`envengineer.suite_launch.run_
 Ray places it on a node it starts the run's worker process there and stays until the suite has
 seen the run end. Detached and named (``<namespace>/<config>-seed-<s>-<random>``), it outlives the
 suite's own process: the same command run again finds it by its name and follows it. The run is
-started with ``RAY_ADDRESS=local`` (:attr:`Launcher.run_env`), so a trainer that starts its own Ray
+started with ``RAY_ADDRESS=local`` (:meth:`Launcher.job_env`), so a trainer that starts its own Ray
 (verl) does so inside the GPUs Ray gave the actor instead of asking the cluster for more.
+
+A run on several nodes (``trainer.nnodes`` above 1) is different: its actor asks for one CPU (the
+run's own process, the driver), waits until the cluster has ``nodes`` alive nodes with the run's
+GPUs each (pending until then), and starts the run with ``RAY_ADDRESS`` set to this cluster, so
+that verl's ``ray.init()`` attaches to it and places its workers across the nodes through its
+placement groups.
 
 Ray is imported only here, and only for ``--launcher ray``.
 """
@@ -22,20 +28,45 @@ from envengineer.errors import EnvEngineerError
 from envengineer.launchers import ENDED, PENDING, RUNNING, UNKNOWN, Job, Launcher, LauncherOptions, new_id
 
 
+#: What a multi-node run's actor answers while the cluster lacks the nodes it needs.
+WAITING = "waiting"
+
+
 class RunActor:
-    """On its node: the run's worker process (:mod:`envengineer.suite_worker`), started when placed."""
+    """On its node: the run's worker process (:mod:`envengineer.suite_worker`), started when placed, or for
+    a run on several nodes once the cluster has them (``nodes`` nodes with ``gpus_per_node`` GPUs each)."""
 
-    def __init__(self, job_file: str) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "envengineer.suite_worker", job_file],
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def __init__(self, job_file: str, nodes: int = 1, gpus_per_node: int = 0) -> None:
+        self.job_file, self.nodes, self.gpus_per_node = job_file, nodes, gpus_per_node
+        self.process: subprocess.Popen | None = None
+        self.poll()
 
-    def poll(self) -> int | None:
-        """The worker's exit status, None while it runs."""
+    def poll(self) -> int | str | None:
+        """The worker's exit status, None while it runs, WAITING while the cluster lacks the run's nodes."""
+        if self.process is None:
+            if self.nodes > 1:
+                import ray
+
+                if cluster_lacks(ray.nodes(), self.nodes, self.gpus_per_node):
+                    return WAITING
+            self.process = subprocess.Popen([sys.executable, "-m", "envengineer.suite_worker", self.job_file],
+                                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return self.process.poll()
 
     def stop(self) -> None:
-        if self.process.poll() is None:
+        if self.process is not None and self.process.poll() is None:
             self.process.terminate()
+
+
+def cluster_lacks(nodes: list[dict[str, Any]], count: int, gpus_per_node: float) -> str | None:
+    """Why the Ray cluster whose ``ray.nodes()`` are ``nodes`` cannot take a run on ``count`` nodes with
+    ``gpus_per_node`` GPUs each (None: it can)."""
+    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
+    enough = sum(1 for n in alive if n.get("GPU", 0) >= gpus_per_node)
+    if enough >= count:
+        return None
+    return (f"the Ray cluster has {enough} alive node(s) with {gpus_per_node} GPU(s) and the run trains on {count}: "
+            "it waits (pending) until enough nodes join")
 
 
 class RayLauncher(Launcher):
@@ -61,11 +92,13 @@ class RayLauncher(Launcher):
         ids = []
         for job in jobs:
             job_id = f"{job.name}-{new_id()}"
+            r = job.resources
+            several = r.nodes > 1  # the driver only: verl's workers ask the cluster for the GPUs themselves
             actor = self.ray.remote(RunActor).options(
                 name=job_id, namespace=self.namespace, lifetime="detached", max_restarts=0,
-                num_cpus=job.resources.cpus, num_gpus=job.resources.gpus_per_node,
+                num_cpus=1 if several else r.cpus, num_gpus=0 if several else r.gpus_per_node,
             )
-            actor.remote(str(job.file(".job.json")))
+            actor.remote(str(job.file(".job.json")), r.nodes, r.gpus_per_node)
             ids.append(job_id)
         return ids
 
@@ -88,9 +121,15 @@ class RayLauncher(Launcher):
             return ENDED  # the actor died (its node failed): the run reported nothing
         except ray.exceptions.RayError:
             return UNKNOWN
-        return RUNNING if code is None else ENDED
+        return PENDING if code == WAITING else RUNNING if code is None else ENDED
+
+    def job_env(self, resources: Resources) -> dict[str, str]:
+        """On several nodes the run's trainer attaches to this cluster; on one, it starts its own inside the actor's GPUs."""
+        return {"RAY_ADDRESS": self.address} if resources.nodes > 1 else super().job_env(resources)
 
     def fits(self, resources: Resources) -> str | None:
+        if resources.nodes > 1:
+            return cluster_lacks(self.ray.nodes(), resources.nodes, resources.gpus_per_node)
         nodes = [node.get("Resources", {}) for node in self.ray.nodes() if node.get("Alive")]
         if any(n.get("CPU", 0) >= resources.cpus and n.get("GPU", 0) >= resources.gpus_per_node for n in nodes):
             return None

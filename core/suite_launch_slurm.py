@@ -8,6 +8,10 @@ keeps its scripts and its own logs under ``<suite output>/.submitit/``. With ``e
 the same jobs run on this machine through submitit's local executor (a rehearsal of the Slurm path:
 the same files, no cluster).
 
+A run on several nodes (``trainer.nnodes`` above 1) is one job of that many nodes, one task per
+node with the run's GPUs on each, that makes a Ray cluster of its nodes and runs the run on it:
+:mod:`envengineer.suite_launch_nodes`.
+
 submitit is imported only here, and only for ``--launcher slurm``.
 """
 
@@ -48,6 +52,19 @@ def sbatch_parameters(resources: Resources, options: LauncherOptions, name: str)
     return params
 
 
+def job_call(job: Job) -> tuple[Any, ...]:
+    """What each task of the run's job calls: the suite worker on one node; on several, the Ray cluster
+    over the job's nodes with the worker on its first (:func:`envengineer.suite_launch_nodes.main`)."""
+    file = str(job.file(".job.json"))
+    if job.resources.nodes <= 1:
+        from envengineer import suite_worker
+
+        return suite_worker.main, [file]
+    from envengineer import suite_launch_nodes
+
+    return suite_launch_nodes.main, file, suite_launch_nodes.RayNodes(nodes=job.resources.nodes, per_node=job.resources.gpus_per_node)
+
+
 class SlurmLauncher(Launcher):
     name: ClassVar[str] = "slurm"
 
@@ -76,8 +93,6 @@ class SlurmLauncher(Launcher):
 
     def submit(self, jobs: Sequence[Job]) -> list[str]:
         """One job per run, or with ``array`` one job array per group of runs asking for the same resources."""
-        from envengineer import suite_worker
-
         groups: dict[Resources, list[Job]] = {}
         for job in jobs:
             groups.setdefault(job.resources, []).append(job)
@@ -86,9 +101,9 @@ class SlurmLauncher(Launcher):
             if self.options.array and self.options.executor == "slurm" and len(members) > 1:
                 executor = self.executor(resources, "envengineer-suite")
                 with executor.batch():
-                    handles = [executor.submit(suite_worker.main, [str(job.file(".job.json"))]) for job in members]
+                    handles = [executor.submit(*job_call(job)) for job in members]
             else:
-                handles = [self.executor(resources, job.name).submit(suite_worker.main, [str(job.file(".job.json"))]) for job in members]
+                handles = [self.executor(resources, job.name).submit(*job_call(job)) for job in members]
             for job, handle in zip(members, handles):
                 self.jobs[handle.job_id] = handle
                 submitted[job.key] = handle.job_id

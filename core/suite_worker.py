@@ -7,7 +7,7 @@ output to, and the file to write the outcome to: ``{"ok": true}`` or ``{"ok": fa
 ...}``; optionally ``where`` (a file to note the node and process in when the run starts), ``cwd``
 (the folder the run's relative paths are read from: on a cluster, the suite's own) and ``env``
 (variables set for the run, e.g. ``RAY_ADDRESS=local`` so that a trainer's own Ray stays
-inside the run's reservation). The run is the same :class:`~envengineer.loop.Loop` as ``envengineer run`` and an
+inside the run's reservation; the Ray address the run sees is noted in ``where``). The run is the same :class:`~envengineer.loop.Loop` as ``envengineer run`` and an
 in-process suite run: resumable, with the same results.
 """
 
@@ -76,7 +76,7 @@ def _started(job: dict) -> None:
     if job.get("where"):
         from envengineer.fileio import write_json
 
-        write_json(Path(job["where"]), {"host": socket.gethostname(), "pid": os.getpid()})
+        write_json(Path(job["where"]), {"host": socket.gethostname(), "pid": os.getpid(), "ray_address": os.environ.get("RAY_ADDRESS")})
 
 
 def _exit_with_parent() -> None:

@@ -136,7 +136,7 @@ def cpus_freed(ray, seconds: float = 10.0) -> bool:
     return ray.available_resources().get("CPU") == 2
 
 
-def test_a_run_waiting_for_resources_shows_pending_and_a_run_on_several_nodes_is_refused(reference, ray_cluster):
+def test_a_run_waiting_for_resources_shows_pending_and_a_run_on_several_nodes_needs_a_cluster(reference, ray_cluster):
     from envengineer.launchers import launcher_options
     from envengineer.registry import load_registry
     from envengineer.suite import plan
@@ -160,6 +160,7 @@ def test_a_run_waiting_for_resources_shows_pending_and_a_run_on_several_nodes_is
         launcher.release(ids["fixed/seed-0"])
         launcher.close()
     assert cpus_freed(ray_cluster)
+    from envengineer.components import Resources
     from envengineer.errors import EnvEngineerError
     from envengineer.runconfig import parse_run_config
     from envengineer.suite_launch import run_resources
@@ -167,8 +168,11 @@ def test_a_run_waiting_for_resources_shows_pending_and_a_run_on_several_nodes_is
     run = suite.runs[0]
     verl = {"name": "verl", "nnodes": 2, "n_gpus_per_node": 4, "preset": "paper-4xh100"}
     run.config = parse_run_config({**run.config.model_dump(mode="json"), "trainer": verl, "policy": {"name": "vllm", "path": "m"}}, "x", registry)
-    with pytest.raises(EnvEngineerError, match="trains on 2 nodes"):
-        run_resources(run, registry, options)
+    assert run_resources(run, registry, options) == Resources(gpus_per_node=4, nodes=2, cpus=3)  # ray: one run over the cluster's nodes (cpus: the launcher's)
+    slurm = launcher_options({"name": "slurm", "executor": "local"})
+    with pytest.raises(EnvEngineerError, match="trains on 2 nodes; launcher.executor: local runs every job on this machine"):
+        run_resources(run, registry, slurm)  # submitit's local executor is one machine
+    assert run_resources(run, registry, slurm.model_copy(update={"executor": "slurm"})).nodes == 2
 
 
 # ------------------------------------------------------------------ slurm (submitit)
@@ -293,7 +297,7 @@ def test_a_cluster_job_starts_in_the_suites_folder_with_its_variables_and_notes_
     suite_worker._started({"cwd": str(tmp_path), "env": {"RAY_ADDRESS": "local"}, "where": str(where)})
     try:
         assert Path.cwd() == tmp_path and os.environ["RAY_ADDRESS"] == "local"
-        assert json.loads(where.read_text()) == {"host": socket.gethostname(), "pid": os.getpid()}
+        assert json.loads(where.read_text()) == {"host": socket.gethostname(), "pid": os.getpid(), "ray_address": "local"}
     finally:
         os.environ.pop("RAY_ADDRESS", None)
 
