@@ -462,9 +462,8 @@ def plan_command(
     gpu_memory_gb: float = typer.Option(80.0, "--gpu-memory-gb", min=1.0, help="memory of one GPU, in GB of 10^9 bytes"),
     json_path: Optional[Path] = typer.Option(None, "--json", help="also write the plan to this JSON file"),
 ) -> None:
-    """GPU memory per GPU of a run before launch: weights, gradients, optimizer state, reference model,
-    activations and logits of the worst micro-batch, vLLM's share and KV cache, per phase; exits 1 when it does
-    not fit, naming overrides that make it fit (docs/gpu-plan.md)."""
+    """GPU memory per GPU of a run before launch, per phase (weights, gradients, optimizer state, reference,
+    worst micro-batch, vLLM's share); exits 1 when it does not fit, naming overrides that make it fit."""
     from envengineer.fileio import write_json
     from envengineer.memory import plan_run, print_plan
 
