@@ -111,11 +111,10 @@ def _stages(run: Path, round: int) -> tuple[dict[str, float], dict]:
 
 def whole_rounds(args) -> None:
     """``--round``: the recipe's rounds 0 and 1, before and now (module docstring)."""
-    import torch
     from safetensors.torch import load_file
 
     console = Console(width=max(Console().width, 150))
-    registry, base, _ = quickstart_policy()
+    _, base, _ = quickstart_policy()
     model, _ = base.load()
     parameters = sum(p.numel() for p in model.parameters())
     limit = matmul_limit(model)
@@ -156,7 +155,6 @@ def whole_rounds(args) -> None:
         console.print("same files before and now: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in same.items())
                       + f"; largest weight difference {drift:.2e}")
     console.print(f"runs: {out} (rerun with --output {out} to print again without running)")
-    del torch, registry
 
 
 def main() -> None:

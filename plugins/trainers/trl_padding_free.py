@@ -20,7 +20,7 @@ anything else (images, token type ids, MoE auxiliary losses, non-contiguous mask
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 #: A sub-batch's fixed cost in token-equivalents (layer calls, the mask, the head's set-up), for the
 #: split. Measured on the tiny policy on one CPU thread: forward + backward of one 60-token row 8.1 ms
@@ -64,38 +64,60 @@ def spans(attention_mask) -> tuple[Any, Any] | None:
     return starts, lengths
 
 
-def padded_positions(attention_mask, call_cost: int = CALL_COST_TOKENS) -> tuple[int, int, int]:
-    """(real tokens, positions TRL's padded pass computes, positions the unpadded pass computes)."""
-    found = spans(attention_mask)
-    rows, width = attention_mask.shape
-    real = int(attention_mask.sum())
-    if found is None:
-        return real, rows * width, rows * width
-    lengths = sorted(int(x) for x in found[1])
-    return real, rows * width, sum((j - i) * lengths[j - 1] for i, j in split_sorted(lengths, call_cost))
+class Split(NamedTuple):
+    """How a micro-batch goes through the model without padding: each row's first real column and real
+    tokens (``starts``, ``lengths``), the rows by length (``order``, ``sorted_lengths``) and the
+    sub-batches as runs ``[i, j)`` of that order."""
+
+    starts: Any
+    lengths: Any
+    order: list[int]
+    sorted_lengths: list[int]
+    runs: list[tuple[int, int]]
+
+    def positions(self) -> int:
+        """Positions the sub-batches compute (each run padded to its longest row)."""
+        return sum((j - i) * self.sorted_lengths[j - 1] for i, j in self.runs)
 
 
-def unpadded_logps(forward, input_ids, attention_mask, logits_to_keep: int, compute_entropy: bool,
-                   pad_token_id: int = 0, call_cost: int = CALL_COST_TOKENS):
-    """TRL's per-token log-probabilities (and entropies) of the last ``logits_to_keep`` columns,
-    computed without padding; None where the mask is not one span a row (the caller uses TRL's pass).
-
-    ``forward(input_ids, attention_mask, position_ids, labels)`` runs the model with TRL's fused head
-    and returns its output (``log_probs``, ``entropy`` of shape [rows, width - 1]).
-    """
-    import torch
-
+def split(attention_mask, call_cost: int = CALL_COST_TOKENS) -> Split | None:
+    """The :class:`Split` of a micro-batch, or None where a row's real tokens are not one span."""
     found = spans(attention_mask)
     if found is None:
         return None
     starts, lengths = found
+    order = sorted(range(attention_mask.size(0)), key=lambda r: (int(lengths[r]), r))
+    sorted_lengths = [int(lengths[r]) for r in order]
+    return Split(starts, lengths, order, sorted_lengths, split_sorted(sorted_lengths, call_cost))
+
+
+def padded_positions(attention_mask, call_cost: int = CALL_COST_TOKENS) -> tuple[int, int, int]:
+    """(real tokens, positions TRL's padded pass computes, positions the unpadded pass computes)."""
+    rows, width = attention_mask.shape
+    plan = split(attention_mask, call_cost)
+    return int(attention_mask.sum()), rows * width, rows * width if plan is None else plan.positions()
+
+
+def unpadded_logps(forward, input_ids, attention_mask, logits_to_keep: int, compute_entropy: bool,
+                   pad_token_id: int = 0, call_cost: int = CALL_COST_TOKENS, plan: Split | None = None):
+    """TRL's per-token log-probabilities (and entropies) of the last ``logits_to_keep`` columns,
+    computed without padding; None where the mask is not one span a row (the caller uses TRL's pass).
+
+    ``forward(input_ids, attention_mask, position_ids, labels)`` runs the model with TRL's fused head
+    and returns its output (``log_probs``, ``entropy`` of shape [rows, width - 1]). ``plan``: the mask's
+    :func:`split`, when the caller has it.
+    """
+    import torch
+
+    plan = plan or split(attention_mask, call_cost)
+    if plan is None:
+        return None
+    starts, lengths, order, sorted_lengths, runs = plan
     rows, width = input_ids.shape
     first_scored = width - logits_to_keep  # TRL labels the columns from here on (the completion)
-    order = sorted(range(rows), key=lambda r: (int(lengths[r]), r))
-    sorted_lengths = [int(lengths[r]) for r in order]
     device = input_ids.device
     where_rows, where_cols, logps, entropies = [], [], [], []
-    for i, j in split_sorted(sorted_lengths, call_cost):
+    for i, j in runs:
         members = torch.tensor(order[i:j], device=device)
         longest = sorted_lengths[j - 1]
         offsets = torch.arange(longest, device=device)
@@ -160,14 +182,16 @@ def trainer_pass(trainer, model, input_ids, attention_mask, logits_to_keep: int,
     counts = [0, 0, 0]
     for start in range(0, input_ids.size(0), size):
         chunk_ids, chunk_mask = input_ids[start:start + size], attention_mask[start:start + size]
-        found = unpadded_logps(forward, chunk_ids, chunk_mask, logits_to_keep, compute_entropy, pad)
-        if found is None:
+        plan = split(chunk_mask)
+        if plan is None:
             positions.fallbacks += 1
             return None
-        logps.append(found[0])
-        entropies.append(found[1])
-        for k, value in enumerate(padded_positions(chunk_mask)):
-            counts[k] += value
+        chunk_logps, chunk_entropy = unpadded_logps(forward, chunk_ids, chunk_mask, logits_to_keep, compute_entropy, pad, plan=plan)
+        logps.append(chunk_logps)
+        entropies.append(chunk_entropy)
+        counts[0] += int(chunk_mask.sum())
+        counts[1] += chunk_mask.numel()
+        counts[2] += plan.positions()
     positions.passes += 1
     positions.real += counts[0]
     if torch.is_grad_enabled():
