@@ -264,6 +264,12 @@ def test_strings_without_padding_and_one_token_prompts_match_generate(one_thread
 # --------------------------------------------------------------------------- self-check and fallback
 
 
+@pytest.fixture
+def fresh_paths(monkeypatch):
+    """No float path checked yet in this process (the self-check's decisions hold per float path)."""
+    monkeypatch.setattr(fast_sampler, "_paths", {})
+
+
 def perturbed_layers(monkeypatch):
     """Make the fast sampler differ: every decoding step's hidden states are nudged."""
     layers = fast_sampler._layers
@@ -275,7 +281,7 @@ def perturbed_layers(monkeypatch):
     monkeypatch.setattr(fast_sampler, "_layers", nudged)
 
 
-def test_a_differing_sampler_falls_back_to_generate_with_one_warning(shipped, monkeypatch):
+def test_a_differing_sampler_falls_back_to_generate_with_one_warning(shipped, monkeypatch, fresh_paths):
     policy, _, tokenizer, prompts = shipped
     model, _ = type(policy)(policy.options).load()  # a model of its own: decisions are per model
     ids, mask = batch_of(tokenizer, prompts[:64])
@@ -296,7 +302,7 @@ def test_a_differing_sampler_falls_back_to_generate_with_one_warning(shipped, mo
         fast_sampler.generate(fresh, ids, mask, mode=True, **settings)
 
 
-def test_a_passing_self_check_uses_the_fast_sampler_and_keeps_the_random_state(shipped, monkeypatch):
+def test_a_passing_self_check_uses_the_fast_sampler_and_keeps_the_random_state(shipped, monkeypatch, fresh_paths):
     policy, _, tokenizer, prompts = shipped
     model, _ = type(policy)(policy.options).load()
     ids, mask = batch_of(tokenizer, prompts[:32])
@@ -314,6 +320,60 @@ def test_a_passing_self_check_uses_the_fast_sampler_and_keeps_the_random_state(s
     assert torch.equal(got, expected)
     assert len(used) == 3  # the two checks, then the call
     assert fast_sampler._decisions[model] is True
+
+
+def test_a_decision_holds_for_every_model_on_its_float_path(shipped, monkeypatch, fresh_paths):
+    """Checked once per architecture, dtype and thread count: a second checkpoint of the same architecture
+    (other weights) samples fast without a check; another thread count or architecture is checked anew;
+    a failed check sends the path's next models to generate, with a warning each."""
+    policy, _, tokenizer, prompts = shipped
+    ids, mask = batch_of(tokenizer, prompts[:32])
+    settings = {**GREEDY, "max_new_tokens": 32, "pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
+    checks = []
+    real_check = fast_sampler.self_check
+    monkeypatch.setattr(fast_sampler, "self_check", lambda *a, **k: checks.append(1) or real_check(*a, **k))
+    first, _ = type(policy)(policy.options).load()
+    second, _ = type(policy)(policy.options).load()
+    with torch.no_grad():
+        for p in second.parameters():
+            p.add_(torch.randn_like(p) * 0.01)  # a trained checkpoint: other weights, same architecture
+    path = fast_sampler.float_path(first)
+    assert fast_sampler.float_path(second) == path
+    for model in (first, second):
+        with torch.inference_mode():
+            expected = model.generate(input_ids=ids, attention_mask=mask, **settings)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert torch.equal(fast_sampler.generate(model, ids, mask, **settings), expected)
+        assert fast_sampler._decisions[model] is True
+    assert len(checks) == 1
+    third, _ = type(policy)(policy.options).load()  # (loading sets the policy's thread count)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2 if threads == 1 else 1)
+    try:
+        assert fast_sampler.float_path(third) != path
+        fast_sampler.generate(third, ids, mask, **settings)
+        assert len(checks) == 2
+    finally:
+        torch.set_num_threads(threads)
+    other, other_tokenizer = random_qwen3(4, 2, 16)
+    assert fast_sampler.float_path(other) != path
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast_sampler.generate(other, *batch_of(other_tokenizer, PROMPTS[:8]), **{
+            **settings, "pad_token_id": other_tokenizer.pad_token_id, "eos_token_id": other_tokenizer.eos_token_id})
+    assert len(checks) == 3
+    # a path whose check failed: the next model on it goes to generate, with its warning, unchecked
+    fast_sampler._paths[path] = False
+    fourth, _ = type(policy)(policy.options).load()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.inference_mode():
+            expected = fourth.generate(input_ids=ids, attention_mask=mask, **settings)
+        assert torch.equal(fast_sampler.generate(fourth, ids, mask, **settings), expected)
+    assert [w.category for w in caught] == [fast_sampler.FastSamplerFallback] and len(checks) == 3
+    with pytest.raises(fast_sampler.Unsupported, match="float path"):
+        fast_sampler.generate(type(policy)(policy.options).load()[0], ids, mask, mode=True, **settings)
 
 
 def test_unsupported_settings_use_generate_or_fail_when_forced(shipped):

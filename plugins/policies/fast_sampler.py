@@ -23,13 +23,18 @@ each thread an equal run of the batch's rows × heads. So a shrunk batch keeps e
 the thread ``generate`` computes it on (rows grouped by thread, groups padded to one size),
 and a prompt is computed once for its samples only when ``generate`` computes all of them on
 one thread, the thread the prompt then gets. A transformers or torch release may change a
-float path too. Hence :func:`generate`: at first use on a model it compares the two on the
+float path too. Hence :func:`generate`: at first use on a float path it compares the two on the
 call's own prompts (greedy and sampled, ragged, some rows stopping early) and falls back to
-``model.generate`` with one warning if any token differs, remembering the decision per model.
+``model.generate`` with one warning if any token differs. The decision holds for every model on
+the same float path (:func:`float_path`: the torch and transformers releases, the model's class,
+architecture, dtype and device, torch's thread count): which kernels run, and so whether a row's
+floats depend on its batch, follows from shapes and code, not from the weights. A loop checks its
+first model and reuses the answer for the checkpoints it trains (same architecture) in the process.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 import weakref
@@ -325,6 +330,25 @@ def _shrunk(live: Any, home: Any, threads: int, min_rows: int) -> Any:
 # --------------------------------------------------------------------------- the checked entry point
 
 _decisions: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+#: :func:`float_path` -> whether the self-check passed on a model on that path (this process)
+_paths: dict[tuple, bool] = {}
+
+
+def float_path(model: Any) -> tuple:
+    """What decides whether :func:`fast_generate`'s floats equal ``generate``'s on ``model``: the
+    code (torch and transformers releases), the model's class and architecture (its config, less
+    its name and the release that wrote it), dtype and device, and torch's thread count (which
+    rows share a thread). Two checkpoints of one architecture share it: weights change values,
+    not which kernels run on which shapes."""
+    import torch
+    import transformers
+
+    config = model.config.to_dict()
+    for key in ("_name_or_path", "transformers_version"):
+        config.pop(key, None)
+    architecture = json.dumps(config, sort_keys=True, default=str)
+    return (torch.__version__, transformers.__version__, f"{type(model).__module__}.{type(model).__qualname__}",
+            architecture, str(model.dtype), model.device.type, torch.get_num_threads())
 
 
 def _check_rows(attention_mask: Any, k: int) -> list[int]:
@@ -376,8 +400,8 @@ def generate(model: Any, input_ids: Any, attention_mask: Any, *, mode: Mode = "a
     """``model.generate(input_ids=..., attention_mask=..., **kwargs)``, through the fast sampler where it applies.
 
     ``mode``: ``False`` always ``generate``; ``"auto"`` the fast sampler on models it supports once
-    :func:`self_check` passed on the model (else ``generate``, with one :class:`FastSamplerFallback`
-    warning per model); ``True`` the same, but an unsupported model or setting, or a failed
+    :func:`self_check` passed on the model or on another on its :func:`float_path` (else ``generate``,
+    with one :class:`FastSamplerFallback` warning per model); ``True`` the same, but an unsupported model or setting, or a failed
     self-check, is an error.
     """
     if mode is False:
@@ -394,6 +418,16 @@ def generate(model: Any, input_ids: Any, attention_mask: Any, *, mode: Mode = "a
         return model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
     ok = _decisions.get(model)
     if ok is None:
+        path = float_path(model)
+        ok = _paths.get(path)
+        if ok is not None:  # checked on another model on this float path
+            _decisions[model] = ok
+            if not ok:
+                if mode is True:
+                    raise Unsupported("fast_sampler: true, but the self-check differed from generate on this float path")
+                warnings.warn("fast sampler: its self-check differed from generate on a model of this architecture; "
+                              "sampling with transformers' generate instead", FastSamplerFallback, stacklevel=2)
+    if ok is None:
         sampling = kwargs.get("do_sample")
         difference = self_check(
             model, input_ids, attention_mask, max_new_tokens=kwargs["max_new_tokens"],
@@ -401,7 +435,7 @@ def generate(model: Any, input_ids: Any, attention_mask: Any, *, mode: Mode = "a
             temperature=kwargs.get("temperature") if sampling else None, top_p=kwargs.get("top_p") if sampling else None,
             top_k=kwargs.get("top_k") if sampling else None)
         ok = difference is None
-        _decisions[model] = ok
+        _decisions[model] = _paths[path] = ok
         if not ok:
             if mode is True:
                 raise Unsupported(f"fast_sampler: true, but on this model {difference}")

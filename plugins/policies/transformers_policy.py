@@ -6,7 +6,7 @@ policy's compact style). Greedy decoding
 (``temperature: 0``) is deterministic; sampling is seeded per call, so the same policy
 and prompts give the same texts. Only the new tokens are decoded, special tokens skipped.
 On the CPU, Qwen3 models sample through :mod:`fast_sampler` (``generate``'s tokens, checked
-against ``generate`` on each model's first batch; option ``fast_sampler``).
+against ``generate`` on the first batch of each architecture; option ``fast_sampler``).
 """
 
 from __future__ import annotations
@@ -137,7 +137,8 @@ class TransformersOptions(ModelDirOptions):
     fast_sampler: Literal["auto"] | bool = Field(
         "auto",
         description="CPU float32 Qwen3 models: sample with the fast sampler (plugins/policies/fast_sampler.py: generate's "
-        "tokens, without its per-step overhead); auto: once it matched generate on the model's first batch "
+        "tokens, without its per-step overhead); auto: once it matched generate on a first batch (once per architecture "
+        "and thread count in a process) "
         "(else generate, with one warning); true: the same, but an error instead of falling back; false: always generate",
     )
 

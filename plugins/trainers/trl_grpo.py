@@ -181,7 +181,7 @@ class TrlGrpoOptions(TrlMemoryOptions):
     fast_rollouts: Literal["auto"] | StrictBool = Field(
         "auto",
         description="GRPO's rollouts and the prefilter's samples through the fast sampler (envengineer.plugins.policies.fast_sampler: "
-        "generate's tokens and random draws for CPU float32 Qwen3 models, checked against generate on first use per model); "
+        "generate's tokens and random draws for CPU float32 Qwen3 models, checked against generate on first use per architecture and thread count); "
         "auto: where it applies and its self-check passes, else generate; true: an error where it does not; false: generate",
     )
     padding_free: StrictBool = Field(
