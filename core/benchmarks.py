@@ -11,10 +11,10 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from envengineer.display import Console
 from envengineer.components import Benchmark
 from envengineer.errors import UnknownComponentError
 from envengineer.fileio import atomic_open, dumps_json, write_text

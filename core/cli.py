@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from envengineer.display import Console
 from envengineer.errors import EnvEngineerError
 
 app = typer.Typer(
@@ -667,7 +667,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = app(args=argv, standalone_mode=False)
     except EnvEngineerError as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)  # paths stay whole
         sys.exit(2)
     except (typer.Exit, SystemExit) as exc:
         code = getattr(exc, "exit_code", getattr(exc, "code", 0))

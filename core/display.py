@@ -2,17 +2,42 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from rich.console import Console
+import rich.console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
 from envengineer.components import Aggregate, Grouping
 from envengineer.metrics import Rates, Summary
+
+
+class Console(rich.console.Console):
+    """rich's Console, reading the process environment as it is when it looks (``COLUMNS``, ``NO_COLOR``,
+    ``TERM``). rich reads ``os.environ`` through a class attribute bound when rich is imported, so a
+    library that replaces ``os.environ`` with a copy (datasets' multiprocessing does) would leave every
+    console reading a stale one: a width set afterwards would be ignored. Nor is ``COLUMNS`` frozen when
+    the console is made (rich fixes it then): a module-level console follows the value at print time."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if kwargs.get("width") is None:
+            self._width = None
+        if kwargs.get("height") is None:
+            self._height = None
+
+    @property  # type: ignore[override]
+    def _environ(self) -> Mapping[str, str]:
+        given = self.__dict__.get("_given_environ")
+        return os.environ if given is None else given
+
+    @_environ.setter
+    def _environ(self, value: Mapping[str, str]) -> None:
+        self.__dict__["_given_environ"] = value
 
 
 def _pct(rate: float) -> str:

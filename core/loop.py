@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from envengineer.display import progress_bar, stage_progress
+from envengineer.display import Console, progress_bar, stage_progress
 from envengineer.errors import ConfigError, EnvEngineerError
 from envengineer.fileio import read_jsonl, read_yaml, write_json, write_jsonl, write_yaml
 from envengineer.metrics import Rates

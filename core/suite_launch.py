@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 
+from envengineer.display import Console
 from envengineer.components import Resources
 from envengineer.errors import EnvEngineerError
 from envengineer.launchers import ENDED, PENDING, RUNNING, UNKNOWN, Job, Launcher, LauncherOptions

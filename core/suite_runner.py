@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 
+from envengineer.display import Console
 from envengineer.errors import EnvEngineerError
 from envengineer.rundir import RunDir
 from envengineer.suite_model import FAILED, PARTIAL, Suite, SuiteEntry, SuiteRun, save_errors

@@ -5,6 +5,13 @@ import tempfile
 
 import pytest
 
+# Under pytest-xdist (`pytest -n auto`, the README's command) each worker is one process per core:
+# one torch/OpenMP thread each, so workers never compete for cores (two threads beside a busy
+# core run several times slower, docs/performance.md). Tests that need two threads set them.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
+
 # Tests never read or fill the user's cache (tiny base models, reused base evaluations), and leave no cache behind.
 os.environ["ENVENGINEER_CACHE"] = tempfile.mkdtemp(prefix="envengineer-tests-cache-")
 atexit.register(shutil.rmtree, os.environ["ENVENGINEER_CACHE"], ignore_errors=True)

@@ -1,6 +1,7 @@
 """A usage mistake on the command line is one message and exit 2, never a traceback (typer vendors
 its own click, whose exceptions are not click's)."""
 
+import os
 import subprocess
 import sys
 
@@ -34,3 +35,28 @@ def test_a_command_that_fails_its_check_exits_non_zero(monkeypatch):
     assert exited.value.code == 1
     monkeypatch.setattr(benchmarks, "verify", lambda *a, **k: [])
     main(["bench", "verify"])  # all fine: returns, no exit
+
+
+def test_consoles_follow_the_environment_after_a_library_replaces_os_environ(monkeypatch):
+    """rich binds os.environ's object when it is imported; datasets' multiprocessing (among others)
+    swaps os.environ for a copy. Our consoles read whichever os.environ is current, so a width set
+    afterwards (CliRunner's env, a user's COLUMNS) is honoured."""
+    from envengineer import cli
+    from envengineer.display import Console
+
+    monkeypatch.setitem(os.environ, "COLUMNS", "80")  # a width when the consoles were made (pytest-xdist sets one)
+    early = Console()
+    monkeypatch.setattr(os, "environ", os.environ.copy())  # what such a library does
+    monkeypatch.setitem(os.environ, "COLUMNS", "173")
+    assert cli.console.width == 173 and cli.err_console.width == 173 and early.width == 173 and Console().width == 173
+    assert Console(width=64).width == 64
+    assert Console(_environ={"COLUMNS": "91"}).width == 91  # an explicit environment still wins
+
+
+def test_an_error_naming_a_long_path_prints_the_path_whole(tmp_path, monkeypatch):
+    """Errors are soft-wrapped: a long path is never broken across lines (it is copied from there)."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "run.yaml"
+    code = "import sys; from envengineer.cli import main; sys.argv = ['envengineer', 'run', sys.argv[1]]; main()"
+    result = subprocess.run([sys.executable, "-c", code, str(deep)], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "80"})
+    assert result.returncode == 2 and str(deep) in result.stderr
