@@ -1,14 +1,16 @@
 """A quickstart round on the CPU, before and after the CPU work: ``generate`` against the fast sampler,
 TRL's padded log-probability passes against the padding-free ones.
 
-    python bench/cpu_round.py --round              # two whole rounds of the recipe, both ways (~4 min)
+    python bench/cpu_round.py --round              # two whole rounds of the recipe, three ways (~7 min)
     python bench/cpu_round.py                      # the generation stages alone, the shipped tiny base, one thread
     python bench/cpu_round.py --threads 2 --prefilter 600 --rollout-prompts 120
 
-``--round`` runs ``envengineer run examples/quickstart.yaml rounds=2`` twice, each in its own process:
-"before" with ``policy.fast_sampler=false trainer.fast_rollouts=false trainer.padding_free=false`` (the
-round as it was: ``generate`` everywhere, TRL's padded passes) and "now" with the recipe's defaults,
-both at ``--threads`` trainer and policy threads. It prints CPU seconds per stage of each round from the
+``--round`` runs ``envengineer run examples/quickstart.yaml rounds=2`` three times, each in its own process:
+"as filed" with ``policy.fast_sampler=false trainer.fast_rollouts=false trainer.padding_free=false
+trainer.threads=2 policy.threads=1`` (the recipe as it was when the CPU work began: ``generate``
+everywhere, TRL's padded passes, the trainer on two torch threads), "before" with the same code paths
+at ``--threads`` trainer and policy threads (the code's share alone), and "now" with the recipe's
+defaults at ``--threads``. It prints CPU seconds per stage of each round from the
 runs' own records (``history.jsonl``'s ``cpu_s``, the train line's ``*_cpu_seconds``), the work per
 stage and its distance from the per-core matmul limit, and whether the verdicts, the rollouts and the
 weights are the same. Round 0 carries the process's one-off imports (trl, datasets); round 1 is a round
@@ -84,6 +86,8 @@ def matmul_limit(model, rows: int = 512, repeats: int = 30) -> float:
 
 
 BEFORE = ["policy.fast_sampler=false", "trainer.fast_rollouts=false", "trainer.padding_free=false"]
+#: the recipe when the CPU work began (examples/quickstart.yaml had ``trainer.threads: 2``)
+FILED = [*BEFORE, "trainer.threads=2", "policy.threads=1"]
 
 
 def _sha(path: Path) -> str | None:
@@ -113,28 +117,31 @@ def whole_rounds(args) -> None:
     """``--round``: the recipe's rounds 0 and 1, before and now (module docstring)."""
     from safetensors.torch import load_file
 
-    console = Console(width=max(Console().width, 150))
+    console = Console(width=max(Console().width, 190))
     _, base, _ = quickstart_policy()
     model, _ = base.load()
     parameters = sum(p.numel() for p in model.parameters())
     limit = matmul_limit(model)
     out = Path(args.output or tempfile.mkdtemp(prefix="cpu-round-"))
     runs = {}
-    for label, extra in (("before", BEFORE), ("now", [])):
-        runs[label] = out / label
+    threads = [f"trainer.threads={args.threads}", f"policy.threads={args.threads}"]
+    for label, extra in (("as filed", FILED), ("before", [*threads, *BEFORE]), ("now", threads)):
+        runs[label] = out / label.replace(" ", "-")
         command = [sys.executable, "-c", "from envengineer.cli import main; main()", "run", str(ROOT / "examples" / "quickstart.yaml"),
-                   "rounds=2", f"output={runs[label]}", f"trainer.threads={args.threads}", f"policy.threads={args.threads}", *extra]
+                   "rounds=2", f"output={runs[label]}", *extra]
         if (runs[label] / "history.jsonl").exists():
             console.print(f"[dim]{label}: {runs[label]} exists; reusing its records[/]")
         else:
             with console.status(f"{label}: envengineer run examples/quickstart.yaml rounds=2 {' '.join(extra)}"):
                 subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     for round in (0, 1):
+        filed, _ = _stages(runs["as filed"], round)
         before, train_before = _stages(runs["before"], round)
         now, train_now = _stages(runs["now"], round)
-        table = Table(title=f"quickstart round {round}, CPU seconds ({args.threads} thread(s); tiny policy, {parameters:,} "
-                            f"parameters; per-core matmul limit {limit:.1f} GFLOP/s)")
-        for column in ("stage", "before s", "now s", "× less", "now: work", "now: × the limit"):
+        table = Table(title=f"quickstart round {round}, CPU seconds (as filed: trainer on 2 threads; before and now: "
+                            f"{args.threads} thread(s); tiny policy, {parameters:,} parameters; per-core matmul limit {limit:.1f} GFLOP/s)")
+        for column in ("stage", "as filed s", "before s", "now s", "× less than filed", "× less than before", "now: work",
+                       "now: × the limit"):
             table.add_column(column, justify="right")
         real, with_grad = train_now.get("logprob_real_tokens", 0), train_now.get("logprob_real_tokens_with_grad", 0)
         # a token costs 2P FLOPs forward and 4P more backward (P parameters; attention left out: a lower bound)
@@ -142,18 +149,21 @@ def whole_rounds(args) -> None:
         work = {"GRPO training": (f"{real:,} real tokens ({train_now.get('logprob_computed_positions', 0):,} positions; TRL's "
                                   f"padding: {train_now.get('logprob_padded_positions', 0):,})", training_flops)}
         for stage in before:
-            ratio = before[stage] / now[stage] if now[stage] > 0.05 else None
+            ratios = [f"{then[stage] / now[stage]:.2f}" if now[stage] > 0.05 else "–" for then in (filed, before)]
             text, flops = work.get(stage, ("", None))
             distance = f"{now[stage] * limit * 1e9 / flops:.2f}" if flops else ""
             style = "bold" if stage == "round" else None
-            table.add_row(stage, f"{before[stage]:.1f}", f"{now[stage]:.1f}", f"{ratio:.2f}" if ratio else "–", text, distance, style=style)
+            table.add_row(stage, f"{filed[stage]:.1f}", f"{before[stage]:.1f}", f"{now[stage]:.1f}", *ratios, text, distance,
+                          style=style)
         console.print(table)
-        same = {name: _sha(runs["before"] / f"round-{round:02d}" / name) == _sha(runs["now"] / f"round-{round:02d}" / name)
-                for name in ("eval/verdicts.jsonl", "eval/responses.jsonl", "train/rollouts.jsonl", "train/checkpoint/model.safetensors")}
-        a, b = (load_file(runs[k] / f"round-{round:02d}" / "train" / "checkpoint" / "model.safetensors") for k in ("before", "now"))
-        drift = max(float((a[key] - b[key]).abs().max()) for key in a)
-        console.print("same files before and now: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in same.items())
-                      + f"; largest weight difference {drift:.2e}")
+        for label in ("as filed", "before"):
+            same = {name: _sha(runs[label] / f"round-{round:02d}" / name) == _sha(runs["now"] / f"round-{round:02d}" / name)
+                    for name in ("eval/verdicts.jsonl", "eval/responses.jsonl", "train/rollouts.jsonl",
+                                 "train/checkpoint/model.safetensors")}
+            a, b = (load_file(runs[k] / f"round-{round:02d}" / "train" / "checkpoint" / "model.safetensors") for k in (label, "now"))
+            drift = max(float((a[key] - b[key]).abs().max()) for key in a)
+            console.print(f"same files {label} and now: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in same.items())
+                          + f"; largest weight difference {drift:.2e}")
     console.print(f"runs: {out} (rerun with --output {out} to print again without running)")
 
 
@@ -238,7 +248,7 @@ def main() -> None:
     console.print(table)
     console.print(f"s: CPU seconds of this process (all threads); /limit: tokens per CPU second × 2 × parameters, as a "
                   f"share of the per-core matmul limit (prompt tokens not counted); × the limit, prompts counted: CPU seconds over those of "
-                  f"the same tokens, each prompt once and every new token, at the limit; the fast sampler's self-check (once per model, at its first call): {check_s:.1f} CPU s")
+                  f"the same tokens, each prompt once and every new token, at the limit; the fast sampler's self-check (once per float path: architecture, dtype, thread count; at its first call): {check_s:.1f} CPU s")
 
 
 if __name__ == "__main__":
