@@ -401,8 +401,8 @@ def generate(model: Any, input_ids: Any, attention_mask: Any, *, mode: Mode = "a
 
     ``mode``: ``False`` always ``generate``; ``"auto"`` the fast sampler on models it supports once
     :func:`self_check` passed on the model or on another on its :func:`float_path` (else ``generate``,
-    with one :class:`FastSamplerFallback` warning per model); ``True`` the same, but an unsupported model or setting, or a failed
-    self-check, is an error.
+    with one :class:`FastSamplerFallback` warning per model); ``True`` the same, but an unsupported
+    model or setting, or a failed self-check, is an error.
     """
     if mode is False:
         return model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
