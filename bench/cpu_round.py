@@ -136,7 +136,7 @@ def whole_rounds(args) -> None:
                 subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     for round in (0, 1):
         filed, _ = _stages(runs["as filed"], round)
-        before, train_before = _stages(runs["before"], round)
+        before, _ = _stages(runs["before"], round)
         now, train_now = _stages(runs["now"], round)
         table = Table(title=f"quickstart round {round}, CPU seconds (as filed: trainer on 2 threads; before and now: "
                             f"{args.threads} thread(s); tiny policy, {parameters:,} parameters; per-core matmul limit {limit:.1f} GFLOP/s)")

@@ -140,6 +140,12 @@ class Launcher(abc.ABC):
         """Disconnect (the jobs still pending or running go on)."""
 
 
+def ray_nodes_offering(nodes: Sequence[dict[str, Any]], **need: float) -> list[dict[str, Any]]:
+    """The alive nodes of a ``ray.nodes()`` answer whose resources hold at least ``need`` of each
+    (``GPU=4``, ``CPU=5``); every alive node when ``need`` is empty."""
+    return [n for n in nodes if n.get("Alive") and all(n.get("Resources", {}).get(k, 0) >= v for k, v in need.items())]
+
+
 def new_id() -> str:
     """A short random suffix that keeps two submissions of one run apart (it names jobs, never results)."""
     return secrets.token_hex(4)

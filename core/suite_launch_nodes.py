@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from envengineer.errors import EnvEngineerError
+from envengineer.launchers import ray_nodes_offering
 
 JOB_SUFFIX, HEAD_SUFFIX = ".job.json", ".ray-head.json"
 
@@ -143,8 +144,8 @@ def await_cluster(address: str, spec: RayNodes, hosts: Sequence[str], head: subp
     try:
         ready()
         while True:
-            alive = [n for n in ray.nodes() if n.get("Alive")]
-            enough = [n for n in alive if n.get("Resources", {}).get(spec.resource, 0) >= spec.per_node]
+            nodes = ray.nodes()
+            alive, enough = ray_nodes_offering(nodes), ray_nodes_offering(nodes, **{spec.resource: spec.per_node})
             if len(enough) >= spec.nodes:
                 return sorted(str(n.get("NodeName")) for n in enough)
             if time.monotonic() > deadline:

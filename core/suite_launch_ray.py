@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from envengineer.components import Resources
 from envengineer.errors import EnvEngineerError
-from envengineer.launchers import ENDED, PENDING, RUNNING, UNKNOWN, Job, Launcher, LauncherOptions, new_id
+from envengineer.launchers import ENDED, PENDING, RUNNING, UNKNOWN, Job, Launcher, LauncherOptions, new_id, ray_nodes_offering
 
 
 #: What a multi-node run's actor answers while the cluster lacks the nodes it needs.
@@ -61,8 +61,7 @@ class RunActor:
 def cluster_lacks(nodes: list[dict[str, Any]], count: int, gpus_per_node: float) -> str | None:
     """Why the Ray cluster whose ``ray.nodes()`` are ``nodes`` cannot take a run on ``count`` nodes with
     ``gpus_per_node`` GPUs each (None: it can)."""
-    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
-    enough = sum(1 for n in alive if n.get("GPU", 0) >= gpus_per_node)
+    enough = len(ray_nodes_offering(nodes, GPU=gpus_per_node))
     if enough >= count:
         return None
     return (f"the Ray cluster has {enough} alive node(s) with {gpus_per_node} GPU(s) and the run trains on {count}: "
@@ -130,8 +129,7 @@ class RayLauncher(Launcher):
     def fits(self, resources: Resources) -> str | None:
         if resources.nodes > 1:
             return cluster_lacks(self.ray.nodes(), resources.nodes, resources.gpus_per_node)
-        nodes = [node.get("Resources", {}) for node in self.ray.nodes() if node.get("Alive")]
-        if any(n.get("CPU", 0) >= resources.cpus and n.get("GPU", 0) >= resources.gpus_per_node for n in nodes):
+        if ray_nodes_offering(self.ray.nodes(), CPU=resources.cpus, GPU=resources.gpus_per_node):
             return None
         return (f"no node of the Ray cluster has {resources.cpus} CPU(s) and {resources.gpus_per_node} GPU(s); "
                 "the run waits until one joins (set launcher.cpus / launcher.gpus_per_node to ask for less)")

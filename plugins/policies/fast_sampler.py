@@ -420,22 +420,17 @@ def generate(model: Any, input_ids: Any, attention_mask: Any, *, mode: Mode = "a
     if ok is None:
         path = float_path(model)
         ok = _paths.get(path)
-        if ok is not None:  # checked on another model on this float path
-            _decisions[model] = ok
-            if not ok:
-                if mode is True:
-                    raise Unsupported("fast_sampler: true, but the self-check differed from generate on this float path")
-                warnings.warn("fast sampler: its self-check differed from generate on a model of this architecture; "
-                              "sampling with transformers' generate instead", FastSamplerFallback, stacklevel=2)
-    if ok is None:
-        sampling = kwargs.get("do_sample")
-        difference = self_check(
-            model, input_ids, attention_mask, max_new_tokens=kwargs["max_new_tokens"],
-            eos_token_id=kwargs.get("eos_token_id"), pad_token_id=kwargs.get("pad_token_id"),
-            temperature=kwargs.get("temperature") if sampling else None, top_p=kwargs.get("top_p") if sampling else None,
-            top_k=kwargs.get("top_k") if sampling else None)
-        ok = difference is None
-        _decisions[model] = _paths[path] = ok
+        if ok is None:
+            sampling = kwargs.get("do_sample")
+            difference = self_check(
+                model, input_ids, attention_mask, max_new_tokens=kwargs["max_new_tokens"],
+                eos_token_id=kwargs.get("eos_token_id"), pad_token_id=kwargs.get("pad_token_id"),
+                temperature=kwargs.get("temperature") if sampling else None, top_p=kwargs.get("top_p") if sampling else None,
+                top_k=kwargs.get("top_k") if sampling else None)
+            ok = _paths[path] = difference is None
+        else:  # checked on another model on this float path
+            difference = "the self-check differed from generate on another model of this float path"
+        _decisions[model] = ok
         if not ok:
             if mode is True:
                 raise Unsupported(f"fast_sampler: true, but on this model {difference}")

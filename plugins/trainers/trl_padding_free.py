@@ -91,10 +91,11 @@ def split(attention_mask, call_cost: int = CALL_COST_TOKENS) -> Split | None:
     return Split(starts, lengths, order, sorted_lengths, split_sorted(sorted_lengths, call_cost))
 
 
-def padded_positions(attention_mask, call_cost: int = CALL_COST_TOKENS) -> tuple[int, int, int]:
-    """(real tokens, positions TRL's padded pass computes, positions the unpadded pass computes)."""
+def padded_positions(attention_mask, call_cost: int = CALL_COST_TOKENS, plan: Split | None = None) -> tuple[int, int, int]:
+    """(real tokens, positions TRL's padded pass computes, positions the unpadded pass computes).
+    ``plan``: the mask's :func:`split`, when the caller has it."""
     rows, width = attention_mask.shape
-    plan = split(attention_mask, call_cost)
+    plan = plan or split(attention_mask, call_cost)
     return int(attention_mask.sum()), rows * width, rows * width if plan is None else plan.positions()
 
 
@@ -189,9 +190,8 @@ def trainer_pass(trainer, model, input_ids, attention_mask, logits_to_keep: int,
         chunk_logps, chunk_entropy = unpadded_logps(forward, chunk_ids, chunk_mask, logits_to_keep, compute_entropy, pad, plan=plan)
         logps.append(chunk_logps)
         entropies.append(chunk_entropy)
-        counts[0] += int(chunk_mask.sum())
-        counts[1] += chunk_mask.numel()
-        counts[2] += plan.positions()
+        for k, value in enumerate(padded_positions(chunk_mask, plan=plan)):
+            counts[k] += value
     positions.passes += 1
     positions.real += counts[0]
     if torch.is_grad_enabled():

@@ -296,9 +296,10 @@ def kept_rows(cfg: Any) -> int:
 def same_environ():
     """Keep ``os.environ`` the same object across a call into ``datasets``: its ``map``/``filter`` with
     ``num_proc`` (verl's prompt filter uses it) puts a deep copy of the environment in its place afterwards
-    (datasets 4.x, ``arrow_dataset.py``), so everything that kept a reference to it (rich's consoles read
-    ``COLUMNS`` through theirs, ``subprocess`` defaults) would read a stale mapping. The original object
-    gets the copy's contents back, which is the environment datasets meant to restore."""
+    (datasets 4.x, ``arrow_dataset.py``), so everything that kept a reference to it (rich's own consoles,
+    other libraries' module-level ``environ``) would read a stale mapping; our consoles read the current
+    one (:class:`envengineer.display.Console`), others may not. The original object gets the copy's
+    contents back, which is the environment datasets meant to restore."""
     environ = os.environ
     try:
         yield
