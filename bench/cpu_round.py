@@ -8,9 +8,10 @@ TRL's padded log-probability passes against the padding-free ones.
 ``--round`` runs ``envengineer run examples/quickstart.yaml rounds=2`` three times, each in its own process:
 "as filed" with ``policy.fast_sampler=false trainer.fast_rollouts=false trainer.padding_free=false
 trainer.threads=2 policy.threads=1`` (the recipe as it was when the CPU work began: ``generate``
-everywhere, TRL's padded passes, the trainer on two torch threads), "before" with the same code paths
-at ``--threads`` trainer and policy threads (the code's share alone), and "now" with the recipe's
-defaults at ``--threads``. It prints CPU seconds per stage of each round from the
+everywhere, TRL's padded passes, the trainer on two torch threads, glibc's ``malloc`` untuned:
+``ENVENGINEER_CPU_HEAP=0``), "before" with the same code paths at ``--threads`` trainer and policy
+threads (the code's share alone), and "now" with the recipe's defaults at ``--threads`` (freed tensor
+memory kept for reuse: plugins/cpu_heap.py). It prints CPU seconds per stage of each round from the
 runs' own records (``history.jsonl``'s ``cpu_s``, the train line's ``*_cpu_seconds``), the work per
 stage and its distance from the per-core matmul limit, and whether the verdicts, the rollouts and the
 weights are the same. Round 0 carries the process's one-off imports (trl, datasets); round 1 is a round
@@ -18,7 +19,8 @@ of a longer run.
 
 Without ``--round``:
 Three stages, each with fixed work (counts, never seconds), each run with ``fast_sampler:
-false`` and then ``true`` back to back in this process through ``TransformersPolicy.sample``:
+false`` and then ``true`` back to back in this process through ``TransformersPolicy.sample`` (both with
+the process's ``malloc`` as ``TransformersPolicy`` sets it, plugins/cpu_heap.py):
 
 - prefilter: ``--prefilter`` fresh training prompts × 4 samples at temperature 0.7, 64 new
   tokens at most, 256 prompts a call (the trl trainer's prefilter);
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -132,8 +135,10 @@ def whole_rounds(args) -> None:
         if (runs[label] / "history.jsonl").exists():
             console.print(f"[dim]{label}: {runs[label]} exists; reusing its records[/]")
         else:
+            # "as filed" and "before" leave malloc as it was then (plugins/cpu_heap.py is part of "now")
+            env = {**os.environ, **({} if label == "now" else {"ENVENGINEER_CPU_HEAP": "0"})}
             with console.status(f"{label}: envengineer run examples/quickstart.yaml rounds=2 {' '.join(extra)}"):
-                subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+                subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
     for round in (0, 1):
         filed, _ = _stages(runs["as filed"], round)
         before, _ = _stages(runs["before"], round)

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, Field
 
 from envengineer.errors import ConfigError
+from envengineer.plugins.cpu_heap import keep_freed_memory
 from envengineer.plugins.policies.transformers_policy import TransformersOptions, TransformersPolicy, quiet_hf
 
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
@@ -352,6 +353,7 @@ def build_base_model(
 
     if threads:
         torch.set_num_threads(threads)
+    keep_freed_memory()  # the warm start trains on the CPU: each step's activations reuse freed memory
     t0 = time.perf_counter()
     vocabulary = generator.tiny_vocabulary(style)
     tokenizer = build_tokenizer(vocabulary)

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envengineer.components import Policy, retired_options
 from envengineer.errors import ConfigError
+from envengineer.plugins.cpu_heap import keep_freed_memory
 
 #: The chat-template options when none are given: Qwen3 thinks unless told not to, and
 #: the paper's policy answers without a thinking block.
@@ -184,6 +185,8 @@ class TransformersPolicy(ModelDirPolicy):
         if self.options.threads:
             torch.set_num_threads(self.options.threads)
         device = self._device()
+        if device == "cpu":
+            keep_freed_memory()  # a step's activations reuse freed memory, not fresh pages
         dtype = self.options.dtype
         if dtype == "auto":
             dtype = "bfloat16" if device == "cuda" else "float32"

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, f
 from envengineer.components import Generator, Resources, Trainer, retired_options
 from envengineer.errors import ConfigError
 from envengineer.evaluation import score_response
+from envengineer.plugins.cpu_heap import keep_freed_memory
 from envengineer.plugins.trainers.rollouts import Groups, prompt_line
 from envengineer.plugins.trainers.trl_memory import OWN_FIELDS, TrlMemoryOptions, chunked, grpo_settings, policy_model
 from envengineer.plugins.trainers.trl_padding_free import Positions, trainer_pass
@@ -475,6 +476,8 @@ class TrlGrpoTrainer(Trainer):
         o = self.options
         use_cpu = (not torch.cuda.is_available()) if o.use_cpu == "auto" else bool(o.use_cpu)
         threads = o.threads or (1 if use_cpu else None)
+        if use_cpu:
+            keep_freed_memory()  # each step's activations reuse freed memory, not fresh pages
         before = torch.get_num_threads()
         if threads:
             torch.set_num_threads(threads)
