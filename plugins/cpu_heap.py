@@ -6,10 +6,10 @@ threshold (128 KiB at start, raised as large blocks are freed, at most 32 MiB) w
 of its heap to the system beyond a trim threshold. A decoding or training step allocates and frees
 the same large activations over and over, so each step faults in fresh pages that the kernel
 zeroes first. Measured on the tiny policy (one thread, 2-core AMD EPYC): greedy evaluation of 480
-prompts took ~300,000 page faults and 0.5–0.7 s of system time out of ~3 s; with
-:func:`keep_freed_memory` ~80,000 and 0.1–0.2 s, and a whole quickstart round 11–15% fewer CPU
-seconds (docs/performance.md). Allocation changes no arithmetic: the same tensors get the same
-values wherever they live.
+prompts took 270,000–350,000 page faults and 0.5–0.8 s of system time out of ~3 s; with
+:func:`keep_freed_memory` 83,000–100,000 and 0.14–0.2 s. Over the whole quickstart that is system time
+3.6 → 1.3 s of ~92 CPU s (2.6%) for a peak 0.1 GB higher (docs/performance.md, "Freed memory kept for
+reuse"). Allocation changes no arithmetic: the same tensors get the same values wherever they live.
 
 The cost is memory: the heap keeps what a process freed (up to :data:`TRIM_THRESHOLD` at its top)
 instead of handing it back. Set ``ENVENGINEER_CPU_HEAP=0`` to leave ``malloc`` as it is. Without
