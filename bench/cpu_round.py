@@ -2,6 +2,7 @@
 TRL's padded log-probability passes against the padding-free ones.
 
     python bench/cpu_round.py --round              # two whole rounds of the recipe, three ways (~7 min)
+    python bench/cpu_round.py --round --repeat 3   # the same three times over, and the ratios pooled (~21 min)
     python bench/cpu_round.py                      # the generation stages alone, the shipped tiny base, one thread
     python bench/cpu_round.py --threads 2 --prefilter 600 --rollout-prompts 120
 
@@ -15,7 +16,9 @@ memory kept for reuse: plugins/cpu_heap.py). It prints CPU seconds per stage of 
 runs' own records (``history.jsonl``'s ``cpu_s``, the train line's ``*_cpu_seconds``), the work per
 stage and its distance from the per-core matmul limit, and whether the verdicts, the rollouts and the
 weights are the same. Round 0 carries the process's one-off imports (trl, datasets); round 1 is a round
-of a longer run.
+of a longer run. A shared machine's speed drifts by ±20% between minutes, as much as the code's gains
+at this size: ``--repeat k`` runs the three k times over, one after the other, and adds each round's
+ratio per repeat, the pooled ratio (sums of CPU seconds) and the lowest.
 
 Without ``--round``:
 Three stages, each with fixed work (counts, never seconds), each run with ``fast_sampler:
@@ -116,8 +119,28 @@ def _stages(run: Path, round: int) -> tuple[dict[str, float], dict]:
     return stages, train
 
 
+def _run_three(out: Path, repeat: int, threads: int, console: Console) -> dict[str, Path]:
+    """The three runs of one repeat (``out/<label>``, later repeats ``out/<label>-<k>``), each in its own
+    process, one after the other; a run whose records exist is reused."""
+    runs = {}
+    thread_args = [f"trainer.threads={threads}", f"policy.threads={threads}"]
+    suffix = "" if repeat == 1 else f"-{repeat}"
+    for label, extra in (("as filed", FILED), ("before", [*thread_args, *BEFORE]), ("now", thread_args)):
+        runs[label] = out / (label.replace(" ", "-") + suffix)
+        command = [sys.executable, "-c", "from envengineer.cli import main; main()", "run", str(ROOT / "examples" / "quickstart.yaml"),
+                   "rounds=2", f"output={runs[label]}", *extra]
+        if (runs[label] / "history.jsonl").exists():
+            console.print(f"[dim]{label}: {runs[label]} exists; reusing its records[/]")
+        else:
+            # "as filed" and "before" leave malloc as it was then (plugins/cpu_heap.py is part of "now")
+            env = {**os.environ, **({} if label == "now" else {"ENVENGINEER_CPU_HEAP": "0"})}
+            with console.status(f"repeat {repeat}, {label}: envengineer run examples/quickstart.yaml rounds=2 {' '.join(extra)}"):
+                subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
+    return runs
+
+
 def whole_rounds(args) -> None:
-    """``--round``: the recipe's rounds 0 and 1, before and now (module docstring)."""
+    """``--round``: the recipe's rounds 0 and 1, as filed, before and now, ``--repeat`` times (module docstring)."""
     from safetensors.torch import load_file
 
     console = Console(width=max(Console().width, 190))
@@ -126,56 +149,62 @@ def whole_rounds(args) -> None:
     parameters = sum(p.numel() for p in model.parameters())
     limit = matmul_limit(model)
     out = Path(args.output or tempfile.mkdtemp(prefix="cpu-round-"))
-    runs = {}
-    threads = [f"trainer.threads={args.threads}", f"policy.threads={args.threads}"]
-    for label, extra in (("as filed", FILED), ("before", [*threads, *BEFORE]), ("now", threads)):
-        runs[label] = out / label.replace(" ", "-")
-        command = [sys.executable, "-c", "from envengineer.cli import main; main()", "run", str(ROOT / "examples" / "quickstart.yaml"),
-                   "rounds=2", f"output={runs[label]}", *extra]
-        if (runs[label] / "history.jsonl").exists():
-            console.print(f"[dim]{label}: {runs[label]} exists; reusing its records[/]")
-        else:
-            # "as filed" and "before" leave malloc as it was then (plugins/cpu_heap.py is part of "now")
-            env = {**os.environ, **({} if label == "now" else {"ENVENGINEER_CPU_HEAP": "0"})}
-            with console.status(f"{label}: envengineer run examples/quickstart.yaml rounds=2 {' '.join(extra)}"):
-                subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
-    for round in (0, 1):
-        filed, _ = _stages(runs["as filed"], round)
-        before, _ = _stages(runs["before"], round)
-        now, train_now = _stages(runs["now"], round)
-        table = Table(title=f"quickstart round {round}, CPU seconds (as filed: trainer on 2 threads; before and now: "
-                            f"{args.threads} thread(s); tiny policy, {parameters:,} parameters; per-core matmul limit {limit:.1f} GFLOP/s)")
-        for column in ("stage", "as filed s", "before s", "now s", "× less than filed", "× less than before", "now: work",
-                       "now: × the limit"):
-            table.add_column(column, justify="right")
-        real, with_grad = train_now.get("logprob_real_tokens", 0), train_now.get("logprob_real_tokens_with_grad", 0)
-        # a token costs 2P FLOPs forward and 4P more backward (P parameters; attention left out: a lower bound)
-        training_flops = (real - with_grad) * 2 * parameters + with_grad * 6 * parameters
-        work = {"GRPO training": (f"{real:,} real tokens ({train_now.get('logprob_computed_positions', 0):,} positions; TRL's "
-                                  f"padding: {train_now.get('logprob_padded_positions', 0):,})", training_flops)}
-        for stage in before:
-            ratios = [f"{then[stage] / now[stage]:.2f}" if now[stage] > 0.05 else "–" for then in (filed, before)]
-            text, flops = work.get(stage, ("", None))
-            distance = f"{now[stage] * limit * 1e9 / flops:.2f}" if flops else ""
-            style = "bold" if stage == "round" else None
-            table.add_row(stage, f"{filed[stage]:.1f}", f"{before[stage]:.1f}", f"{now[stage]:.1f}", *ratios, text, distance,
-                          style=style)
-        console.print(table)
-        for label in ("as filed", "before"):
-            same = {name: _sha(runs[label] / f"round-{round:02d}" / name) == _sha(runs["now"] / f"round-{round:02d}" / name)
-                    for name in ("eval/verdicts.jsonl", "eval/responses.jsonl", "train/rollouts.jsonl",
-                                 "train/checkpoint/model.safetensors")}
-            a, b = (load_file(runs[k] / f"round-{round:02d}" / "train" / "checkpoint" / "model.safetensors") for k in (label, "now"))
-            drift = max(float((a[key] - b[key]).abs().max()) for key in a)
-            console.print(f"same files {label} and now: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in same.items())
-                          + f"; largest weight difference {drift:.2e}")
+    totals: dict[tuple[int, int], dict[str, float]] = {}  # (repeat, round) -> label -> the round's CPU s
+    for repeat in range(1, args.repeat + 1):
+        runs = _run_three(out, repeat, args.threads, console)
+        for round in (0, 1):
+            filed, _ = _stages(runs["as filed"], round)
+            before, _ = _stages(runs["before"], round)
+            now, train_now = _stages(runs["now"], round)
+            totals[repeat, round] = {"as filed": filed["round"], "before": before["round"], "now": now["round"]}
+            table = Table(title=f"{f'repeat {repeat}, ' if args.repeat > 1 else ''}quickstart round {round}, CPU seconds (as filed: "
+                                f"trainer on 2 threads; before and now: {args.threads} thread(s); tiny policy, {parameters:,} "
+                                f"parameters; per-core matmul limit {limit:.1f} GFLOP/s)")
+            for column in ("stage", "as filed s", "before s", "now s", "× less than filed", "× less than before", "now: work",
+                           "now: × the limit"):
+                table.add_column(column, justify="right")
+            real, with_grad = train_now.get("logprob_real_tokens", 0), train_now.get("logprob_real_tokens_with_grad", 0)
+            # a token costs 2P FLOPs forward and 4P more backward (P parameters; attention left out: a lower bound)
+            training_flops = (real - with_grad) * 2 * parameters + with_grad * 6 * parameters
+            work = {"GRPO training": (f"{real:,} real tokens ({train_now.get('logprob_computed_positions', 0):,} positions; TRL's "
+                                      f"padding: {train_now.get('logprob_padded_positions', 0):,})", training_flops)}
+            for stage in before:
+                ratios = [f"{then[stage] / now[stage]:.2f}" if now[stage] > 0.05 else "–" for then in (filed, before)]
+                text, flops = work.get(stage, ("", None))
+                distance = f"{now[stage] * limit * 1e9 / flops:.2f}" if flops else ""
+                style = "bold" if stage == "round" else None
+                table.add_row(stage, f"{filed[stage]:.1f}", f"{before[stage]:.1f}", f"{now[stage]:.1f}", *ratios, text, distance,
+                              style=style)
+            console.print(table)
+            for label in ("as filed", "before"):
+                same = {name: _sha(runs[label] / f"round-{round:02d}" / name) == _sha(runs["now"] / f"round-{round:02d}" / name)
+                        for name in ("eval/verdicts.jsonl", "eval/responses.jsonl", "train/rollouts.jsonl",
+                                     "train/checkpoint/model.safetensors")}
+                a, b = (load_file(runs[k] / f"round-{round:02d}" / "train" / "checkpoint" / "model.safetensors") for k in (label, "now"))
+                drift = max(float((a[key] - b[key]).abs().max()) for key in a)
+                console.print(f"same files {label} and now: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in same.items())
+                              + f"; largest weight difference {drift:.2e}")
+    if args.repeat > 1:
+        summary = Table(title="each round's CPU seconds, as filed ÷ now, per repeat and pooled (the sums' ratio)")
+        for column in ("round", *(f"repeat {k}" for k in range(1, args.repeat + 1)), "pooled", "lowest"):
+            summary.add_column(column, justify="right")
+        for round in (0, 1, None):
+            keys = [(k, r) for (k, r) in totals if round is None or r == round]
+            ratio = {key: totals[key]["as filed"] / totals[key]["now"] for key in keys}
+            per_repeat = [" / ".join(f"{ratio[k, r]:.2f}" for (k2, r) in keys if k2 == k) for k in range(1, args.repeat + 1)]
+            pooled = sum(totals[key]["as filed"] for key in keys) / sum(totals[key]["now"] for key in keys)
+            summary.add_row("both" if round is None else str(round), *per_repeat, f"{pooled:.2f}", f"{min(ratio.values()):.2f}",
+                            style="bold" if round is None else None)
+        console.print(summary)
     console.print(f"runs: {out} (rerun with --output {out} to print again without running)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--round", action="store_true", help="two whole rounds of the recipe, before and now")
-    parser.add_argument("--output", help="--round: where the two runs go (default: a temporary folder)")
+    parser.add_argument("--output", help="--round: where the runs go (default: a temporary folder)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="--round: the three runs this many times, one after the other, and the ratios pooled")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--prefilter", type=int, default=1200, help="prefilter prompts (× 4 samples)")
     parser.add_argument("--rollout-prompts", type=int, default=240, help="rollout prompts (× 8 samples)")
