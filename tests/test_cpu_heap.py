@@ -56,15 +56,17 @@ def test_freed_activations_are_reused_not_faulted_in_again():
     # default glibc: the ~3.9 MB blocks come from fresh mmaps, ~1,000 pages a block (measured: ~53,000
     # faults over the 40 steps); tuned: the steps reuse the heap (measured: 0 to ~2,000, where a block
     # lands fresh once), never a block a step
-    assert untuned["faults"] > 20_000, untuned
-    assert tuned["faults"] < 4_000, tuned
+    if untuned["faults"] < 2_000:  # e.g. transparent huge pages on every mapping: few faults to save
+        pytest.skip(f"glibc's defaults faulted only {untuned['faults']} pages here")
+    assert tuned["faults"] < untuned["faults"] / 10, (tuned, untuned)
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's malloc only")
 def test_the_environment_variable_leaves_malloc_alone():
     off = _faults("tuned", ENVENGINEER_CPU_HEAP="0")
+    untuned = _faults("default")
     assert off["on"] is False
-    assert off["faults"] > 20_000, off
+    assert off["faults"] > untuned["faults"] / 2, (off, untuned)  # as many as glibc's defaults give
 
 
 @pytest.mark.parametrize("value", ["0", "false", "No", " off "])
