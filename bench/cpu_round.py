@@ -201,7 +201,7 @@ def whole_rounds(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--round", action="store_true", help="two whole rounds of the recipe, before and now")
+    parser.add_argument("--round", action="store_true", help="two whole rounds of the recipe, as filed, before and now")
     parser.add_argument("--output", help="--round: where the runs go (default: a temporary folder)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="--round: the three runs this many times, one after the other, and the ratios pooled")

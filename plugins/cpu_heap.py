@@ -19,6 +19,7 @@ glibc (macOS, Windows, musl) this does nothing.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 import platform
@@ -37,26 +38,19 @@ TOP_PAD = 256 << 20
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 _OFF = {"0", "false", "no", "off"}
 
-_state: dict[str, bool] = {}
 
-
+@functools.cache
 def keep_freed_memory() -> bool:
     """Tune glibc's ``malloc`` for this process (once; later calls return the first answer): freed
     blocks of up to :data:`MMAP_THRESHOLD` stay in the heap for reuse. Returns whether it is in
     effect: False without glibc, with ``ENVENGINEER_CPU_HEAP=0``, or when glibc refused a setting."""
-    if "on" not in _state:
-        _state["on"] = _tune()
-    return _state["on"]
-
-
-def _tune() -> bool:
     if os.environ.get(ENV, "").strip().lower() in _OFF:
         logger.debug("%s=%s: malloc left as it is", ENV, os.environ[ENV])
         return False
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    if platform.libc_ver()[0] != "glibc":
         return False
     try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc = ctypes.CDLL("libc.so.6")
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False

@@ -43,9 +43,10 @@ def _faults(mode: str, **env: str) -> dict:
 
 
 @pytest.fixture
-def fresh(monkeypatch):
-    monkeypatch.setattr(cpu_heap, "_state", {})
-    return cpu_heap
+def fresh():
+    cpu_heap.keep_freed_memory.cache_clear()
+    yield cpu_heap
+    cpu_heap.keep_freed_memory.cache_clear()
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's malloc only")
@@ -66,7 +67,9 @@ def test_the_environment_variable_leaves_malloc_alone():
     off = _faults("tuned", ENVENGINEER_CPU_HEAP="0")
     untuned = _faults("default")
     assert off["on"] is False
-    assert off["faults"] > untuned["faults"] / 2, (off, untuned)  # as many as glibc's defaults give
+    # not the tuned process's drop below a tenth of glibc's defaults (measured: a third to twice them,
+    # as glibc's own threshold moves with what the process allocated before)
+    assert off["faults"] >= untuned["faults"] / 10, (off, untuned)
 
 
 @pytest.mark.parametrize("value", ["0", "false", "No", " off "])
