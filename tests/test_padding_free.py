@@ -12,6 +12,7 @@ pytest.importorskip("trl")
 
 from envengineer.plugins.trainers.trl_padding_free import (  # noqa: E402
     padded_positions,
+    shared_prefix_logps,
     split_sorted,
     unpadded_logps,
 )
@@ -131,6 +132,84 @@ def test_positions_are_trls_columns_not_the_rows_own(shipped):
     assert (same - ref)[scored].abs().max() <= (other - ref)[scored].abs().max()
 
 
+def grouped_batch(tokenizer, seed=0, prompts=6, group=4, longest_completion=20):
+    """GRPO's layout with its groups: each prompt ``group`` times, each time with its own completion."""
+    import torch
+
+    ids, mask, keep = grpo_batch(tokenizer, seed=seed, rows=prompts, longest_completion=longest_completion)
+    width = ids.shape[1] - keep
+    generator = torch.Generator().manual_seed(seed + 100)
+    ids, mask = ids.repeat_interleave(group, 0), mask.repeat_interleave(group, 0)
+    ids[:, width:], mask[:, width:] = tokenizer.pad_token_id, 0
+    for row in range(ids.shape[0]):
+        length = int(torch.randint(1, keep + 1, (1,), generator=generator))
+        ids[row, width:width + length] = torch.randint(2, len(tokenizer), (length,), generator=generator)
+        mask[row, width:width + length] = 1
+    return ids, mask, keep
+
+
+def cached_passes(model):
+    """:func:`shared_prefix_logps`'s two model calls, as the trainer makes them."""
+    from transformers import DynamicCache
+
+    def prefix(ids, mask, positions):
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return [(layer.keys, layer.values) for layer in cache.layers]
+
+    def forward(ids, mask, positions, labels, pairs):
+        cache = DynamicCache(config=model.config)
+        for layer, (keys, values) in enumerate(pairs):
+            cache.update(keys, values, layer)
+        return model(input_ids=ids, attention_mask=mask, position_ids=positions, labels=labels, fused_lm_head=True,
+                     past_key_values=cache)
+
+    return forward, prefix
+
+
+def test_a_shared_prompt_once_gives_trls_log_probs_entropies_and_gradients(shipped):
+    import torch
+
+    model, tokenizer = shipped
+    ids, mask, keep = grouped_batch(tokenizer)
+    forward, prefix = cached_passes(model)
+    ref_logps, ref_entropy, _ = trl_pass(model, ids, mask, keep)
+    (ref_logps * mask[:, -keep:]).sum().backward()
+    ref_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    prompts = []
+    logps, entropy, computed = shared_prefix_logps(
+        forward, lambda *a: prompts.append(a[0].shape) or prefix(*a), ids, mask, keep, True, tokenizer.pad_token_id)
+    (logps * mask[:, -keep:]).sum().backward()
+    scored = mask[:, -keep:].bool()
+    torch.testing.assert_close(logps[scored], ref_logps[scored], rtol=0, atol=2e-5)
+    torch.testing.assert_close(entropy[scored], ref_entropy[scored], rtol=0, atol=2e-5)
+    assert bool((logps[~scored] == 0).all())
+    for param, ref in zip(model.parameters(), ref_grads):
+        assert float((param.grad - ref).norm() / ref.norm()) < 1e-5  # a prompt's gradient summed over its group
+    model.zero_grad()
+    assert prompts == [torch.Size([6, prompts[0][1]])]  # the six prompts once, in one call
+    real, _, unshared = padded_positions(mask)
+    assert computed < real <= unshared
+
+
+def test_a_shared_prompt_is_only_taken_where_it_applies(shipped):
+    model, tokenizer = shipped
+    forward, prefix = cached_passes(model)
+    never = lambda *a: pytest.fail("must not run")  # noqa: E731
+    ids, mask, keep = grpo_batch(tokenizer)  # every prompt different: nothing shared
+    assert shared_prefix_logps(never, never, ids, mask, keep, False) is None
+    ids, mask, keep = grouped_batch(tokenizer)
+    width = ids.shape[1] - keep
+    one = mask.clone()
+    one[:4, :width - 1] = 0  # a prompt of one token: nothing before its last token to share
+    assert shared_prefix_logps(never, never, ids, one, keep, False) is None
+    holed = mask.clone()
+    holed[5, width - 2] = 0  # a hole in a prompt
+    assert shared_prefix_logps(never, never, ids, holed, keep, False) is None
+    assert shared_prefix_logps(forward, prefix, ids, mask, keep, False) is not None
+
+
 def test_a_mask_that_is_not_one_span_a_row_is_left_to_trl(shipped):
     model, tokenizer = shipped
     ids, mask, keep = grpo_batch(tokenizer)
@@ -141,30 +220,37 @@ def test_a_mask_that_is_not_one_span_a_row_is_left_to_trl(shipped):
 
 
 def test_a_round_trains_padding_free_by_default_and_to_the_same_weights(registry, tiny_base, tmp_path):
-    """One GRPO round with and without: the same rewards and steps, weights equal up to float rounding,
-    and the metrics count the positions saved."""
+    """One GRPO round three ways (TRL's padded passes, padding-free with every row computing its prompt,
+    and the default: padding-free with a prompt computed once for its group): the same rewards and steps,
+    weights equal up to float rounding, and the metrics count the positions saved."""
     import torch
     from safetensors.torch import load_file
 
     generator, validator = registry.task("mapf-frozenlake", {"agents": 2})
     records = generator.generate(generator.default_config(), n=8, seed=2).records
     results = {}
-    for padding_free in (False, True):
+    for way, extra in (("padded", {"padding_free": False}), ("unshared", {"shared_prefix": False}), ("default", {})):
         options = {"max_steps": 2, "num_generations": 4, "per_device_train_batch_size": 8, "max_completion_length": 12,
-                   "learning_rate": 1e-3, "beta": 0.01, "threads": 1}
-        if not padding_free:
-            options["padding_free"] = False
+                   "learning_rate": 1e-3, "beta": 0.01, "threads": 1, **extra}
         trainer = registry.create("trainer", "trl", options)
-        results[padding_free] = trainer.train(TrainRequest(
+        results[way] = trainer.train(TrainRequest(
             policy_path=tiny_base, records=records, generator=generator, validator=validator,
-            out_dir=tmp_path / str(padding_free), seed=0, round=0, prompt_style="compact"))
-    on, off = results[True], results[False]
+            out_dir=tmp_path / way, seed=0, round=0, prompt_style="compact"))
+    off, unshared, on = results["padded"], results["unshared"], results["default"]
     assert "padding_free_passes" not in off.metrics
-    assert on.metrics["padding_free_passes"] > 0 and on.metrics["padding_free_fallbacks"] == 0
-    assert on.metrics["logprob_real_tokens"] <= on.metrics["logprob_computed_positions"] < on.metrics["logprob_padded_positions"]
-    rewards = [[json.loads(line)["reward_mean"] for line in r.curves.read_text().splitlines()] for r in (off, on)]
-    assert rewards[0] == rewards[1]
-    a, b = (load_file(r.checkpoint / "model.safetensors") for r in (off, on))
-    assert a.keys() == b.keys()
-    for key in a:
-        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-5)
+    for result in (unshared, on):
+        assert result.metrics["padding_free_passes"] > 0 and result.metrics["padding_free_fallbacks"] == 0
+    m = unshared.metrics
+    assert m["shared_prefix_chunks"] == 0
+    assert m["logprob_real_tokens"] <= m["logprob_computed_positions"] < m["logprob_padded_positions"]
+    m = on.metrics
+    assert m["shared_prefix_chunks"] == m["padding_free_passes"]  # one chunk a pass here, every one shared
+    assert m["logprob_computed_positions"] < m["logprob_real_tokens"] == unshared.metrics["logprob_real_tokens"]
+    rewards = [[json.loads(line)["reward_mean"] for line in r.curves.read_text().splitlines()] for r in (off, unshared, on)]
+    assert rewards[0] == rewards[1] == rewards[2]
+    a = load_file(off.checkpoint / "model.safetensors")
+    for result in (unshared, on):
+        b = load_file(result.checkpoint / "model.safetensors")
+        assert a.keys() == b.keys()
+        for key in a:
+            torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-5)

@@ -191,6 +191,12 @@ class TrlGrpoOptions(TrlMemoryOptions):
         "in sub-batches of similar lengths, at the positions TRL gives them; envengineer.plugins.trainers.trl_padding_free): "
         "the same arithmetic in matmuls of other shapes, so float rounding differs from TRL's padded pass; false: TRL's pass",
     )
+    shared_prefix: StrictBool = Field(
+        True,
+        description="with padding_free: a prompt's tokens go through the model once for the completions that share it "
+        "(GRPO's group), each completion then with the prompt's keys and values as its cache (trl_padding_free."
+        "shared_prefix_logps); the same numbers up to float rounding; false: every row computes its prompt",
+    )
     seed: int | None = Field(None, description="default: the loop's seed for the round")
     logging_steps: int = Field(1, ge=1)
     mask_after_answer: bool = Field(
@@ -568,7 +574,7 @@ class TrlGrpoTrainer(Trainer):
         rollout_log = RolloutLog()
         fast_mode = o.fast_rollouts
         positions = Positions()
-        padding_free = o.padding_free
+        padding_free, shared_prefix = o.padding_free, o.shared_prefix
 
         class RoundTrainer(GRPOTrainer):
             """TRL's GRPO; rollouts through the fast sampler, tokens after the answer's end leave the loss,
@@ -593,7 +599,8 @@ class TrlGrpoTrainer(Trainer):
             def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                                    compute_entropy=False, compute_aux_loss=False, **extra):
                 if padding_free and not compute_aux_loss and all(value is None for value in extra.values()):
-                    found = trainer_pass(self, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, positions)
+                    found = trainer_pass(self, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, positions,
+                                         shared_prefix)
                     if found is not None:
                         return found
                 return super()._get_per_token_logps_and_entropies(

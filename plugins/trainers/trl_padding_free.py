@@ -144,12 +144,90 @@ def unpadded_logps(forward, input_ids, attention_mask, logits_to_keep: int, comp
     return result, entropy
 
 
+def shared_prefix_logps(forward, prefix, input_ids, attention_mask, logits_to_keep: int, compute_entropy: bool,
+                        pad_token_id: int = 0, call_cost: int = CALL_COST_TOKENS):
+    """:func:`unpadded_logps` with each prompt computed once for the rows that share it (GRPO's groups:
+    ``num_generations`` completions of one prompt), or None where that does not apply (a mask not one
+    span a row, a prompt under two tokens, no prompt shared by two rows): the caller falls back.
+
+    A row's prompt is the columns before the last ``logits_to_keep``. Its tokens but the last (the
+    *prefix*) go through the model once per distinct prompt (``prefix(ids, mask, position_ids)``
+    returns each layer's keys and values); each row then runs its last prompt token and its completion
+    (the *suffix*, sub-batches by length as in :func:`unpadded_logps`) with its prefix's keys and values
+    as the cache, ``forward(ids, mask, position_ids, labels, cache)`` where ``cache`` is the layers'
+    ``(keys, values)`` and ``mask`` covers the cache's columns and the suffix's. Every token keeps its
+    column as its position and attends to the same real tokens; the gradients of the prefix's rows
+    add up over the rows that read them. Same numbers as TRL's pass up to float rounding. Returns the
+    log-probabilities, the entropies (or None) and the positions computed (prefixes and suffixes).
+    """
+    import torch
+
+    found = spans(attention_mask)
+    if found is None:
+        return None
+    starts, lengths = found
+    rows, width = input_ids.shape
+    prompt_width = width - logits_to_keep
+    prompt_lengths = prompt_width - starts
+    completion_lengths = starts + lengths - prompt_width
+    if bool((prompt_lengths < 2).any()) or bool((completion_lengths < 0).any()):
+        return None
+    device = input_ids.device
+    prompts = torch.cat([input_ids[:, :prompt_width] * attention_mask[:, :prompt_width], attention_mask[:, :prompt_width]], 1)
+    _, group_of = torch.unique(prompts, dim=0, return_inverse=True)  # sorted by content: the same on every machine
+    groups = int(group_of.max()) + 1
+    if groups == rows:
+        return None  # nothing shared
+    first = [group_of.tolist().index(g) for g in range(groups)]  # a row of each group
+    prefix_lengths = [int(prompt_lengths[r]) - 1 for r in first]
+    longest_prefix = max(prefix_lengths)
+    offsets = torch.arange(longest_prefix, device=device)
+    first_rows = torch.tensor(first, device=device)
+    prefix_real = offsets < torch.tensor(prefix_lengths, device=device)[:, None]  # right-padded
+    columns = (starts[first_rows, None] + offsets).clamp(max=width - 1)
+    prefix_ids = input_ids[first_rows[:, None], columns].masked_fill(~prefix_real, pad_token_id)
+    cached = prefix(prefix_ids, prefix_real.long(), columns.masked_fill(~prefix_real, 0))
+
+    suffix_lengths = (completion_lengths + 1).tolist()
+    order = sorted(range(rows), key=lambda r: (suffix_lengths[r], r))
+    sorted_lengths = [suffix_lengths[r] for r in order]
+    where_rows, where_cols, logps, entropies = [], [], [], []
+    for i, j in split_sorted(sorted_lengths, call_cost):
+        members = torch.tensor(order[i:j], device=device)
+        longest = sorted_lengths[j - 1]
+        steps = torch.arange(longest, device=device)
+        real = steps < (completion_lengths[members, None] + 1)
+        columns = (prompt_width - 1 + steps).expand(len(members), -1)
+        ids = input_ids[members[:, None], columns.clamp(max=width - 1)].masked_fill(~real, pad_token_id)
+        labels = ids.masked_fill(~real | (columns < prompt_width), -100)
+        their = group_of[members]
+        cache = [(keys[their], values[their]) for keys, values in cached]
+        mask = torch.cat([prefix_real[their], real], 1).long()
+        out = forward(ids, mask, columns.masked_fill(~real, 0), labels, cache)
+        scored = labels[:, 1:] != -100
+        member_rows, positions = scored.nonzero(as_tuple=True)
+        where_rows.append(members[member_rows])
+        where_cols.append(positions)  # suffix token t + 1 is completion token t
+        logps.append(out.log_probs[member_rows, positions])
+        if compute_entropy:
+            entropies.append(out.entropy[member_rows, positions])
+    index = (torch.cat(where_rows), torch.cat(where_cols))
+    values = torch.cat(logps)
+    result = values.new_zeros(rows, logits_to_keep).index_put(index, values)
+    entropy = None
+    if compute_entropy:
+        values = torch.cat(entropies)
+        entropy = values.new_zeros(rows, logits_to_keep).index_put(index, values)
+    return result, entropy, groups * longest_prefix + sum((j - i) * sorted_lengths[j - 1]
+                                                          for i, j in split_sorted(sorted_lengths, call_cost))
+
+
 class Positions:
     """What the round's log-probability passes computed: real tokens, the positions TRL's padded
     passes would have computed, and those the unpadded passes did (for the round's metrics)."""
 
     def __init__(self) -> None:
-        self.real = self.padded = self.computed = self.passes = self.fallbacks = 0
+        self.real = self.padded = self.computed = self.passes = self.fallbacks = self.shared = 0
         self.real_with_grad = 0  # of ``real``: in passes that keep the graph (the policy's; the reference's do not)
 
     def metrics(self) -> dict[str, Any]:
@@ -158,6 +236,7 @@ class Positions:
         return {
             "padding_free_passes": self.passes,
             "padding_free_fallbacks": self.fallbacks,
+            "shared_prefix_chunks": self.shared,
             "logprob_real_tokens": self.real,
             "logprob_real_tokens_with_grad": self.real_with_grad,
             "logprob_padded_positions": self.padded,
@@ -166,17 +245,36 @@ class Positions:
 
 
 def trainer_pass(trainer, model, input_ids, attention_mask, logits_to_keep: int, batch_size: int | None,
-                 compute_entropy: bool, positions: Positions):
+                 compute_entropy: bool, positions: Positions, shared_prefix: bool = False):
     """``GRPOTrainer._get_per_token_logps_and_entropies``'s result (log-probs, entropies, no auxiliary
     loss) through :func:`unpadded_logps`, in TRL's chunks of ``batch_size`` rows; None where a chunk's
-    mask is not one span a row."""
+    mask is not one span a row. ``shared_prefix``: a chunk whose rows share prompts goes through
+    :func:`shared_prefix_logps` (each prompt once), where the model is a transformers model that takes
+    a cache."""
     import torch
+    from transformers import DynamicCache, PreTrainedModel
 
     pad = getattr(trainer.processing_class, "pad_token_id", None) or 0
+    shared_prefix = shared_prefix and isinstance(model, PreTrainedModel) and model.config.is_encoder_decoder is False
 
     def forward(ids, mask, position_ids, labels):
         with trainer.accelerator.autocast():
             return model(input_ids=ids, attention_mask=mask, position_ids=position_ids, labels=labels, fused_lm_head=True)
+
+    def prefix(ids, mask, position_ids):
+        cache = DynamicCache(config=model.config)
+        with trainer.accelerator.autocast():
+            model(input_ids=ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache, use_cache=True,
+                  logits_to_keep=1)
+        return [(layer.keys, layer.values) for layer in cache.layers]
+
+    def cached_forward(ids, mask, position_ids, labels, pairs):
+        cache = DynamicCache(config=model.config)
+        for layer, (keys, values) in enumerate(pairs):
+            cache.update(keys, values, layer)
+        with trainer.accelerator.autocast():
+            return model(input_ids=ids, attention_mask=mask, position_ids=position_ids, labels=labels, fused_lm_head=True,
+                         past_key_values=cache)
 
     size = batch_size or input_ids.size(0)
     logps, entropies = [], []
@@ -187,10 +285,18 @@ def trainer_pass(trainer, model, input_ids, attention_mask, logits_to_keep: int,
         if plan is None:
             positions.fallbacks += 1
             return None
-        chunk_logps, chunk_entropy = unpadded_logps(forward, chunk_ids, chunk_mask, logits_to_keep, compute_entropy, pad, plan=plan)
+        shared = shared_prefix_logps(cached_forward, prefix, chunk_ids, chunk_mask, logits_to_keep, compute_entropy,
+                                     pad) if shared_prefix else None
+        real, padded, computed = padded_positions(chunk_mask, plan=plan)
+        if shared is not None:
+            chunk_logps, chunk_entropy, computed = shared
+            positions.shared += 1
+        else:
+            chunk_logps, chunk_entropy = unpadded_logps(forward, chunk_ids, chunk_mask, logits_to_keep, compute_entropy, pad,
+                                                        plan=plan)
         logps.append(chunk_logps)
         entropies.append(chunk_entropy)
-        for k, value in enumerate(padded_positions(chunk_mask, plan=plan)):
+        for k, value in enumerate((real, padded, computed)):
             counts[k] += value
     positions.passes += 1
     positions.real += counts[0]
