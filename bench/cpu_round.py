@@ -1,5 +1,5 @@
 """A quickstart round on the CPU, before and after the CPU work: ``generate`` against the fast sampler,
-TRL's padded log-probability passes against the padding-free ones.
+TRL's padded log-probability passes against the padding-free ones (each prompt computed once for its group).
 
     python bench/cpu_round.py --round              # two whole rounds of the recipe, three ways (~7 min)
     python bench/cpu_round.py --round --repeat 3   # the same three times over, and the ratios pooled (~21 min)
@@ -12,10 +12,12 @@ trainer.threads=2 policy.threads=1`` (the recipe as it was when the CPU work beg
 everywhere, TRL's padded passes, the trainer on two torch threads, glibc's ``malloc`` untuned:
 ``ENVENGINEER_CPU_HEAP=0``), "before" with the same code paths at ``--threads`` trainer and policy
 threads (the code's share alone), and "now" with the recipe's defaults at ``--threads`` (freed tensor
-memory kept for reuse: plugins/cpu_heap.py). It prints CPU seconds per stage of each round from the
+memory kept for reuse: plugins/cpu_heap.py; ``trainer.shared_prefix``: a GRPO group's prompt computed
+once). It prints CPU seconds per stage of each round from the
 runs' own records (``history.jsonl``'s ``cpu_s``, the train line's ``*_cpu_seconds``), the work per
-stage and its distance from the per-core matmul limit, and whether the verdicts, the rollouts and the
-weights are the same. Round 0 carries the process's one-off imports (trl, datasets); round 1 is a round
+stage and its distance from the per-core matmul limit (training's counts every real token of every
+row, as TRL's arithmetic needs them: with a prompt computed once for its group the passes compute
+fewer positions than that), and whether the verdicts, the rollouts and the weights are the same. Round 0 carries the process's one-off imports (trl, datasets); round 1 is a round
 of a longer run. A shared machine's speed drifts by ±20% between minutes, as much as the code's gains
 at this size: ``--repeat k`` runs the three k times over, one after the other, and adds each round's
 ratio per repeat, the pooled ratio (sums of CPU seconds) and the lowest.

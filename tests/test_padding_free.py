@@ -210,6 +210,33 @@ def test_a_shared_prompt_is_only_taken_where_it_applies(shipped):
     assert shared_prefix_logps(forward, prefix, ids, mask, keep, False) is not None
 
 
+def test_the_trainer_shares_prompts_only_on_the_paths_it_is_tested_on(shipped):
+    """trainer_pass shares a chunk's prompts with sdpa attention, not under gradient checkpointing."""
+    import torch
+    from accelerate import Accelerator
+
+    from envengineer.plugins.trainers.trl_padding_free import Positions, trainer_pass
+
+    model, tokenizer = shipped
+    ids, mask, keep = grouped_batch(tokenizer)
+    owner = types.SimpleNamespace(accelerator=Accelerator(cpu=True), processing_class=tokenizer)
+    counted = {}
+    for checkpointing in (False, True):
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        positions = Positions()
+        try:
+            with torch.no_grad():
+                logps, _, _ = trainer_pass(owner, model, ids, mask, keep, None, False, positions, shared_prefix=True)
+        finally:
+            model.gradient_checkpointing_disable()
+        counted[checkpointing] = (positions.shared, positions.computed, logps)
+    assert counted[False][0] == 1 and counted[True][0] == 0
+    assert counted[False][1] < int(mask.sum()) <= counted[True][1]
+    scored = mask[:, -keep:].bool()
+    torch.testing.assert_close(counted[False][2][scored], counted[True][2][scored], rtol=0, atol=2e-5)
+
+
 def test_a_mask_that_is_not_one_span_a_row_is_left_to_trl(shipped):
     model, tokenizer = shipped
     ids, mask, keep = grpo_batch(tokenizer)

@@ -249,13 +249,16 @@ def trainer_pass(trainer, model, input_ids, attention_mask, logits_to_keep: int,
     """``GRPOTrainer._get_per_token_logps_and_entropies``'s result (log-probs, entropies, no auxiliary
     loss) through :func:`unpadded_logps`, in TRL's chunks of ``batch_size`` rows; None where a chunk's
     mask is not one span a row. ``shared_prefix``: a chunk whose rows share prompts goes through
-    :func:`shared_prefix_logps` (each prompt once), where the model is a transformers model that takes
-    a cache."""
+    :func:`shared_prefix_logps` (each prompt once), where the model is a decoder-only transformers
+    model with sdpa or eager attention (the masks it is tested with) and no gradient checkpointing
+    (whose recomputation would append to the cache again)."""
     import torch
     from transformers import DynamicCache, PreTrainedModel
 
     pad = getattr(trainer.processing_class, "pad_token_id", None) or 0
-    shared_prefix = shared_prefix and isinstance(model, PreTrainedModel) and model.config.is_encoder_decoder is False
+    shared_prefix = (shared_prefix and isinstance(model, PreTrainedModel) and not model.config.is_encoder_decoder
+                     and getattr(model.config, "_attn_implementation", None) in ("sdpa", "eager")
+                     and not getattr(model, "is_gradient_checkpointing", False))
 
     def forward(ids, mask, position_ids, labels):
         with trainer.accelerator.autocast():
