@@ -134,11 +134,19 @@ def unpadded_logps(forward, input_ids, attention_mask, logits_to_keep: int, comp
         logps.append(out.log_probs[member_rows, positions])
         if compute_entropy:
             entropies.append(out.entropy[member_rows, positions])
+    return _put_back(rows, logits_to_keep, where_rows, where_cols, logps, entropies if compute_entropy else None)
+
+
+def _put_back(rows: int, logits_to_keep: int, where_rows: list, where_cols: list, logps: list, entropies: list | None):
+    """The scored tokens' log-probabilities (and entropies) at their rows and completion columns, zeros
+    elsewhere, as TRL's pass leaves them."""
+    import torch
+
     index = (torch.cat(where_rows), torch.cat(where_cols))
     values = torch.cat(logps)
     result = values.new_zeros(rows, logits_to_keep).index_put(index, values)
     entropy = None
-    if compute_entropy:
+    if entropies is not None:
         values = torch.cat(entropies)
         entropy = values.new_zeros(rows, logits_to_keep).index_put(index, values)
     return result, entropy
@@ -192,7 +200,8 @@ def shared_prefix_logps(forward, prefix, input_ids, attention_mask, logits_to_ke
     order = sorted(range(rows), key=lambda r: (suffix_lengths[r], r))
     sorted_lengths = [suffix_lengths[r] for r in order]
     where_rows, where_cols, logps, entropies = [], [], [], []
-    for i, j in split_sorted(sorted_lengths, call_cost):
+    runs = split_sorted(sorted_lengths, call_cost)
+    for i, j in runs:
         members = torch.tensor(order[i:j], device=device)
         longest = sorted_lengths[j - 1]
         steps = torch.arange(longest, device=device)
@@ -211,15 +220,8 @@ def shared_prefix_logps(forward, prefix, input_ids, attention_mask, logits_to_ke
         logps.append(out.log_probs[member_rows, positions])
         if compute_entropy:
             entropies.append(out.entropy[member_rows, positions])
-    index = (torch.cat(where_rows), torch.cat(where_cols))
-    values = torch.cat(logps)
-    result = values.new_zeros(rows, logits_to_keep).index_put(index, values)
-    entropy = None
-    if compute_entropy:
-        values = torch.cat(entropies)
-        entropy = values.new_zeros(rows, logits_to_keep).index_put(index, values)
-    return result, entropy, groups * longest_prefix + sum((j - i) * sorted_lengths[j - 1]
-                                                          for i, j in split_sorted(sorted_lengths, call_cost))
+    logps, entropy = _put_back(rows, logits_to_keep, where_rows, where_cols, logps, entropies if compute_entropy else None)
+    return logps, entropy, groups * longest_prefix + sum((j - i) * sorted_lengths[j - 1] for i, j in runs)
 
 
 class Positions:
