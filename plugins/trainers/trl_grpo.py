@@ -195,7 +195,7 @@ class TrlGrpoOptions(TrlMemoryOptions):
         True,
         description="with padding_free: a prompt's tokens go through the model once for the completions that share it "
         "(GRPO's group), each completion then with the prompt's keys and values as its cache (trl_padding_free."
-        "shared_prefix_logps; sdpa or eager attention, no gradient checkpointing); the same numbers up to float rounding; "
+        "shared_prefix_logps; sdpa or eager full attention, no gradient checkpointing); the same numbers up to float rounding; "
         "false: every row computes its prompt",
     )
     seed: int | None = Field(None, description="default: the loop's seed for the round")

@@ -186,7 +186,8 @@ def shared_prefix_logps(forward, prefix, input_ids, attention_mask, logits_to_ke
     groups = int(group_of.max()) + 1
     if groups == rows:
         return None  # nothing shared
-    first = [group_of.tolist().index(g) for g in range(groups)]  # a row of each group
+    members_of = group_of.tolist()
+    first = [members_of.index(g) for g in range(groups)]  # a row of each group
     prefix_lengths = [int(prompt_lengths[r]) - 1 for r in first]
     longest_prefix = max(prefix_lengths)
     offsets = torch.arange(longest_prefix, device=device)
@@ -252,14 +253,16 @@ def trainer_pass(trainer, model, input_ids, attention_mask, logits_to_keep: int,
     loss) through :func:`unpadded_logps`, in TRL's chunks of ``batch_size`` rows; None where a chunk's
     mask is not one span a row. ``shared_prefix``: a chunk whose rows share prompts goes through
     :func:`shared_prefix_logps` (each prompt once), where the model is a decoder-only transformers
-    model with sdpa or eager attention (the masks it is tested with) and no gradient checkpointing
-    (whose recomputation would append to the cache again)."""
+    model with sdpa or eager attention (the masks it is tested with), full attention in every layer
+    (a sliding-window cache drops keys) and no gradient checkpointing (whose recomputation would
+    append to the cache again)."""
     import torch
     from transformers import DynamicCache, PreTrainedModel
 
     pad = getattr(trainer.processing_class, "pad_token_id", None) or 0
     shared_prefix = (shared_prefix and isinstance(model, PreTrainedModel) and not model.config.is_encoder_decoder
                      and getattr(model.config, "_attn_implementation", None) in ("sdpa", "eager")
+                     and all(kind == "full_attention" for kind in getattr(model.config, "layer_types", None) or ["full_attention"])
                      and not getattr(model, "is_gradient_checkpointing", False))
 
     def forward(ids, mask, position_ids, labels):
