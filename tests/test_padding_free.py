@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("trl")
 
 from envengineer.plugins.trainers.trl_padding_free import (  # noqa: E402
+    cached_calls,
     padded_positions,
     shared_prefix_logps,
     split_sorted,
@@ -148,31 +149,12 @@ def grouped_batch(tokenizer, seed=0, prompts=6, group=4, longest_completion=20):
     return ids, mask, keep
 
 
-def cached_passes(model):
-    """:func:`shared_prefix_logps`'s two model calls, as the trainer makes them."""
-    from transformers import DynamicCache
-
-    def prefix(ids, mask, positions):
-        cache = DynamicCache(config=model.config)
-        model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        return [(layer.keys, layer.values) for layer in cache.layers]
-
-    def forward(ids, mask, positions, labels, pairs):
-        cache = DynamicCache(config=model.config)
-        for layer, (keys, values) in enumerate(pairs):
-            cache.update(keys, values, layer)
-        return model(input_ids=ids, attention_mask=mask, position_ids=positions, labels=labels, fused_lm_head=True,
-                     past_key_values=cache)
-
-    return forward, prefix
-
-
 def test_a_shared_prompt_once_gives_trls_log_probs_entropies_and_gradients(shipped):
     import torch
 
     model, tokenizer = shipped
     ids, mask, keep = grouped_batch(tokenizer)
-    forward, prefix = cached_passes(model)
+    forward, prefix = cached_calls(model)
     ref_logps, ref_entropy, _ = trl_pass(model, ids, mask, keep)
     (ref_logps * mask[:, -keep:]).sum().backward()
     ref_grads = [p.grad.clone() for p in model.parameters()]
@@ -195,7 +177,7 @@ def test_a_shared_prompt_once_gives_trls_log_probs_entropies_and_gradients(shipp
 
 def test_a_shared_prompt_is_only_taken_where_it_applies(shipped):
     model, tokenizer = shipped
-    forward, prefix = cached_passes(model)
+    forward, prefix = cached_calls(model)
     never = lambda *a: pytest.fail("must not run")  # noqa: E731
     ids, mask, keep = grpo_batch(tokenizer)  # every prompt different: nothing shared
     assert shared_prefix_logps(never, never, ids, mask, keep, False) is None

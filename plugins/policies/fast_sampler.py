@@ -16,8 +16,8 @@ Changing the batch (dropping rows, a prompt once for its samples) keeps every ro
 only where a row's result does not depend on its batch. Measured on torch 2.13's CPU kernels:
 float32 matmuls give the same rows from 4 rows up on one thread and from 12 on two (MKL's
 small-``M`` kernels differ below), so a batch is never shrunk below :func:`fewest_rows` rows
-(finished rows fill it up: 8 on one thread, 32 on more); and on several threads ``scaled_dot_product_attention`` gives a
-row's last bits by the thread that computes it (the first thread's rows match one thread's,
+(finished rows fill it up: 8 on one thread, 32 on more); and on several threads
+``scaled_dot_product_attention`` gives a row's last bits by the thread that computes it (the first thread's rows match one thread's,
 the others' do not; the kernel gives each thread its own scratch buffer), while ATen hands
 each thread an equal run of the batch's rows × heads. So a shrunk batch keeps every row on
 the thread ``generate`` computes it on (rows grouped by thread, groups padded to one size),

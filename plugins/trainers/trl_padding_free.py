@@ -20,6 +20,7 @@ anything else (images, token type ids, MoE auxiliary losses, non-contiguous mask
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, NamedTuple
 
 #: A sub-batch's fixed cost in token-equivalents (layer calls, the mask, the head's set-up), for the
@@ -80,15 +81,17 @@ class Split(NamedTuple):
         return sum((j - i) * self.sorted_lengths[j - 1] for i, j in self.runs)
 
 
+def _by_length(starts, lengths, call_cost: int) -> Split:
+    """The :class:`Split` of rows whose real tokens are the columns ``[starts, starts + lengths)``."""
+    order = sorted(range(len(lengths)), key=lambda r: (int(lengths[r]), r))
+    sorted_lengths = [int(lengths[r]) for r in order]
+    return Split(starts, lengths, order, sorted_lengths, split_sorted(sorted_lengths, call_cost))
+
+
 def split(attention_mask, call_cost: int = CALL_COST_TOKENS) -> Split | None:
     """The :class:`Split` of a micro-batch, or None where a row's real tokens are not one span."""
     found = spans(attention_mask)
-    if found is None:
-        return None
-    starts, lengths = found
-    order = sorted(range(attention_mask.size(0)), key=lambda r: (int(lengths[r]), r))
-    sorted_lengths = [int(lengths[r]) for r in order]
-    return Split(starts, lengths, order, sorted_lengths, split_sorted(sorted_lengths, call_cost))
+    return None if found is None else _by_length(*found, call_cost)
 
 
 def padded_positions(attention_mask, call_cost: int = CALL_COST_TOKENS, plan: Split | None = None) -> tuple[int, int, int]:
@@ -97,6 +100,49 @@ def padded_positions(attention_mask, call_cost: int = CALL_COST_TOKENS, plan: Sp
     rows, width = attention_mask.shape
     plan = plan or split(attention_mask, call_cost)
     return int(attention_mask.sum()), rows * width, rows * width if plan is None else plan.positions()
+
+
+def _cut(input_ids, members, starts, lengths, longest: int, pad_token_id: int):
+    """The rows ``members``' tokens from their ``starts`` on, ``longest`` of them, padded on the right:
+    (ids, which are real, each one's column in TRL's row)."""
+    import torch
+
+    offsets = torch.arange(longest, device=input_ids.device)
+    columns = starts[members, None] + offsets
+    real = offsets < lengths[members, None]
+    ids = input_ids[members[:, None], columns.clamp(max=input_ids.size(1) - 1)].masked_fill(~real, pad_token_id)
+    return ids, real, columns
+
+
+def _through(run, input_ids, plan: Split, logits_to_keep: int, compute_entropy: bool, pad_token_id: int):
+    """Each sub-batch of ``plan`` through ``run(members, ids, real, columns, labels)`` (the model with TRL's
+    fused head, labels on the completion's columns); the scored tokens' log-probabilities (and entropies)
+    put back at their rows and completion columns, zeros elsewhere, as TRL's pass leaves them."""
+    import torch
+
+    rows, width = input_ids.shape
+    first_scored = width - logits_to_keep  # TRL labels the columns from here on (the completion)
+    where_rows, where_cols, logps, entropies = [], [], [], []
+    for i, j in plan.runs:
+        members = torch.tensor(plan.order[i:j], device=input_ids.device)
+        ids, real, columns = _cut(input_ids, members, plan.starts, plan.lengths, plan.sorted_lengths[j - 1], pad_token_id)
+        labels = ids.masked_fill(~real | (columns < first_scored), -100)
+        out = run(members, ids, real, columns, labels)
+        scored = labels[:, 1:] != -100  # the fused head's outputs are for labels 1..longest-1
+        member_rows, positions = scored.nonzero(as_tuple=True)
+        where_rows.append(members[member_rows])
+        where_cols.append(columns[:, 1:][member_rows, positions] - first_scored)
+        logps.append(out.log_probs[member_rows, positions])
+        if compute_entropy:
+            entropies.append(out.entropy[member_rows, positions])
+    index = (torch.cat(where_rows), torch.cat(where_cols))
+    values = torch.cat(logps)
+    result = values.new_zeros(rows, logits_to_keep).index_put(index, values)
+    entropy = None
+    if compute_entropy:
+        values = torch.cat(entropies)
+        entropy = values.new_zeros(rows, logits_to_keep).index_put(index, values)
+    return result, entropy
 
 
 def unpadded_logps(forward, input_ids, attention_mask, logits_to_keep: int, compute_entropy: bool,
@@ -108,48 +154,11 @@ def unpadded_logps(forward, input_ids, attention_mask, logits_to_keep: int, comp
     and returns its output (``log_probs``, ``entropy`` of shape [rows, width - 1]). ``plan``: the mask's
     :func:`split`, when the caller has it.
     """
-    import torch
-
     plan = plan or split(attention_mask, call_cost)
     if plan is None:
         return None
-    starts, lengths, order, sorted_lengths, runs = plan
-    rows, width = input_ids.shape
-    first_scored = width - logits_to_keep  # TRL labels the columns from here on (the completion)
-    device = input_ids.device
-    where_rows, where_cols, logps, entropies = [], [], [], []
-    for i, j in runs:
-        members = torch.tensor(order[i:j], device=device)
-        longest = sorted_lengths[j - 1]
-        offsets = torch.arange(longest, device=device)
-        columns = starts[members, None] + offsets  # each real token's column in TRL's row
-        real = offsets < lengths[members, None]
-        ids = input_ids[members[:, None], columns.clamp(max=width - 1)].masked_fill(~real, pad_token_id)
-        labels = ids.masked_fill(~real | (columns < first_scored), -100)
-        out = forward(ids, real.long(), columns, labels)
-        scored = labels[:, 1:] != -100  # the fused head's outputs are for labels 1..longest-1
-        member_rows, positions = scored.nonzero(as_tuple=True)
-        where_rows.append(members[member_rows])
-        where_cols.append(columns[:, 1:][member_rows, positions] - first_scored)
-        logps.append(out.log_probs[member_rows, positions])
-        if compute_entropy:
-            entropies.append(out.entropy[member_rows, positions])
-    return _put_back(rows, logits_to_keep, where_rows, where_cols, logps, entropies if compute_entropy else None)
-
-
-def _put_back(rows: int, logits_to_keep: int, where_rows: list, where_cols: list, logps: list, entropies: list | None):
-    """The scored tokens' log-probabilities (and entropies) at their rows and completion columns, zeros
-    elsewhere, as TRL's pass leaves them."""
-    import torch
-
-    index = (torch.cat(where_rows), torch.cat(where_cols))
-    values = torch.cat(logps)
-    result = values.new_zeros(rows, logits_to_keep).index_put(index, values)
-    entropy = None
-    if entropies is not None:
-        values = torch.cat(entropies)
-        entropy = values.new_zeros(rows, logits_to_keep).index_put(index, values)
-    return result, entropy
+    return _through(lambda members, ids, real, columns, labels: forward(ids, real.long(), columns, labels),
+                    input_ids, plan, logits_to_keep, compute_entropy, pad_token_id)
 
 
 def shared_prefix_logps(forward, prefix, input_ids, attention_mask, logits_to_keep: int, compute_entropy: bool,
@@ -180,49 +189,25 @@ def shared_prefix_logps(forward, prefix, input_ids, attention_mask, logits_to_ke
     completion_lengths = starts + lengths - prompt_width
     if bool((prompt_lengths < 2).any()) or bool((completion_lengths < 0).any()):
         return None
-    device = input_ids.device
     prompts = torch.cat([input_ids[:, :prompt_width] * attention_mask[:, :prompt_width], attention_mask[:, :prompt_width]], 1)
     _, group_of = torch.unique(prompts, dim=0, return_inverse=True)  # sorted by content: the same on every machine
     groups = int(group_of.max()) + 1
     if groups == rows:
         return None  # nothing shared
     members_of = group_of.tolist()
-    first = [members_of.index(g) for g in range(groups)]  # a row of each group
-    prefix_lengths = [int(prompt_lengths[r]) - 1 for r in first]
-    longest_prefix = max(prefix_lengths)
-    offsets = torch.arange(longest_prefix, device=device)
-    first_rows = torch.tensor(first, device=device)
-    prefix_real = offsets < torch.tensor(prefix_lengths, device=device)[:, None]  # right-padded
-    columns = (starts[first_rows, None] + offsets).clamp(max=width - 1)
-    prefix_ids = input_ids[first_rows[:, None], columns].masked_fill(~prefix_real, pad_token_id)
-    cached = prefix(prefix_ids, prefix_real.long(), columns.masked_fill(~prefix_real, 0))
+    first = torch.tensor([members_of.index(g) for g in range(groups)], device=input_ids.device)  # a row of each group
+    longest_prefix = int(prompt_lengths[first].max()) - 1
+    prefix_ids, prefix_real, prefix_columns = _cut(input_ids, first, starts, prompt_lengths - 1, longest_prefix, pad_token_id)
+    cached = prefix(prefix_ids, prefix_real.long(), prefix_columns)
 
-    suffix_lengths = (completion_lengths + 1).tolist()
-    order = sorted(range(rows), key=lambda r: (suffix_lengths[r], r))
-    sorted_lengths = [suffix_lengths[r] for r in order]
-    where_rows, where_cols, logps, entropies = [], [], [], []
-    runs = split_sorted(sorted_lengths, call_cost)
-    for i, j in runs:
-        members = torch.tensor(order[i:j], device=device)
-        longest = sorted_lengths[j - 1]
-        steps = torch.arange(longest, device=device)
-        real = steps < (completion_lengths[members, None] + 1)
-        columns = (prompt_width - 1 + steps).expand(len(members), -1)
-        ids = input_ids[members[:, None], columns.clamp(max=width - 1)].masked_fill(~real, pad_token_id)
-        labels = ids.masked_fill(~real | (columns < prompt_width), -100)
+    def run(members, ids, real, columns, labels):
         their = group_of[members]
         cache = [(keys[their], values[their]) for keys, values in cached]
-        mask = torch.cat([prefix_real[their], real], 1).long()
-        out = forward(ids, mask, columns.masked_fill(~real, 0), labels, cache)
-        scored = labels[:, 1:] != -100
-        member_rows, positions = scored.nonzero(as_tuple=True)
-        where_rows.append(members[member_rows])
-        where_cols.append(positions)  # suffix token t + 1 is completion token t
-        logps.append(out.log_probs[member_rows, positions])
-        if compute_entropy:
-            entropies.append(out.entropy[member_rows, positions])
-    logps, entropy = _put_back(rows, logits_to_keep, where_rows, where_cols, logps, entropies if compute_entropy else None)
-    return logps, entropy, groups * longest_prefix + sum((j - i) * sorted_lengths[j - 1] for i, j in runs)
+        return forward(ids, torch.cat([prefix_real[their], real], 1).long(), columns, labels, cache)
+
+    suffixes = _by_length(torch.full_like(starts, prompt_width - 1), completion_lengths + 1, call_cost)
+    logps, entropy = _through(run, input_ids, suffixes, logits_to_keep, compute_entropy, pad_token_id)
+    return logps, entropy, groups * longest_prefix + suffixes.positions()
 
 
 class Positions:
@@ -247,6 +232,29 @@ class Positions:
         }
 
 
+def cached_calls(model, context=contextlib.nullcontext):
+    """:func:`shared_prefix_logps`'s two model calls on a transformers model with TRL's fused head, each
+    inside ``context()`` (the trainer's autocast): ``(forward, prefix)``."""
+    from transformers import DynamicCache
+
+    def prefix(ids, mask, position_ids):
+        cache = DynamicCache(config=model.config)
+        with context():
+            model(input_ids=ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache, use_cache=True,
+                  logits_to_keep=1)
+        return [(layer.keys, layer.values) for layer in cache.layers]
+
+    def forward(ids, mask, position_ids, labels, pairs):
+        cache = DynamicCache(config=model.config)
+        for layer, (keys, values) in enumerate(pairs):
+            cache.update(keys, values, layer)
+        with context():
+            return model(input_ids=ids, attention_mask=mask, position_ids=position_ids, labels=labels, fused_lm_head=True,
+                         past_key_values=cache)
+
+    return forward, prefix
+
+
 def trainer_pass(trainer, model, input_ids, attention_mask, logits_to_keep: int, batch_size: int | None,
                  compute_entropy: bool, positions: Positions, shared_prefix: bool = False):
     """``GRPOTrainer._get_per_token_logps_and_entropies``'s result (log-probs, entropies, no auxiliary
@@ -257,7 +265,7 @@ def trainer_pass(trainer, model, input_ids, attention_mask, logits_to_keep: int,
     (a sliding-window cache drops keys) and no gradient checkpointing (whose recomputation would
     append to the cache again)."""
     import torch
-    from transformers import DynamicCache, PreTrainedModel
+    from transformers import PreTrainedModel
 
     pad = getattr(trainer.processing_class, "pad_token_id", None) or 0
     shared_prefix = (shared_prefix and isinstance(model, PreTrainedModel) and not model.config.is_encoder_decoder
@@ -269,20 +277,7 @@ def trainer_pass(trainer, model, input_ids, attention_mask, logits_to_keep: int,
         with trainer.accelerator.autocast():
             return model(input_ids=ids, attention_mask=mask, position_ids=position_ids, labels=labels, fused_lm_head=True)
 
-    def prefix(ids, mask, position_ids):
-        cache = DynamicCache(config=model.config)
-        with trainer.accelerator.autocast():
-            model(input_ids=ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache, use_cache=True,
-                  logits_to_keep=1)
-        return [(layer.keys, layer.values) for layer in cache.layers]
-
-    def cached_forward(ids, mask, position_ids, labels, pairs):
-        cache = DynamicCache(config=model.config)
-        for layer, (keys, values) in enumerate(pairs):
-            cache.update(keys, values, layer)
-        with trainer.accelerator.autocast():
-            return model(input_ids=ids, attention_mask=mask, position_ids=position_ids, labels=labels, fused_lm_head=True,
-                         past_key_values=cache)
+    cached_forward, prefix = cached_calls(model, trainer.accelerator.autocast)
 
     size = batch_size or input_ids.size(0)
     logps, entropies = [], []
