@@ -28,7 +28,7 @@ class CheckpointOptions(ChildLimits):
 
     model_config = ConfigDict(extra="forbid")
 
-    model_path: str | None = Field(None, description="model directory (default: the policy checkpoint the loop passes)")
+    model_path: str | None = Field(None, description="model directory or model name, e.g. smollm2-135m-instruct (default: the policy checkpoint the loop passes)")
     backend: Literal["auto", "vllm", "transformers"] = Field("auto", description="auto: vLLM when CUDA and vllm are available, else transformers")
     temperature: float = Field(0.7, ge=0.0, le=2.0)
     top_p: float = Field(0.95, gt=0.0, le=1.0)
@@ -66,7 +66,13 @@ class CheckpointEngineer(Engineer):
         path = self.options.model_path or getattr(request, self.which, None)
         if not path:
             raise EngineerCallError(f"engineer.{self.name}: no model_path option and the loop passed no {self.which}")
-        return str(path)
+        from envengineer.errors import ConfigError
+        from envengineer.plugins.models import resolve_model
+
+        try:
+            return resolve_model(path)  # a folder as given, or a model name made into a folder on first use
+        except ConfigError as exc:
+            raise EngineerCallError(f"engineer.{self.name}.model_path: {exc}") from None
 
     def backend(self) -> str:
         if self.options.backend != "auto":

@@ -82,7 +82,8 @@ class ModelDirOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    path: str | None = Field(None, description="Hugging Face model directory (the loop passes each round's checkpoint)")
+    path: str | None = Field(None, description="Hugging Face model directory, or a model name such as smollm2-135m-instruct "
+                             "(made into a folder in the cache on first use; `envengineer models` lists them); the loop passes each round's checkpoint")
     prompt_style: str = Field("full", min_length=1, description="how the task renders prompts for this policy: one of the task's declared prompt styles (the built-in families: full, compact)")
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="0: greedy decoding")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -106,10 +107,16 @@ class ModelDirPolicy(Policy):
     options: ModelDirOptions
 
     def prepare(self, *, generator: Any = None, force: bool = False, progress: Any = None) -> Path:
-        """The model directory the run starts from (here: the ``path`` option)."""
+        """The model directory the run starts from: the ``path`` option, a folder or a model name
+        of :data:`envengineer.plugins.models.MODELS` (made into a folder in the cache on first use)."""
         if not self.options.path:
-            raise ConfigError(f"policy.{self.name}.path: a model directory is required")
-        return Path(self.options.path)
+            raise ConfigError(f"policy.{self.name}.path: a model directory or a model name is required")
+        from envengineer.plugins.models import resolve_model
+
+        try:
+            return Path(resolve_model(self.options.path, progress=progress))
+        except ConfigError as exc:
+            raise ConfigError(f"policy.{self.name}.path: {exc}") from None
 
     def with_path(self, path: str | Path) -> "ModelDirPolicy":
         """The same options on another checkpoint."""

