@@ -79,12 +79,22 @@ class PackagedModel:
     # -- make and check ------------------------------------------------------------
     def ensure(self, cache: str | Path | None = None, progress: Any = None) -> Path:
         """The model folder, converted from the package's file on first use (checked on every use)."""
+        from filelock import FileLock
+
         source = self.source()
         folder = self.folder(cache)
-        record = _read_record(folder)
-        if record is not None and record.get("conversion") == CONVERSION_VERSION and _same_source(record, source):
+        if self._current(folder, source):
             return folder
-        return self.convert(source, folder, progress=progress)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(folder.parent / f".{folder.name}.lock")):  # one conversion at a time (test workers, runs)
+            if self._current(folder, source):
+                return folder
+            return self.convert(source, folder, progress=progress)
+
+    @staticmethod
+    def _current(folder: Path, source: Path) -> bool:
+        record = _read_record(folder)
+        return record is not None and record.get("conversion") == CONVERSION_VERSION and _same_source(record, source)
 
     def convert(self, source: Path, folder: Path, progress: Any = None) -> Path:
         """Convert ``source`` (GGUF) into ``folder``, written next to it and renamed into place."""
