@@ -310,10 +310,18 @@ class ContextModule(Component, abc.ABC):
     """One block of the engineer's context (F, G, H, S, T)."""
 
     title: ClassVar[str] = ""
+    #: never left out to fit a context budget (F); other modules may be (envengineer.budget)
+    essential: ClassVar[bool] = False
 
     @abc.abstractmethod
     def render(self, evidence: Any) -> str:
         """Markdown for this module, or an empty string when it has nothing to say."""
+
+    def budget_cuts(self, evidence: Any) -> Sequence[Any]:
+        """The :class:`envengineer.budget.Cut` steps that shorten this module's block for a context budget, in
+        the order they are applied within their stage (``history``, ``rows``, ``compact``); each updates this
+        module's options. None by default: the module is only left out whole (unless :attr:`essential`)."""
+        return ()
 
 
 class Engineer(Component, abc.ABC):
@@ -344,6 +352,21 @@ class Engineer(Component, abc.ABC):
     def secret_values(self) -> Sequence[str]:
         """Values (API keys) that must never reach a file: the design record redacts them."""
         return ()
+
+    @property
+    def max_prompt_tokens(self) -> int | None:
+        """The most analysis-prompt tokens this engineer reads (None: no budget): its ``max_prompt_tokens``
+        option where its options derive from :class:`envengineer.budget.PromptBudgetOptions`."""
+        from envengineer.budget import PromptBudgetOptions
+
+        return self.options.max_prompt_tokens if isinstance(self.options, PromptBudgetOptions) else None
+
+    def prompt_token_counter(self, request: Any) -> tuple[str, Any]:
+        """(what counts, ``count(text) -> int``) for the budget: the estimate (characters / 4) unless an engineer
+        with a tokenizer overrides it."""
+        from envengineer.budget import ESTIMATE, estimate_tokens
+
+        return ESTIMATE, estimate_tokens
 
 
 @dataclass(frozen=True)

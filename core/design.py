@@ -10,6 +10,7 @@ step is marked a fallback. Nothing an engineer returns or raises escapes
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -137,7 +138,8 @@ def write_outcome(
     calls: list[dict[str, Any]],
     secrets: list[str] = (),  # type: ignore[assignment]
 ) -> None:
-    """Write prompt.md, response.md, proposal.yaml, projection.yaml, summary.md, calls.jsonl (atomically)."""
+    """Write prompt.md, response.md, proposal.yaml, projection.yaml, summary.md, calls.jsonl and, under a context budget,
+    budget.json (what was cut: :class:`envengineer.budget.BudgetRecord`), each atomically."""
     from envengineer.fileio import dumps_json, write_text
 
     secrets = list(secrets)
@@ -163,6 +165,8 @@ def write_outcome(
     if outcome.summary:
         write_text(out_dir / "summary.md", _redact(outcome.summary, secrets) + "\n")
     write_text(out_dir / "calls.jsonl", "".join(_redact(dumps_json(_plain(c)), secrets) + "\n" for c in calls))
+    if request.budget is not None:
+        write_text(out_dir / "budget.json", json.dumps(request.budget, indent=2) + "\n")
 
 
 def _plain(value: Any) -> Any:

@@ -91,8 +91,13 @@ def build_request(
     prompt_path: str | Path | None = None,
     seed: int = 0,
     chat_template_kwargs: dict[str, Any] | None = None,
+    engineer: Any = None,
 ) -> DesignRequest:
-    """Compose the context, fill the analysis prompt, and wrap it all in a :class:`DesignRequest`."""
+    """Compose the context, fill the analysis prompt, and wrap it all in a :class:`DesignRequest`.
+
+    With an ``engineer`` that sets ``max_prompt_tokens``, the context is shortened to fit
+    (:func:`envengineer.budget.fit_prompt`; ``request.budget`` records the cuts); a budget
+    the prompt cannot fit raises :class:`~envengineer.errors.ConfigError` naming the option."""
     from envengineer.context import compose_context
 
     generator = evidence.task
@@ -101,6 +106,19 @@ def build_request(
     context = compose_context(registry, spec, evidence)
     template = load_prompt("analysis", prompt_path)
     prompt = analysis_prompt(evidence, context, current_config, template)
+    budget = None
+    limit = engineer.max_prompt_tokens if engineer is not None else None
+    if limit is not None:
+        from envengineer.budget import fit_prompt
+
+        paths = DesignRequest(evidence=evidence, context=context, prompt=prompt, current_config=current_config, generator=generator,
+                              policy_path=policy_path, base_policy_path=base_policy_path, chat_template_kwargs=chat_template_kwargs, seed=seed)
+        counter, count = engineer.prompt_token_counter(paths)
+        context, prompt, record = fit_prompt(
+            registry, spec, evidence, lambda text: analysis_prompt(evidence, text, current_config, template), limit, count, counter,
+            where=f"engineer.{engineer.name}.max_prompt_tokens",
+        )
+        budget = record.to_dict()
     return DesignRequest(
         evidence=evidence,
         context=context,
@@ -111,6 +129,7 @@ def build_request(
         base_policy_path=base_policy_path,
         chat_template_kwargs=chat_template_kwargs,
         seed=seed,
+        budget=budget,
     )
 
 

@@ -91,5 +91,6 @@ def propose_offline(registry: Any, run_dir: Path, round: int, engineer: str | No
         prompt_path=prompt_file if isinstance(prompt_file, str) else None,
         seed=round_seed(int(run.get("seed") or 0), round),  # the seed the loop's design step had
         chat_template_kwargs=policy.get("chat_template_kwargs") if isinstance(policy := run.get("policy"), dict) else None,
+        engineer=instance,
     )
     return request, design(instance, request, out_dir=out_dir, reask=reask)

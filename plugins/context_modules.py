@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from envengineer.budget import Cut
 from envengineer.components import ContextModule, Generator
 from envengineer.evidence import Evidence, RoundRecord
 from envengineer.hookspecs import hookimpl
@@ -86,6 +87,15 @@ class FailureBreakdown(ContextModule):
     title: ClassVar[str] = "Failure breakdown"
     description: ClassVar[str] = "validation valid/optimal rates overall and per group, failure counts, a few failing examples"
     Options: ClassVar[type[BaseModel]] = FailureOptions
+    essential: ClassVar[bool] = True
+
+    def budget_cuts(self, evidence: Evidence) -> list[Cut]:
+        """rows: one failing example fewer at a time (the last picked first); compact: no training-signal column."""
+        shown = len(_pick_examples(evidence.examples, self.options.examples))
+        cuts = [Cut("rows", f"F: {k} failing example(s) of {shown}", {"examples": k}) for k in range(shown - 1, -1, -1)]
+        if self.options.signal and evidence.signal:
+            cuts.append(Cut("compact", "F: no sampled-in-training column", {"signal": False}))
+        return cuts
 
     def render(self, evidence: Evidence) -> str:
         report = evidence.report or {}
@@ -270,12 +280,24 @@ class History(ContextModule):
     description: ClassVar[str] = "each round's config beside its validation results, newest last"
     Options: ClassVar[type[BaseModel]] = HistoryOptions
 
-    def render(self, evidence: Evidence) -> str:
+    def _records(self, evidence: Evidence) -> list[RoundRecord]:
         records = [*evidence.history, RoundRecord(evidence.round, evidence.config, evidence.report)]
-        if self.options.omit_round0:
-            records = [r for r in records if r.round != 0]
-            if not records:
-                return ""
+        return [r for r in records if r.round != 0] if self.options.omit_round0 else records
+
+    def budget_cuts(self, evidence: Evidence) -> list[Cut]:
+        """history: one round fewer in full at a time, the oldest first (down to the first and the latest), then
+        round 0 left out."""
+        records = self._records(evidence)
+        full = min(self.options.max_rounds, len(records))
+        cuts = [Cut("history", f"H: {k} rounds in full of {len(records)}", {"max_rounds": k}) for k in range(full - 1, 1, -1)]
+        if not self.options.omit_round0 and len(records) > 1 and records[0].round == 0:
+            cuts.append(Cut("history", "H: round 0 left out", {"omit_round0": True}))
+        return cuts
+
+    def render(self, evidence: Evidence) -> str:
+        records = self._records(evidence)
+        if not records:
+            return ""
         labels = {r.round: f"Round {r.round}" + (" (the round just finished)" if r.round == evidence.round else "") for r in records}
         keep = self.options.max_rounds
         if len(records) <= keep:
@@ -336,6 +358,13 @@ class TrainingDetails(ContextModule):
     title: ClassVar[str] = "Training details"
     description: ClassVar[str] = "RL training details: full (algorithm, optimiser, KL, batch sizes) or bookkeeping (round and epoch counts)"
     Options: ClassVar[type[BaseModel]] = TrainingOptions
+
+    def budget_cuts(self, evidence: Evidence) -> list[Cut]:
+        """compact: the trainer's settings, then the training-signal tables, left out."""
+        cuts = [Cut("compact", "T: bookkeeping only", {"mode": "bookkeeping"})] if self.options.mode == "full" else []
+        if self.options.signal and (evidence.signal or {}).get("overall"):
+            cuts.append(Cut("compact", "T: no training-signal tables", {"signal": False}))
+        return cuts
 
     def render(self, evidence: Evidence) -> str:
         # The recorded bookkeeping also holds steps and budget; the paper's bookkeeping T is

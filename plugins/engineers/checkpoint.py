@@ -18,13 +18,15 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from envengineer.budget import PromptBudgetOptions
 from envengineer.components import Engineer, retired_options
 from envengineer.api import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply, factual_note, load_prompt, summary_prompt
 from envengineer.plugins.vllm_child import ChildLimits
 
 
-class CheckpointOptions(ChildLimits):
-    """The engineer's options; with vLLM also how long its child may wait for GPU memory and stay silent (:class:`ChildLimits`)."""
+class CheckpointOptions(ChildLimits, PromptBudgetOptions):
+    """The engineer's options; with vLLM also how long its child may wait for GPU memory and stay silent (:class:`ChildLimits`);
+    ``max_prompt_tokens`` (:class:`envengineer.budget.PromptBudgetOptions`) counted with the model's own tokenizer."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -159,6 +161,20 @@ class CheckpointEngineer(Engineer):
         return results
 
     # -- engineer interface --------------------------------------------------------
+    def prompt_token_counter(self, request: DesignRequest) -> tuple[str, Any]:
+        """The model's own tokenizer (transformers, loaded here only when a budget is set): the prompt's tokens
+        without the chat template's few."""
+        from envengineer.errors import ConfigError
+
+        try:
+            path = self.model_path(request)
+        except EngineerCallError as exc:
+            raise ConfigError(f"{exc} (needed to count max_prompt_tokens)") from None
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        return f"the tokenizer of {path}", lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
     def _run(self, request: DesignRequest, messages: list[dict[str, str]]) -> EngineerReply:
         path = self.model_path(request)
         started = time.monotonic()

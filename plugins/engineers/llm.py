@@ -20,6 +20,7 @@ from typing import Any, Callable, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from envengineer.budget import PromptBudgetOptions
 from envengineer.components import Engineer
 from envengineer.api import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply, factual_note, load_prompt, summary_prompt
 from envengineer.errors import ConfigError
@@ -32,8 +33,8 @@ SYSTEM_PROMPT = (
 )
 
 
-class LLMOptions(BaseModel):
-    """Options every API engineer shares."""
+class LLMOptions(PromptBudgetOptions):
+    """Options every API engineer shares (``max_prompt_tokens``: :class:`envengineer.budget.PromptBudgetOptions`)."""
 
     model_config = ConfigDict(extra="forbid")
 
