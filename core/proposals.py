@@ -65,6 +65,9 @@ def parse_proposal(block: str, max_chars: int = MAX_YAML_CHARS) -> dict[str, Any
 
 
 def proposal_of(reply: EngineerReply, max_chars: int = MAX_YAML_CHARS) -> dict[str, Any]:
+    problem = getattr(reply, "problem", None)  # a structured reply that held no proposal (envengineer.structured)
+    if problem:
+        raise UnusableProposal(str(problem))
     if reply.proposal is not None:
         if not isinstance(reply.proposal, dict):
             raise UnusableProposal(f"the proposal must be a mapping, got {type(reply.proposal).__name__}")

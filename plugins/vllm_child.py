@@ -122,8 +122,10 @@ def request(prompt: list[dict[str, str]] | str, *, n: int = 1, seed: int | None 
 def generate(
     engine: dict[str, Any], requests: Sequence[dict[str, Any]], *, temperature: float, top_p: float, max_tokens: int,
     chat_template_kwargs: dict[str, Any] | None = None, what: str = "vllm", limits: ChildLimits | None = None,
+    json_schema: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run ``requests`` (see :func:`request`) in one child process.
+    """Run ``requests`` (see :func:`request`) in one child process; ``json_schema``: every answer is
+    decoded under it (vLLM's structured outputs, ``SamplingParams(structured_outputs=StructuredOutputsParams(json=...))``).
 
     Returns one ``{"texts": [...], "prompt_tokens": int, "completion_tokens": [...]}`` per
     request, in order. ``what`` prefixes error messages (``policy.vllm``, ``engineer.checkpoint``).
@@ -140,6 +142,8 @@ def generate(
         "sampling": {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens},
         "chat_template_kwargs": chat_template_kwargs,
     }
+    if json_schema is not None:
+        job["json_schema"] = json_schema
     with tempfile.TemporaryDirectory(prefix="envengineer-vllm-") as tmp:
         job_path, result_path = Path(tmp) / "job.json", Path(tmp) / "result.json"
         job_path.write_text(json.dumps(job), encoding="utf-8")
@@ -309,8 +313,13 @@ def run_job(job: dict[str, Any]) -> list[dict[str, Any]]:
         index = [i for i, r in enumerate(requests) if r["kind"] == kind]
         if not index:
             continue
+        structured: dict[str, Any] = {}
+        if job.get("json_schema") is not None:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            structured["structured_outputs"] = StructuredOutputsParams(json=job["json_schema"])
         params = [SamplingParams(n=requests[i]["n"], temperature=sampling["temperature"], top_p=sampling["top_p"],
-                                 max_tokens=sampling["max_tokens"], seed=requests[i]["seed"]) for i in index]
+                                 max_tokens=sampling["max_tokens"], seed=requests[i]["seed"], **structured) for i in index]
         prompts = [requests[i]["prompt"] for i in index]
         if kind == "chat":
             answers = llm.chat(prompts, sampling_params=params, use_tqdm=False, chat_template_kwargs=job["chat_template_kwargs"])

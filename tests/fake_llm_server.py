@@ -17,6 +17,17 @@ the code under test, from the services' documentation and observed error bodies)
 * Gemini 2.5 generateContent: thinking budgets outside the model's range are refused (Pro cannot
   turn thinking off); thinking tokens count against ``maxOutputTokens``, so thinking can eat the
   whole answer: a candidate without parts, finish reason ``MAX_TOKENS``.
+* Structured outputs. OpenAI ``response_format``: ``type`` must be ``text``, ``json_object`` or
+  ``json_schema``; ``json_schema`` needs a ``name`` (a-z, A-Z, 0-9, _ and -, at most 64) and a
+  ``schema``; with ``strict: true`` the schema's root is an object, every object sets
+  ``additionalProperties: false`` and lists every property in ``required``, only the supported
+  keywords appear (no ``allOf``, ``not``, ``if``/``then``/``else``, ``dependent*``,
+  ``unevaluated*``), at most 10 levels of nesting and 5000 properties (OpenAI's "Supported
+  schemas"; refusals are HTTP 400 ``invalid_request_error`` with ``param: response_format``).
+  Gemini: ``responseJsonSchema`` needs ``responseMimeType: application/json`` and excludes
+  ``responseSchema``. A service decoding under a schema only returns valid JSON, so a scripted
+  reply that does not validate is a bug in the test: the server answers 500 and records it in
+  ``schema_errors``.
 """
 
 from __future__ import annotations
@@ -104,9 +115,104 @@ def _moonshot_refusal(model: str, body: dict[str, Any]) -> tuple[int, dict[str, 
     return None
 
 
+_SCHEMA_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+#: Keywords OpenAI's strict mode refuses ("Some type-specific keywords are not yet supported").
+_STRICT_UNSUPPORTED = ("allOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+                       "unevaluatedProperties", "unevaluatedItems", "contains", "propertyNames")
+
+
+def _strict_problem(node: Any, context: tuple[str, ...], depth: int, counter: list[int]) -> str | None:
+    """Why OpenAI's strict mode refuses this schema node (None: accepted)."""
+    if not isinstance(node, dict):
+        return f"In context={context!r}, schema must be an object."
+    for key in _STRICT_UNSUPPORTED:
+        if key in node:
+            return f"In context={context!r}, '{key}' is not permitted."
+    if depth > 10:
+        return f"In context={context!r}, schema exceeds the maximum nesting depth of 10."
+    types = node.get("type")
+    types = types if isinstance(types, list) else [types]
+    if "object" in types or "properties" in node:
+        if node.get("additionalProperties") is not False:
+            return f"In context={context!r}, 'additionalProperties' is required to be supplied and to be false."
+        props = node.get("properties") or {}
+        required = node.get("required")
+        missing = [k for k in props if not isinstance(required, list) or k not in required]
+        if missing:
+            return (f"In context={context!r}, 'required' is required to be supplied and to be an array including every key in "
+                    f"properties. Missing '{missing[0]}'.")
+        counter[0] += len(props)
+        if counter[0] > 5000:
+            return "A schema may have up to 5000 object properties total."
+        for key, sub in props.items():
+            problem = _strict_problem(sub, (*context, "properties", key), depth + 1, counter)
+            if problem:
+                return problem
+    for key in ("items",):
+        if isinstance(node.get(key), dict):
+            problem = _strict_problem(node[key], (*context, key), depth + 1, counter)
+            if problem:
+                return problem
+    for key in ("anyOf",):
+        for i, sub in enumerate(node.get(key) or []):
+            problem = _strict_problem(sub, (*context, key, str(i)), depth + 1, counter)
+            if problem:
+                return problem
+    for name, sub in (node.get("$defs") or {}).items():
+        problem = _strict_problem(sub, (*context, "$defs", name), depth + 1, counter)
+        if problem:
+            return problem
+    return None
+
+
+def _response_format_refusal(body: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+        kind = fmt.get("type") if isinstance(fmt, dict) else fmt
+        return 400, _openai_error(f"Invalid value: '{kind}'. Supported values are: 'text', 'json_object', and 'json_schema'.",
+                                  "invalid_request_error", "response_format.type", "invalid_value")
+    if fmt["type"] != "json_schema":
+        return None
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict):
+        return 400, _openai_error("Missing required parameter: 'response_format.json_schema'.", "invalid_request_error",
+                                  "response_format.json_schema", "missing_required_parameter")
+    name = spec.get("name")
+    if not isinstance(name, str) or not _SCHEMA_NAME.match(name):
+        return 400, _openai_error("Invalid 'response_format.json_schema.name': string does not match pattern. Expected a string "
+                                  "that matches the pattern '^[a-zA-Z0-9_-]+$'.", "invalid_request_error",
+                                  "response_format.json_schema.name", "invalid_value")
+    schema = spec.get("schema")
+    if spec.get("strict") is True:
+        if not isinstance(schema, dict) or schema.get("type") != "object":
+            got = schema.get("type") if isinstance(schema, dict) else type(schema).__name__
+            return 400, _openai_error(f"Invalid schema for response_format '{name}': schema must be a JSON Schema of 'type: \"object\"', "
+                                      f"got 'type: \"{got}\"'.", "invalid_request_error", "response_format", None)
+        problem = _strict_problem(schema, (), 1, [0])
+        if problem:
+            return 400, _openai_error(f"Invalid schema for response_format '{name}': {problem}", "invalid_request_error", "response_format", None)
+    return None
+
+
+def _schema_errors(text: str, schema: Any) -> str | None:
+    """Why ``text`` is not JSON valid for ``schema`` (None: it is), as a service decoding under it guarantees."""
+    import jsonschema
+
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return f"not JSON: {exc}"
+    if schema is None:  # json_object: any object
+        return None if isinstance(data, dict) else f"not a JSON object: {type(data).__name__}"
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
+    return None if error is None else f"{'/'.join(map(str, error.absolute_path)) or '(root)'}: {error.message}"
+
+
 def _chat(body: dict[str, Any], step: Step, index: int) -> tuple[int, dict[str, Any]]:
     model = str(body.get("model", "fake")).rsplit("/", 1)[-1]
-    refusal = _openai_refusal(model, body) or _moonshot_refusal(model, body)
+    refusal = _openai_refusal(model, body) or _moonshot_refusal(model, body) or _response_format_refusal(body)
     if refusal:
         return refusal
     message: dict[str, Any] = {"role": "assistant", "content": step.text}
@@ -159,6 +265,11 @@ def _generate(path: str, body: dict[str, Any], step: Step) -> tuple[int, dict[st
     generation = field_of(body, "generationConfig") or {}
     limit = field_of(generation, "maxOutputTokens")
     budget = field_of(field_of(generation, "thinkingConfig") or {}, "thinkingBudget")
+    json_schema, legacy = field_of(generation, "responseJsonSchema"), field_of(generation, "responseSchema")
+    if json_schema is not None and legacy is not None:
+        return _gemini_error("response_schema and response_json_schema cannot both be set.")
+    if (json_schema is not None or legacy is not None) and field_of(generation, "responseMimeType") != "application/json":
+        return _gemini_error("Invalid JSON payload: a response schema requires response_mime_type application/json.")
     family = next((f for f in _GEMINI_THINKING if model.startswith(f[0])), None)
     if family is None:
         return 200, {
@@ -191,6 +302,19 @@ def _generate(path: str, body: dict[str, Any], step: Step) -> tuple[int, dict[st
     }
 
 
+def _wanted_schema(path: str, body: dict[str, Any]) -> tuple[str, Any] | None:
+    """("json", schema or None for any object) when the request asked for structured output."""
+    if ":generateContent" in path:
+        generation = field_of(body, "generationConfig") or {}
+        if field_of(generation, "responseMimeType") != "application/json":
+            return None
+        return "json", field_of(generation, "responseJsonSchema")  # a legacy OpenAPI responseSchema: JSON, not checked further
+    fmt = body.get("response_format")
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("json_object", "json_schema"):
+        return None
+    return "json", (fmt.get("json_schema") or {}).get("schema") if fmt["type"] == "json_schema" else None
+
+
 # ----------------------------------------------------------------------------- the server
 
 
@@ -198,6 +322,7 @@ def _generate(path: str, body: dict[str, Any], step: Step) -> tuple[int, dict[st
 class FakeLLMServer:
     script: list[Step] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    schema_errors: list[str] = field(default_factory=list)  # scripted replies that broke the schema they were asked under
 
     def __post_init__(self) -> None:
         server = self
@@ -227,6 +352,12 @@ class FakeLLMServer:
                     status, payload = _generate(self.path, body, step)
                 else:
                     status, payload = _chat(body, step, index)
+                wanted = _wanted_schema(self.path, body) if status == 200 else None
+                if wanted is not None:
+                    problem = _schema_errors(step.text, wanted[1])
+                    if problem:
+                        server.schema_errors.append(problem)
+                        status, payload = 500, {"error": {"code": 500, "message": f"fake server: the scripted reply breaks the requested schema: {problem}", "status": "INTERNAL"}}
                 data = json.dumps(payload).encode()
                 try:
                     self.send_response(status)

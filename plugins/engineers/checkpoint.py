@@ -45,6 +45,13 @@ class CheckpointOptions(ChildLimits, PromptBudgetOptions):
     device: str | None = Field(None, description="torch device for transformers (default: cuda if available, else cpu)")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     summary_prompt_file: str | None = None
+    structured: bool = Field(
+        False, description="structured replies: the config block is decoded under the task's config schema (transformers: free analysis, "
+        "then a fenced block forced by an xgrammar grammar; vLLM: the whole reply as {analysis, config} JSON through "
+        "StructuredOutputsParams); false: free text ending in a YAML block (the paper's)",
+    )
+    analysis_tokens: int = Field(256, ge=0, description="structured, transformers: most tokens of free analysis before the forced block "
+                                 "(the block then gets max_new_tokens)")
 
     _retired = retired_options(
         enable_thinking="the chat-template options are the policy's (policy.<name>.chat_template_kwargs), "
@@ -93,18 +100,23 @@ class CheckpointEngineer(Engineer):
 
     def generate(
         self, path: str, conversations: list[list[dict[str, str]]], chat_template_kwargs: dict[str, Any] | None = None,
+        schema: dict[str, Any] | None = None,
     ) -> list[tuple[str, dict[str, int]]]:
-        """One reply per conversation; ``chat_template_kwargs`` None: the policy's defaults."""
+        """One reply per conversation; ``chat_template_kwargs`` None: the policy's defaults; ``schema``: the
+        config block's JSON schema (structured replies: vLLM then returns the whole reply as JSON under
+        ``{analysis, config}``, transformers free analysis and the block forced under ``schema``)."""
         from envengineer.plugins.policies.transformers_policy import DEFAULT_CHAT_TEMPLATE_KWARGS
 
         kwargs = dict(DEFAULT_CHAT_TEMPLATE_KWARGS if chat_template_kwargs is None else chat_template_kwargs)
         if self.backend() == "vllm":
-            return self._vllm(path, conversations, kwargs)
-        return self._transformers(path, conversations, kwargs)
+            return self._vllm(path, conversations, kwargs, schema)
+        return self._transformers(path, conversations, kwargs, schema)
 
     # -- backends ------------------------------------------------------------------
-    def _vllm(self, path: str, conversations: list[list[dict[str, str]]], chat_kwargs: dict[str, Any]) -> list[tuple[str, dict[str, int]]]:
-        """``LLM.chat`` in a child process (one per call), gone when this returns."""
+    def _vllm(self, path: str, conversations: list[list[dict[str, str]]], chat_kwargs: dict[str, Any],
+              schema: dict[str, Any] | None = None) -> list[tuple[str, dict[str, int]]]:
+        """``LLM.chat`` in a child process (one per call), gone when this returns; ``schema``: the whole reply
+        decoded as ``{analysis, config}`` JSON (``StructuredOutputsParams(json=...)``), turned into the free-text form."""
         from envengineer.plugins import vllm_child
 
         o = self.options
@@ -112,12 +124,20 @@ class CheckpointEngineer(Engineer):
             path, tensor_parallel_size=o.tensor_parallel_size, gpu_memory_utilization=o.gpu_memory_utilization,
             max_model_len=o.max_model_len, dtype=o.dtype, enforce_eager=o.enforce_eager, seed=o.seed,
         )
+        whole = None
+        if schema is not None:
+            from envengineer.structured import ANALYSIS_DESCRIPTION, with_instruction
+
+            whole = {"type": "object", "properties": {"analysis": {"type": "string", "description": ANALYSIS_DESCRIPTION}, "config": schema},
+                     "required": ["analysis", "config"], "additionalProperties": False}
+            conversations = [with_instruction(messages) for messages in conversations]
         requests = [vllm_child.request(messages, n=1, seed=o.seed) for messages in conversations]
         outputs = vllm_child.generate(engine, requests, temperature=o.temperature, top_p=o.top_p, max_tokens=o.max_new_tokens,
-                                      chat_template_kwargs=chat_kwargs, what=f"engineer.{self.name}", limits=o)
+                                      chat_template_kwargs=chat_kwargs, what=f"engineer.{self.name}", limits=o, json_schema=whole)
         return [(out["texts"][0], {"prompt_tokens": out["prompt_tokens"], "completion_tokens": out["completion_tokens"][0]}) for out in outputs]
 
-    def _transformers(self, path: str, conversations: list[list[dict[str, str]]], chat_kwargs: dict[str, Any]) -> list[tuple[str, dict[str, int]]]:
+    def _transformers(self, path: str, conversations: list[list[dict[str, str]]], chat_kwargs: dict[str, Any],
+                      schema: dict[str, Any] | None = None) -> list[tuple[str, dict[str, int]]]:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -144,15 +164,11 @@ class CheckpointEngineer(Engineer):
                     keep = max(1, limit - o.max_new_tokens)
                     inputs = {k: v[:, -keep:] for k, v in inputs.items()}  # keep the end: the instructions and the question
                 torch.manual_seed(o.seed)
+                if schema is not None:
+                    results.append(_forced_block(model, tokenizer, text, inputs, schema, o, not templated, device))
+                    continue
                 with torch.no_grad():
-                    out = model.generate(
-                        **inputs,
-                        max_new_tokens=o.max_new_tokens,
-                        do_sample=o.temperature > 0,
-                        temperature=o.temperature if o.temperature > 0 else None,
-                        top_p=o.top_p if o.temperature > 0 else None,
-                        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
-                    )
+                    out = model.generate(**inputs, max_new_tokens=o.max_new_tokens, **_sampling(o, tokenizer))
                 new = out[0, inputs["input_ids"].shape[1]:]
                 results.append((tokenizer.decode(new, skip_special_tokens=True), {"prompt_tokens": int(inputs["input_ids"].shape[1]), "completion_tokens": int(new.shape[0])}))
         finally:
@@ -175,11 +191,11 @@ class CheckpointEngineer(Engineer):
         tokenizer = AutoTokenizer.from_pretrained(path)
         return f"the tokenizer of {path}", lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def _run(self, request: DesignRequest, messages: list[dict[str, str]]) -> EngineerReply:
+    def _run(self, request: DesignRequest, messages: list[dict[str, str]], schema: dict[str, Any] | None = None) -> EngineerReply:
         path = self.model_path(request)
         started = time.monotonic()
         try:
-            [(text, usage)] = self.generate(path, [messages], request.chat_template_kwargs)
+            [(text, usage)] = self.generate(path, [messages], request.chat_template_kwargs, schema)
         except EngineerCallError:
             raise
         except Exception as exc:
@@ -187,10 +203,22 @@ class CheckpointEngineer(Engineer):
             raise EngineerCallError(error, [{"model": path, "attempt": 1, "usage": {}, "latency_s": round(time.monotonic() - started, 3), "error": error}]) from None
         latency = time.monotonic() - started
         call = {"model": path, "attempt": 1, "usage": usage, "latency_s": round(latency, 3), "error": None, "backend": self.backend()}
+        if schema is not None:
+            call["structured"] = "json_schema" if self.backend() == "vllm" else "fenced block grammar (xgrammar)"
         return EngineerReply(text=text, usage=usage, latency_s=latency, model=path, attempts=1, calls=[call])
 
     def propose(self, request: DesignRequest) -> EngineerReply:
-        return self._run(request, request.messages)
+        if not self.options.structured:
+            return self._run(request, request.messages)
+        from envengineer.structured import config_schema, structured_reply
+
+        try:
+            schema = config_schema(request.generator, request.current_config)
+        except ValueError as exc:
+            raise EngineerCallError(f"engineer.{self.name}.structured: {exc}") from None
+        reply = self._run(request, request.messages, schema)
+        # vLLM answers the whole reply as JSON; transformers already wrote the free-text form
+        return structured_reply(reply) if self.backend() == "vllm" else reply
 
     def summarize(self, request: DesignRequest, outcome: DesignOutcome) -> str | None:
         self.last_summary_calls = []
@@ -210,6 +238,52 @@ class BaseEngineer(CheckpointEngineer):
     name: ClassVar[str] = "base"
     description: ClassVar[str] = "the starting weights (not the trained checkpoint) as engineer"
     which: ClassVar[str] = "base_policy_path"
+
+
+def _sampling(o: CheckpointOptions, tokenizer: Any) -> dict[str, Any]:
+    return {
+        "do_sample": o.temperature > 0,
+        "temperature": o.temperature if o.temperature > 0 else None,
+        "top_p": o.top_p if o.temperature > 0 else None,
+        "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+    }
+
+
+#: What opens the forced block (the design step takes the last fenced YAML block).
+BLOCK_OPEN, BLOCK_CLOSE = "\n\n```yaml\n", "\n```\n"
+
+
+def _forced_block(model: Any, tokenizer: Any, text: str, inputs: Any, schema: dict[str, Any], o: CheckpointOptions,
+                  special: bool, device: str) -> tuple[str, dict[str, int]]:
+    """Free analysis (at most ``analysis_tokens``, ended early by a fence), then the fenced block decoded
+    under ``schema`` by an xgrammar grammar: the block is JSON (which YAML parses) that the schema allows."""
+    import json
+
+    import torch
+
+    try:
+        import xgrammar
+        from xgrammar.contrib.hf import LogitsProcessor
+    except ImportError:
+        raise RuntimeError('structured replies on the transformers backend need xgrammar: pip install "envengineer[smollm2]" (or xgrammar)') from None
+    prompt_tokens = int(inputs["input_ids"].shape[1])
+    analysis, spent = "", 0
+    if o.analysis_tokens > 0:
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=o.analysis_tokens, stop_strings=["```"], tokenizer=tokenizer, **_sampling(o, tokenizer))
+        new = out[0, prompt_tokens:]
+        spent = int(new.shape[0])
+        analysis = tokenizer.decode(new, skip_special_tokens=True).split("```", 1)[0].rstrip()
+    info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=model.config.vocab_size)
+    compiled = xgrammar.GrammarCompiler(info, max_threads=1).compile_json_schema(json.dumps(schema), any_whitespace=False)
+    head = text + analysis + BLOCK_OPEN
+    forced = tokenizer(head, return_tensors="pt", add_special_tokens=special).to(device)
+    with torch.no_grad():
+        out = model.generate(**forced, max_new_tokens=o.max_new_tokens, logits_processor=[LogitsProcessor(compiled)], **_sampling(o, tokenizer))
+    new = out[0, forced["input_ids"].shape[1]:]
+    block = tokenizer.decode(new, skip_special_tokens=True).strip()
+    reply = f"{analysis}{BLOCK_OPEN}{block}{BLOCK_CLOSE}".lstrip()
+    return reply, {"prompt_tokens": prompt_tokens, "completion_tokens": spent + int(new.shape[0])}
 
 
 def _free() -> None:

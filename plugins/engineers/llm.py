@@ -52,6 +52,11 @@ class LLMOptions(PromptBudgetOptions):
     backoff_max: float = Field(30.0, ge=0, description="longest wait between retries")
     system_prompt: str | None = Field(SYSTEM_PROMPT, description="system message (null: none)")
     summary_prompt_file: str | None = Field(None, description="a summary prompt template to use instead of the built-in one")
+    structured: bool = Field(
+        False, description="structured replies: the answer is decoded under the task's config schema ({analysis, config} as JSON: "
+        "OpenAI-style response_format json_schema, Gemini response_json_schema); false: free text ending in a YAML block (the paper's)"
+    )
+    structured_strict: bool = Field(True, description="OpenAI-style engineers with structured: send the schema with strict: true")
 
 
 class EmptyAnswer(Exception):
@@ -137,7 +142,8 @@ class APIEngineer(Engineer):
         return [os.environ[name]] if name and os.environ.get(name) else []
 
     # -- the call ----------------------------------------------------------------
-    def complete(self, messages: list[dict[str, str]]) -> tuple[str, dict[str, int]]:
+    def complete(self, messages: list[dict[str, str]], schema: dict[str, Any] | None = None) -> tuple[str, dict[str, int]]:
+        """One call; ``schema``: decode the answer as JSON under it (structured replies)."""
         raise NotImplementedError
 
     def retryable(self, exc: BaseException) -> bool:
@@ -151,7 +157,7 @@ class APIEngineer(Engineer):
         system = [{"role": "system", "content": self.options.system_prompt}] if self.options.system_prompt else []
         return system + list(messages)
 
-    def _run(self, messages: list[dict[str, str]]) -> EngineerReply:
+    def _run(self, messages: list[dict[str, str]], schema: dict[str, Any] | None = None) -> EngineerReply:
         started = time.monotonic()
         try:
             key_problem = None
@@ -161,18 +167,26 @@ class APIEngineer(Engineer):
         if key_problem:
             raise EngineerCallError(key_problem, [{"model": self.options.model, "attempt": 0, "usage": {}, "latency_s": 0.0, "error": key_problem}])
         text, usage, calls = call_with_retries(
-            lambda: self.complete(self._messages(messages)),
+            lambda: self.complete(self._messages(messages), schema) if schema is not None else self.complete(self._messages(messages)),
             model=self.options.model,
             retryable=self.retryable,
             max_retries=self.options.max_retries,
             backoff_initial=self.options.backoff_initial,
             backoff_max=self.options.backoff_max,
-            params=self.request_params(),
+            params={**self.request_params(), **({"structured": "json_schema"} if schema is not None else {})},
         )
         return EngineerReply(text=text, usage=usage, latency_s=time.monotonic() - started, model=self.options.model, attempts=len(calls), calls=calls)
 
     def propose(self, request: DesignRequest) -> EngineerReply:
-        return self._run(request.messages)
+        if not self.options.structured:
+            return self._run(request.messages)
+        from envengineer.structured import reply_schema, structured_reply, with_instruction
+
+        try:
+            schema = reply_schema(request.generator, request.current_config)
+        except ValueError as exc:
+            raise EngineerCallError(f"engineer.{self.name}.structured: {exc}") from None
+        return structured_reply(self._run(with_instruction(request.messages), schema))
 
     def summarize(self, request: DesignRequest, outcome: DesignOutcome) -> str | None:
         self.last_summary_calls = []
@@ -230,8 +244,15 @@ class OpenAIEngineer(APIEngineer):
     def extra_body(self) -> dict[str, Any]:
         return dict(self.options.extra_body)
 
-    def complete(self, messages: list[dict[str, str]]) -> tuple[str, dict[str, int]]:
+    def complete(self, messages: list[dict[str, str]], schema: dict[str, Any] | None = None) -> tuple[str, dict[str, int]]:
         kwargs: dict[str, Any] = {"model": self.options.model, "messages": messages, **self.request_params()}
+        if schema is not None:
+            from envengineer.structured import SCHEMA_NAME
+
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": SCHEMA_NAME, "schema": schema, "strict": self.options.structured_strict},
+            }
         extra = self.extra_body()
         if extra:
             kwargs["extra_body"] = extra
@@ -241,6 +262,9 @@ class OpenAIEngineer(APIEngineer):
         usage = chat_usage(response.usage)
         if not text.strip():
             finish = getattr(choice, "finish_reason", None) if choice is not None else "no choices"
+            refusal = getattr(choice.message, "refusal", None) if choice is not None else None
+            if refusal:  # structured outputs: the model declined, saying why
+                finish = f"{finish}, refusal: {' '.join(str(refusal).split())[:200]}"
             raise EmptyAnswer(empty_answer_message(self.options.model, finish, usage, self.options.max_tokens, "length"), usage)
         return text, usage
 
@@ -336,7 +360,7 @@ class GeminiEngineer(APIEngineer):
             self._client = genai.Client(api_key=self.api_key(), http_options=http)
         return self._client
 
-    def complete(self, messages: list[dict[str, str]]) -> tuple[str, dict[str, int]]:
+    def complete(self, messages: list[dict[str, str]], schema: dict[str, Any] | None = None) -> tuple[str, dict[str, int]]:
         from google.genai import types
 
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system") or None
@@ -351,6 +375,9 @@ class GeminiEngineer(APIEngineer):
             max_output_tokens=params["max_output_tokens"],
             system_instruction=system,
             thinking_config=types.ThinkingConfig(thinking_budget=params["thinking_budget"]) if "thinking_budget" in params else None,
+            # structured replies: JSON Schema (additionalProperties, minimum/maximum are in its supported subset)
+            response_mime_type="application/json" if schema is not None else None,
+            response_json_schema=schema,
         )
         response = self.client().models.generate_content(model=self.options.model, contents=contents, config=config)
         candidate = response.candidates[0] if response.candidates else None

@@ -44,6 +44,8 @@ import os
 import signal
 from typing import Any
 
+from vllm.sampling_params import StructuredOutputsParams
+
 __version__ = "0.24.0+fake"
 
 _SAMPLING_EPS = 1e-5
@@ -86,7 +88,7 @@ _SAMPLING_REAL = {
     "extra_args", "routed_experts_prompt_start", "bad_words", "skip_reading_prefix_cache", "thinking_token_budget",
     "repetition_detection",
 }
-_SAMPLING_IMPLEMENTED = {"n", "temperature", "top_p", "top_k", "seed", "max_tokens", "min_tokens", "skip_special_tokens"}
+_SAMPLING_IMPLEMENTED = {"n", "temperature", "top_p", "top_k", "seed", "max_tokens", "min_tokens", "skip_special_tokens", "structured_outputs"}
 
 
 class SamplingParams:
@@ -102,6 +104,9 @@ class SamplingParams:
         self.max_tokens: int | None = kwargs.get("max_tokens", 16)
         self.min_tokens: int = kwargs.get("min_tokens", 0)
         self.skip_special_tokens: bool = kwargs.get("skip_special_tokens", True)
+        self.structured_outputs: StructuredOutputsParams | None = kwargs.get("structured_outputs")
+        if self.structured_outputs is not None and not isinstance(self.structured_outputs, StructuredOutputsParams):
+            raise TypeError(f"structured_outputs must be StructuredOutputsParams, got {type(self.structured_outputs).__name__}")
         if 0 < self.temperature < _MAX_TEMP:
             self.temperature = _MAX_TEMP
         if self.seed == -1:
@@ -136,7 +141,8 @@ class SamplingParams:
 
     def __repr__(self) -> str:
         return (f"SamplingParams(n={self.n}, temperature={self.temperature}, top_p={self.top_p}, top_k={self.top_k}, "
-                f"seed={self.seed}, max_tokens={self.max_tokens})")
+                f"seed={self.seed}, max_tokens={self.max_tokens}"
+                + (f", structured_outputs={self.structured_outputs!r}" if self.structured_outputs is not None else "") + ")")
 
 
 # ---------------------------------------------------------------------------- outputs
@@ -293,6 +299,18 @@ class LLM:
         return self._run(texts, ids, params)
 
     # -- internals ---------------------------------------------------------------
+    def _grammar(self, so: StructuredOutputsParams) -> Any:
+        """An xgrammar logits processor for ``so`` (only ``json`` is implemented), as vLLM's xgrammar backend compiles it."""
+        import xgrammar
+        from xgrammar.contrib.hf import LogitsProcessor
+
+        if so.json is None:
+            raise NotImplementedError("fake vllm: only StructuredOutputsParams(json=...) is implemented")
+        schema = so.json if isinstance(so.json, str) else json.dumps(so.json)
+        info = xgrammar.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.model.config.vocab_size)
+        compiled = xgrammar.GrammarCompiler(info, max_threads=1).compile_json_schema(schema, any_whitespace=not so.disable_any_whitespace)
+        return LogitsProcessor(compiled)
+
     def _params(self, sampling_params: Any, count: int) -> list[SamplingParams]:
         if sampling_params is None:
             return [SamplingParams()] * count
@@ -325,6 +343,10 @@ class LLM:
             else:
                 kwargs.update(do_sample=True, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k if p.top_k > 0 else 0,
                               num_return_sequences=p.n)
+            if p.structured_outputs is not None:  # vLLM's default structured-outputs backend is xgrammar
+                kwargs["logits_processor"] = [self._grammar(p.structured_outputs)]
+                if p.n > 1:
+                    raise NotImplementedError("fake vllm: structured outputs with n > 1 are not implemented")
             input_ids = torch.tensor([prompt_ids], dtype=torch.long)
             with torch.inference_mode():
                 generated = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
@@ -340,5 +362,9 @@ class LLM:
             outputs.append(RequestOutput(str(number), text, list(prompt_ids), None, completions, True))
         return outputs
 
+
+from vllm import sampling_params as _sampling_params  # noqa: E402 - vllm.sampling_params holds SamplingParams too
+
+_sampling_params.SamplingParams = SamplingParams  # type: ignore[attr-defined]
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput"]

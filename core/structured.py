@@ -1,0 +1,193 @@
+"""Structured replies: the engineer's config block constrained to the task's declared config schema.
+
+An engineer with ``structured: true`` asks its backend to decode under a JSON schema instead of
+hoping for a well-formed fenced YAML block. The schema is built here from what the task declares,
+never from task-specific names: the generator's ``config_model`` (its pydantic JSON schema gives
+each field's description) restricted to what the engineer may change, the declared knobs
+(:attr:`Generator.knobs`, with their bounds and integer-ness) in every group of the knob table
+(:attr:`Generator.knob_table`) that the current config holds, or at the top level when the task
+has no table. Every object is closed (``additionalProperties: false``) and lists all its
+properties as required, which is what OpenAI's strict mode demands and what makes the block the
+whole next setting of every knob (the task's projection still clips, snaps and renormalises).
+
+Two reply shapes come from it:
+
+* :func:`reply_schema`: ``{"analysis": str, "config": {...}}``, the whole reply as JSON (the API
+  engineers and vLLM); :func:`reply_text` turns such a reply into the free-text form (analysis, then
+  a fenced block holding the config as JSON, which YAML parses), so the design step parses it with
+  the same strict loader and projects it as it does any answer;
+* :func:`config_schema`: the block alone (the in-process transformers engineer writes free analysis,
+  then the fenced block is forced by a grammar).
+
+Whatever a model returns stays untrusted: :func:`reply_text` bounds its size and nesting, and a
+reply that is not such an object becomes a :class:`StructuredReply` whose ``problem`` the design
+step reports (and quotes in its re-ask).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from envengineer.contract import EngineerReply
+from envengineer.proposals import MAX_YAML_CHARS, one_line
+
+#: The name the schema is sent under (OpenAI: a-z, A-Z, 0-9, _ and -, at most 64 characters).
+SCHEMA_NAME = "engineer_config"
+#: The largest structured reply parsed (characters): the analysis plus a config block.
+MAX_REPLY_CHARS = 4 * MAX_YAML_CHARS
+
+ANALYSIS_DESCRIPTION = "your analysis of the evidence: what fails, why, and what you change (a few sentences)"
+
+#: The instruction a whole-JSON reply adds to the conversation (the design prompt asks for a YAML block).
+JSON_INSTRUCTION = (
+    "Answer with one JSON object under the given schema: \"analysis\" holds your analysis, \"config\" the next "
+    "configuration, every listed field with its value (repeat a value you keep)."
+)
+
+
+@dataclass
+class StructuredReply(EngineerReply):
+    """A reply decoded under a schema; ``problem`` says why it holds no proposal (None: it does)."""
+
+    problem: str | None = None
+
+
+def _knob_fields(generator: Any) -> dict[str, dict[str, Any]]:
+    """Each config field's JSON schema where a knob lives (the group model's, or the config's own)."""
+    try:
+        schema = generator.config_model.model_json_schema()
+    except Exception:  # noqa: BLE001 - a model pydantic cannot express: the declarations alone
+        return {}
+    defs = schema.get("$defs", {})
+
+    def resolve(node: Any) -> dict[str, Any]:
+        for _ in range(8):
+            if not isinstance(node, dict):
+                return {}
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                node = defs.get(ref.split("/")[-1], {})
+                continue
+            options = node.get("anyOf")
+            if isinstance(options, list):
+                node = next((o for o in options if isinstance(o, dict) and o.get("type") != "null"), {})
+                continue
+            return node
+        return {}
+
+    node = resolve(schema)
+    table = generator.knob_table
+    if table is not None:
+        node = resolve(resolve(node.get("properties", {}).get(table)).get("additionalProperties"))
+    props = node.get("properties", {})
+    return {str(k): resolve(v) for k, v in props.items()} if isinstance(props, dict) else {}
+
+
+def _knob_schema(knob: Any, field: dict[str, Any]) -> dict[str, Any]:
+    low, high = (int(knob.low), int(knob.high)) if knob.integer else (float(knob.low), float(knob.high))
+    description = knob.description or str(field.get("description") or field.get("title") or "")
+    out: dict[str, Any] = {"type": "integer" if knob.integer else "number", "minimum": low, "maximum": high}
+    if knob.share:
+        description = (description + "; " if description else "") + "the groups' shares are renormalised to sum to 1"
+    if description:
+        out["description"] = description
+    return out
+
+
+def _closed(properties: dict[str, Any], description: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+    if description:
+        out["description"] = description
+    return out
+
+
+def config_schema(generator: Any, current: Any = None) -> dict[str, Any]:
+    """The JSON schema of the config block: the declared knobs of every group ``current`` holds
+    (the task's default config when None), each required, bounded and closed.
+
+    Raises ``ValueError`` naming the task when it declares nothing an engineer could set."""
+    fields = _knob_fields(generator)
+    # a knob the config model does not hold is not settable (a model that pydantic cannot describe: all declared)
+    knobs = [k for k in generator.knobs if not fields or k.name in fields]
+    name = getattr(generator, "name", type(generator).__name__)
+    if not knobs:
+        raise ValueError(f"task {name!r} declares no knobs (Generator.knobs), so a structured reply has nothing to constrain")
+    group_schema = _closed({k.name: _knob_schema(k, fields.get(k.name, {})) for k in knobs})
+    table = generator.knob_table
+    if table is None:
+        return group_schema
+    if current is None:
+        current = generator.default_config()
+    groups = list(generator.knob_values(current)) or [g for g in generator.groups() if g]
+    if not groups:
+        raise ValueError(f"task {name!r}: the current config's {table!r} holds no group to set")
+    return _closed({table: _closed({g: group_schema for g in groups}, f"one entry per group of {table}")})
+
+
+def reply_schema(generator: Any, current: Any = None) -> dict[str, Any]:
+    """The whole reply's JSON schema: ``{"analysis": str, "config": <config_schema>}``."""
+    return _closed({"analysis": {"type": "string", "description": ANALYSIS_DESCRIPTION}, "config": config_schema(generator, current)})
+
+
+def _fence(text: str) -> str:
+    """A backtick fence longer than any run of backticks in ``text`` (so the analysis cannot close it)."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def reply_text(raw: str) -> tuple[str, str | None]:
+    """A whole-JSON reply as the free-text form the design step parses, and the problem (None: usable).
+
+    ``{"analysis": a, "config": c}`` becomes ``a``, then a fenced block holding ``c`` as JSON (YAML
+    parses it; nulls, "no value" in a nullable field, are dropped). A reply that is not such an
+    object keeps its raw text and gets the reason."""
+    if not isinstance(raw, str) or not raw.strip():
+        return raw or "", "the structured reply was empty"
+    if len(raw) > MAX_REPLY_CHARS:
+        return raw, f"the structured reply is too long ({len(raw)} characters, limit {MAX_REPLY_CHARS})"
+    try:
+        data = json.loads(raw)
+    except RecursionError:
+        return raw, "the structured reply is nested too deeply"
+    except ValueError as exc:
+        return raw, f"the structured reply is not valid JSON ({one_line(str(exc), 120)}; cut off by max_tokens?)"
+    if not isinstance(data, dict) or not isinstance(data.get("config"), dict):
+        return raw, "the structured reply must be a JSON object with a \"config\" object"
+    analysis = data.get("analysis")
+    analysis = analysis.strip() if isinstance(analysis, str) else ""
+    try:
+        block = json.dumps(_without_nulls(data["config"]), indent=1, ensure_ascii=False)
+    except (RecursionError, ValueError):
+        return raw, "the structured reply's config is nested too deeply"
+    fence = _fence(analysis)
+    return f"{analysis}\n\n{fence}yaml\n{block}\n{fence}\n".lstrip(), None
+
+
+def structured_reply(reply: EngineerReply) -> StructuredReply:
+    """``reply`` (its text a whole-JSON reply) in the free-text form, with the problem when unusable."""
+    text, problem = reply_text(reply.text)
+    return StructuredReply(
+        text=text, usage=reply.usage, latency_s=reply.latency_s, model=reply.model, attempts=reply.attempts,
+        proposal=None, calls=reply.calls, problem=problem,
+    )
+
+
+def with_instruction(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The conversation with :data:`JSON_INSTRUCTION` appended to its last user turn."""
+    out = [dict(m) for m in messages]
+    for m in reversed(out):
+        if m.get("role") == "user":
+            m["content"] = f"{m['content']}\n\n{JSON_INSTRUCTION}"
+            break
+    return out
