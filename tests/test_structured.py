@@ -261,10 +261,13 @@ def test_vllm_child_sends_structured_outputs(registry, gridwalk, tiny_models, mo
     log = tmp_path / "fake-vllm.jsonl"
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake), *filter(None, [os.environ.get("PYTHONPATH")])]))
     monkeypatch.setenv("FAKE_VLLM_LOG", str(log))
-    model = tiny_models.char_model(tmp_path / "tiny", hidden_size=32, layers=1, head_dim=16, max_positions=8192)
+    model = tiny_models.char_model(tmp_path / "tiny", hidden_size=32, layers=1, head_dim=16, max_positions=8192,
+                                   chars='abcdefghijklmnopqrstuvwxyz0123456789{}[]":,.-_ ')  # JSON's characters: the grammar has tokens to allow
     engineer = registry.create("engineer", "checkpoint", {"backend": "vllm", "structured": True, "max_new_tokens": 24, "model_path": str(model)})
     outcome = design(engineer, _request(gridwalk), out_dir=tmp_path / "out", reask=0, summarize=False)
-    sampling = [json.loads(line) for line in log.read_text().splitlines()][0]["sampling"][0]
+    chat = [entry for entry in map(json.loads, log.read_text().splitlines()) if entry.get("call") == "chat"]
+    assert chat, outcome.reason
+    sampling = chat[0]["sampling"][0]
     assert "structured_outputs=StructuredOutputsParams(json=" in sampling and "'analysis'" in sampling
     # 24 tokens of a random model cannot finish the object: a recorded, explained fallback
     assert outcome.fallback and "structured reply" in outcome.reason
