@@ -443,7 +443,8 @@ class Loop:
         limit = self.cfg.design.max_fallbacks
         halt = self.run.engineer.uses_llm and limit is not None and len(streak) >= limit
         line = self._finish("design", round, started, engineer=self.run.engineer.name, fallback=outcome.fallback, reason=outcome.reason,
-                            projection_changes=changes, **({"halted": True} if halt else {}))
+                            projection_changes=changes, **({"halted": True} if halt else {}),
+                            **({"prompt_cuts": len(request.budget["cuts"])} if request.budget is not None else {}))
         from envengineer.lifecycle import design_info
 
         self._emit("on_design_end", round=round, design=design_info(self.dir, round, line, self.run.generator))

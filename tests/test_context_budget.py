@@ -144,3 +144,37 @@ def test_checkpoint_engineer_counts_with_its_tokenizer(registry, evidence, smoll
         request = build_request(evidence, registry, "V6", engineer=eng)
         assert request.budget["counter"] == f"the tokenizer of {smollm2}"
         assert request.budget["tokens_before"] == full and count(request.prompt) == request.budget["tokens_after"] <= limit
+
+
+def test_a_design_step_under_a_budget_records_it(registry, recorded_run, tmp_path):
+    """envengineer propose (the loop's design step offline): the engineer reads the shortened prompt; its files
+    hold the note and budget.json, whatever the engineer then answers (here: no server, a recorded fallback)."""
+    from envengineer.replay import propose_offline
+
+    config = tmp_path / "engineer.yaml"
+    config.write_text("name: openai-compatible\nmodel: test-model\nbase_url: http://127.0.0.1:9\nmax_retries: 0\ntimeout: 2\nmax_prompt_tokens: 1500\n")
+    out = tmp_path / "design"
+    request, outcome = propose_offline(registry, recorded_run, 1, None, config, out_dir=out, reask=0)
+    assert outcome.fallback and request.budget["tokens_after"] <= 1500 and request.budget["cuts"]
+    assert json.loads((out / "budget.json").read_text()) == request.budget
+    assert "_Context shortened to fit 1500 prompt tokens" in (out / "prompt.md").read_text()
+    config.write_text("name: openai-compatible\nmodel: test-model\nbase_url: http://127.0.0.1:9\nmax_prompt_tokens: 20\n")
+    with pytest.raises(ConfigError, match=r"engineer\.openai-compatible\.max_prompt_tokens"):
+        propose_offline(registry, recorded_run, 1, None, config, out_dir=tmp_path / "never", reask=0)
+    assert not (tmp_path / "never").exists()
+
+
+def test_the_loop_passes_the_engineer_and_records_the_cuts(tmp_path, registry):
+    """A whole run (simulated student): the design step's engineer files hold budget.json, its history line prompt_cuts."""
+    from envengineer.loop import run
+
+    config = tmp_path / "sim.yaml"
+    config.write_text("name: sim\nrounds: 2\nbudget: 60\ntask: {name: mapf-frozenlake}\npolicy: simulated\ntrainer: simulated\n"
+                      "eval: {limit: 48}\nengineer: {name: openai-compatible, model: m, base_url: 'http://127.0.0.1:9', max_retries: 0, "
+                      "timeout: 2, max_prompt_tokens: 1200}\n")
+    run(config, registry=registry, output=str(tmp_path / "run"))
+    record = json.loads((tmp_path / "run" / "round-00" / "engineer" / "budget.json").read_text())
+    assert record["tokens_after"] <= 1200 < record["tokens_before"] and record["cuts"]
+    lines = [json.loads(line) for line in (tmp_path / "run" / "history.jsonl").read_text().splitlines()]
+    [design] = [line for line in lines if line.get("step") == "design"]
+    assert design["prompt_cuts"] == len(record["cuts"]) and design["fallback"]
