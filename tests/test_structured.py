@@ -282,8 +282,11 @@ def test_smollm2_structured_step_is_applied(registry, gridwalk, tmp_path, monkey
 
     from envengineer.plugins.models import resolve_model
 
-    cache = os.environ.get("EE_SMOLLM2_CACHE", "/tmp/eecache")
-    monkeypatch.setenv("ENVENGINEER_CACHE", cache)
+    # an already converted model (EE_SMOLLM2_CACHE, or /tmp/eecache where it exists) saves the conversion;
+    # otherwise resolve_model converts it into the tests' own cache
+    cache = os.environ.get("EE_SMOLLM2_CACHE") or ("/tmp/eecache" if Path("/tmp/eecache/models/smollm2-135m-instruct").is_dir() else None)
+    if cache:
+        monkeypatch.setenv("ENVENGINEER_CACHE", cache)
     try:
         resolve_model("smollm2-135m-instruct")
     except Exception as exc:  # noqa: BLE001 - the model's wheel is not installed here
