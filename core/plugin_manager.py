@@ -42,6 +42,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "envengineer.plugins.engineers",
     "envengineer.plugins.policies", "envengineer.plugins.trainers",
     "envengineer.plugins.simulated", "envengineer.plugins.trackers",
+    "envengineer.plugins.serve",
 )
 
 
