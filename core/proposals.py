@@ -27,8 +27,33 @@ def extract_yaml_block(text: str) -> str:
         raise UnusableProposal("the answer was empty")
     blocks = [m.group(3) for m in _FENCE.finditer(text) if m.group(2).lower() in ("", "yaml", "yml")]
     if not blocks:
+        opened = _unclosed_fence(text)
+        if opened is not None:
+            # the contract wants a closed block: a fence left open is most often an answer cut at the
+            # token limit, whose YAML may stop mid-mapping, so it is refused, with the likely cause named
+            raise UnusableProposal(
+                f"the answer opens a fenced block ({opened}) that is never closed (an answer cut at the token "
+                "limit?); close it with the same fence"
+            )
         raise UnusableProposal("the answer has no fenced YAML block (```yaml ... ```)")
     return blocks[-1]
+
+
+_OPENING = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([A-Za-z0-9_+-]*)[^\n]*$", re.M)
+
+
+def _unclosed_fence(text: str) -> str | None:
+    """The opening line of a yaml/yml/untagged fence that no later line closes, if any."""
+    lines = [m for m in _OPENING.finditer(text)]
+    i = 0
+    while i < len(lines):  # pair fences in order: an opener, then the next line that closes it
+        opener = lines[i]
+        closer = next((j for j in range(i + 1, len(lines))
+                       if lines[j].group(1) == opener.group(1) and not lines[j].group(2) and lines[j].group(0).strip() == opener.group(1)), None)
+        if closer is None:
+            return opener.group(0).strip() if opener.group(2).lower() in ("", "yaml", "yml") else None
+        i = closer + 1
+    return None
 
 
 class _StrictLoader(yaml.SafeLoader):
