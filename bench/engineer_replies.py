@@ -120,7 +120,7 @@ def report(path: str, markdown: str | None) -> str:
             c["kind:" + a["kind"]] += 1
             cost.setdefault(key, []).append((a["prompt_tokens"] or 0, a["completion_tokens"] or 0, a["seconds"] or 0))
     kinds = sorted({k[5:] for c in rows.values() for k in c if k.startswith("kind:")})
-    head = ["preset", "structured", "steps", "calls", "applied", "re-asked, then applied", "fallback", *kinds,
+    head = ["preset", "structured", "steps", "calls", "step: applied", "step: re-asked, then applied", "step: fallback", *("call: " + k for k in kinds),
             "prompt tok (mean)", "completion tok (mean)", "s/call (mean)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     table = Table(*head, title=f"SmolLM2-135M-Instruct design calls ({sum(c['calls'] for c in rows.values())} calls, {len(records)} steps)")
