@@ -103,8 +103,8 @@ def _blocks(modules: list[tuple[str, dict[str, Any], Any]], evidence: Evidence, 
 
 
 def fit_prompt(
-    registry: Any,
-    spec: Any,
+    resolved: list[tuple[str, dict[str, Any]]],
+    make_module: Callable[[str, dict[str, Any]], Any],
     evidence: Evidence,
     fill: Callable[[str], str],
     max_tokens: int,
@@ -114,14 +114,12 @@ def fit_prompt(
 ) -> tuple[str, str, BudgetRecord]:
     """The (context, prompt, record) that fits ``max_tokens`` as counted by ``count``.
 
-    ``fill`` turns a context into the full analysis prompt. Raises :class:`ConfigError` naming
-    ``where`` when even the most compact prompt is longer.
+    ``resolved`` is the context's (module name, options) list (:func:`envengineer.context.resolve_context`),
+    ``make_module(name, options)`` builds one module, ``fill`` turns a context into the full analysis
+    prompt. Raises :class:`ConfigError` naming ``where`` when even the most compact prompt is longer.
     """
-    from envengineer.context import resolve_context
-
-    resolved, _ = resolve_context(spec)
     options = {name: dict(opts) for name, opts in resolved}
-    make = lambda name: registry.create("context_module", name, options[name], where=f"context.options.{name}")  # noqa: E731
+    make = lambda name: make_module(name, options[name])  # noqa: E731
     modules = [(name, options[name], make(name)) for name, _ in resolved]
 
     def compose(dropped: set[str], note: str) -> str:

@@ -98,7 +98,7 @@ def build_request(
     With an ``engineer`` that sets ``max_prompt_tokens``, the context is shortened to fit
     (:func:`envengineer.budget.fit_prompt`; ``request.budget`` records the cuts); a budget
     the prompt cannot fit raises :class:`~envengineer.errors.ConfigError` naming the option."""
-    from envengineer.context import compose_context
+    from envengineer.context import compose_context, resolve_context
 
     generator = evidence.task
     if current_config is None:
@@ -114,8 +114,9 @@ def build_request(
         paths = DesignRequest(evidence=evidence, context=context, prompt=prompt, current_config=current_config, generator=generator,
                               policy_path=policy_path, base_policy_path=base_policy_path, chat_template_kwargs=chat_template_kwargs, seed=seed)
         counter, count = engineer.prompt_token_counter(paths)
+        resolved, _ = resolve_context(spec)
         context, prompt, record = fit_prompt(
-            registry, spec, evidence, lambda text: analysis_prompt(evidence, text, current_config, template), limit, count, counter,
+            resolved, lambda name, options: registry.create("context_module", name, options, where=f"context.options.{name}"), evidence, lambda text: analysis_prompt(evidence, text, current_config, template), limit, count, counter,
             where=f"engineer.{engineer.name}.max_prompt_tokens",
         )
         budget = record.to_dict()

@@ -123,7 +123,7 @@ def test_options_are_checked_where_the_config_loads(registry, tmp_path):
         registry.create("policy", "vllm", {"path": "x", "enable_thinking": False}, where="policy.vllm")
     with pytest.raises(ConfigError, match=r"policy\.vllm\.gpu_memory_utilization"):
         registry.create("policy", "vllm", {"path": "x", "gpu_memory_utilization": 1.5}, where="policy.vllm")
-    with pytest.raises(ConfigError, match=r"policy\.vllm\.path: a model directory is required"):
+    with pytest.raises(ConfigError, match=r"policy\.vllm\.path: a model directory or a model name is required"):
         registry.create("policy", "vllm", {}).sample(["abc"])
     with pytest.raises(ConfigError, match=r"policy\.vllm\.path: .* does not exist"):
         registry.create("policy", "vllm", {"path": str(tmp_path / "missing")}).sample(["abc"])

@@ -16,7 +16,8 @@ Changing the batch (dropping rows, a prompt once for its samples) keeps every ro
 only where a row's result does not depend on its batch. Measured on torch 2.13's CPU kernels:
 float32 matmuls give the same rows from 4 rows up on one thread and from 12 on two (MKL's
 small-``M`` kernels differ below), so a batch is never shrunk below :func:`fewest_rows` rows
-(finished rows fill it up: 8 on one thread, 32 on more); and on several threads
+(finished rows fill it up: 32 on any thread count; a one-thread floor of 8, exact on the AVX-512
+machine it was measured on, gave other rows on CI's machine); and on several threads
 ``scaled_dot_product_attention`` gives a row's last bits by the thread that computes it (the first thread's rows match one thread's,
 the others' do not; the kernel gives each thread its own scratch buffer), while ATen hands
 each thread an equal run of the batch's rows × heads. So a shrunk batch keeps every row on
@@ -42,12 +43,12 @@ from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
 
-#: Fewest rows a batch is shrunk to on several threads (measured: MKL's float32 matmul gives
-#: different row results below 12 rows on two threads; 32 leaves a margin).
+#: Fewest rows a batch is shrunk to (measured on one machine: MKL's float32 matmul gives different
+#: row results below 4 rows on one thread and below 12 on two; 32 leaves a margin). Where the rows
+#: start to agree depends on the CPU's kernels: a one-thread floor of 8 (about 12% fewer CPU seconds
+#: in GRPO's 64-row rollouts there) gave rows other than generate's on another machine, so no
+#: thread count goes below 32.
 MIN_ROWS = 32
-#: The same on one thread (measured: different row results below 4 rows, on every Linear shape of
-#: the tiny policy; 8 leaves a margin and made GRPO's 64-row rollouts ~12% faster than 32).
-MIN_ROWS_ONE_THREAD = 8
 #: Shrink the cache when at most this share of its rows is still generating (a shrink
 #: copies the cache once; every step over finished rows costs their arithmetic).
 SHRINK_AT = 0.75
@@ -65,7 +66,7 @@ class FastSamplerFallback(UserWarning):
 
 def fewest_rows(threads: int) -> int:
     """Fewest rows :func:`fast_generate` shrinks a batch to on ``threads`` torch threads."""
-    return MIN_ROWS_ONE_THREAD if threads == 1 else MIN_ROWS
+    return MIN_ROWS
 
 
 def unsupported_reason(model: Any) -> str | None:
@@ -350,7 +351,7 @@ def float_path(model: Any) -> tuple:
     """What decides whether :func:`fast_generate`'s floats equal ``generate``'s on ``model``: the
     code (torch and transformers releases), the model's class and architecture (its config, less
     its name and the release that wrote it), dtype and device, and torch's thread count (which
-    rows share a thread). Two checkpoints of one architecture share it: weights change values,
+    rows share a thread) and the CPU kernels torch dispatches to (its CPU capability). Two checkpoints of one architecture share it: weights change values,
     not which kernels run on which shapes."""
     import torch
     import transformers
@@ -360,7 +361,7 @@ def float_path(model: Any) -> tuple:
         config.pop(key, None)
     architecture = json.dumps(config, sort_keys=True, default=str)
     return (torch.__version__, transformers.__version__, f"{type(model).__module__}.{type(model).__qualname__}",
-            architecture, str(model.dtype), model.device.type, torch.get_num_threads())
+            architecture, str(model.dtype), model.device.type, torch.get_num_threads(), torch.backends.cpu.get_cpu_capability())
 
 
 def _check_rows(attention_mask: Any, k: int) -> list[int]:
