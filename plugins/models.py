@@ -3,7 +3,8 @@
 Wherever a Hugging Face model directory is accepted (``policy.transformers.path``, the
 ``checkpoint``/``base`` engineers' ``model_path``, the ``trl`` trainer's starting policy,
 ``envengineer plan``), a name from :data:`MODELS` is accepted too. Its first use converts the
-weights its package ships into an ordinary model folder under ``$ENVENGINEER_CACHE/models/NAME``
+weights its package ships into an ordinary model folder under :func:`models_root` ``/NAME``
+(``$ENVENGINEER_MODELS``, else ``$ENVENGINEER_CACHE/models``)
 (``model.safetensors``, tokenizer with its chat template, ``generation_config.json``) and
 records the sha256 of the source file and of every file written in ``envengineer-model.json``;
 later uses check that record against the installed package and load the folder. Nothing is
@@ -53,8 +54,8 @@ class PackagedModel:
 
     # -- where -------------------------------------------------------------------
     def folder(self, cache: str | Path | None = None) -> Path:
-        """Where the converted model folder lives."""
-        root = Path(cache) if cache is not None else cache_root() / "models"
+        """Where the converted model folder lives (``cache``: a models root other than :func:`models_root`)."""
+        root = Path(cache) if cache is not None else models_root()
         return root / self.name
 
     def source(self) -> Path:
@@ -99,9 +100,8 @@ class PackagedModel:
     def convert(self, source: Path, folder: Path, progress: Any = None) -> Path:
         """Convert ``source`` (GGUF) into ``folder``, written next to it and renamed into place."""
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-
         from envengineer.plugins.policies.transformers_policy import quiet_hf
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
@@ -151,6 +151,12 @@ class PackagedModel:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return folder
+
+
+def models_root() -> Path:
+    """Where converted models live: ``$ENVENGINEER_MODELS``, else ``models`` in the cache (``$ENVENGINEER_CACHE``)."""
+    root = os.environ.get("ENVENGINEER_MODELS")
+    return Path(root) if root else cache_root() / "models"
 
 
 #: The models known by name. A name here is accepted wherever a model directory is.

@@ -1,4 +1,5 @@
-"""``envengineer serve MODEL``: an OpenAI-compatible server for a model folder or a model name.
+"""``envengineer serve MODEL``: an OpenAI-compatible server for a model folder or a model name;
+``envengineer models [NAME]``: the models known by name, or one made into its folder now.
 
 The model is resolved as everywhere else (``envengineer.plugins.models.resolve_model``: a
 folder as given, or a name such as ``smollm2-135m-instruct`` converted into the cache on first
@@ -53,6 +54,51 @@ def register(cli: Any) -> None:
         os.execvp(argv[0], argv)
 
 
+def models_table() -> Any:
+    """A rich table of :data:`envengineer.plugins.models.MODELS`: package, folder, license."""
+    import importlib.metadata
+
+    from rich.table import Table
+
+    from envengineer.plugins.models import MODELS, model_record
+
+    table = Table(title="models by name (accepted wherever a model folder is)")
+    for column in ("name", "package", "folder", "license", "what"):
+        table.add_column(column, overflow="fold")
+    for name, model in MODELS.items():
+        try:
+            package = f"{model.distribution} {importlib.metadata.version(model.distribution)}"
+        except importlib.metadata.PackageNotFoundError:
+            package = f"not installed: {model.install}"
+        folder = model.folder()
+        record = model_record(folder) if folder.is_dir() else None
+        where = f"{folder}" if record else f"{folder} (made on first use)"
+        table.add_row(name, package, where, model.license, model.description)
+    return table
+
+
+def register_models(cli: Any) -> None:
+    import typer
+
+    @cli.command("models")
+    def models(
+        name: str = typer.Argument(None, help="a model name: make its folder now (if needed) and print its path"),
+    ) -> None:
+        """The models known by name (`smollm2-135m-instruct`), or one model's folder, converted on first use."""
+        from rich.console import Console
+
+        from envengineer.errors import ConfigError
+        from envengineer.plugins.models import MODELS, resolve_model
+
+        if name is None:
+            Console().print(models_table())
+            return
+        if name not in MODELS:
+            raise ConfigError(f"models: unknown model name {name!r}; known: {', '.join(MODELS)}")
+        print(resolve_model(name))
+
+
 @hookimpl
 def register_commands(cli):
     register(cli)  # envengineer serve
+    register_models(cli)  # envengineer models

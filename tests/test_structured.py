@@ -11,10 +11,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from envengineer.contract import DesignRequest, EngineerReply
 from envengineer.design import design
-from envengineer.structured import StructuredReply, config_schema, reply_schema, reply_text
+from envengineer.structured import (
+    StructuredReply,
+    config_schema,
+    reply_schema,
+    reply_text,
+)
 
 KEY = "sk-test-SECRET-structured-1234"
 
@@ -83,7 +87,7 @@ def test_a_task_without_knobs_is_an_error_naming_it():
     class NoKnobs:
         name, knobs, knob_table = "bare", (), None
 
-        class config_model:  # noqa: N801
+        class config_model:
             @staticmethod
             def model_json_schema():
                 return {"type": "object", "properties": {}}
@@ -273,24 +277,13 @@ def test_vllm_child_sends_structured_outputs(registry, gridwalk, tiny_models, mo
     assert outcome.fallback and "structured reply" in outcome.reason
 
 
-def test_smollm2_structured_step_is_applied(registry, gridwalk, tmp_path, monkeypatch):
+def test_smollm2_structured_step_is_applied(registry, gridwalk, tmp_path, monkeypatch, smollm2_folder):
     """One real design step: SmolLM2-135M-Instruct on CPU, free analysis, then the block forced by xgrammar."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     pytest.importorskip("xgrammar")
     import torch
 
-    from envengineer.plugins.models import resolve_model
-
-    # an already converted model (EE_SMOLLM2_CACHE, or /tmp/eecache where it exists) saves the conversion;
-    # otherwise resolve_model converts it into the tests' own cache
-    cache = os.environ.get("EE_SMOLLM2_CACHE") or ("/tmp/eecache" if Path("/tmp/eecache/models/smollm2-135m-instruct").is_dir() else None)
-    if cache:
-        monkeypatch.setenv("ENVENGINEER_CACHE", cache)
-    try:
-        resolve_model("smollm2-135m-instruct")
-    except Exception as exc:  # noqa: BLE001 - the model's wheel is not installed here
-        pytest.skip(f"smollm2-135m-instruct unavailable: {exc}")
     torch.set_num_threads(1)
     current = gridwalk.default_config()
     prompt = (
@@ -308,4 +301,3 @@ def test_smollm2_structured_step_is_applied(registry, gridwalk, tmp_path, monkey
     assert outcome.projection.accepted
     call = json.loads((tmp_path / "calls.jsonl").read_text().splitlines()[0])
     assert call["structured"].startswith("fenced block grammar") and call["usage"]["completion_tokens"] <= 32 + 200
-    assert seconds < 120

@@ -148,7 +148,8 @@ def test_pretrain_comes_from_the_policies_plugin():
     fresh = typer.Typer()
     create_plugin_manager(entry_points=False, environ={}).hook.register_commands(cli=fresh)
     registered = {info.callback.__name__: info.callback.__module__ for info in fresh.registered_commands}
-    assert registered == {"pretrain": "envengineer.plugins.policies.cli", "serve": "envengineer.plugins.serve"}
+    assert registered == {"pretrain": "envengineer.plugins.policies.cli", "serve": "envengineer.plugins.serve",
+                          "models": "envengineer.plugins.serve"}
 
 
 def test_plugin_commands_are_added_and_clashes_or_failures_reported(monkeypatch, capsys):
