@@ -127,6 +127,42 @@ def config_schema(generator: Any, current: Any = None) -> dict[str, Any]:
     return _closed({table: _closed({g: group_schema for g in groups}, f"one entry per group of {table}")})
 
 
+#: Fractional digits xgrammar's JSON-schema grammar allows a number with ``minimum`` and ``maximum`` (0.2.x:
+#: ``0.``, then at most six digits; no exponent). ``tests/test_structured.py`` checks it against xgrammar itself.
+BOUNDED_NUMBER_FRACTION_DIGITS = 6
+
+
+def _longest_value(node: dict[str, Any]) -> int:
+    """Bytes of the longest JSON text the grammar lets ``node`` (a :func:`config_schema` node) take,
+    written without optional whitespace (``", "`` and ``": "`` between items, as xgrammar's
+    ``any_whitespace=False``)."""
+    kind = node.get("type")
+    if kind == "object":
+        props = node.get("properties") or {}
+        if node.get("additionalProperties") is not False or set(node.get("required") or ()) != set(props):
+            raise ValueError("an object that is not closed with every property required has no longest form")
+        items = [max(len(json.dumps(k).encode()), len(json.dumps(k, ensure_ascii=False).encode())) + 2 + _longest_value(v)
+                 for k, v in props.items()]
+        return 2 + sum(items) + 2 * max(0, len(items) - 1)
+    if kind in ("integer", "number"):
+        low, high = node.get("minimum"), node.get("maximum")
+        if low is None or high is None:
+            raise ValueError(f"an unbounded {kind} has no longest form")
+        if kind == "integer":
+            return max(len(str(int(low))), len(str(int(high))))
+        whole = len(str(int(max(abs(float(low)), abs(float(high))))))
+        return (1 if float(low) < 0 else 0) + whole + 1 + BOUNDED_NUMBER_FRACTION_DIGITS
+    raise ValueError(f"a {kind!r} value has no longest form here")
+
+
+def block_token_limit(schema: dict[str, Any]) -> int:
+    """Enough new tokens for any block the grammar of ``schema`` (a :func:`config_schema`) allows: the
+    longest such block in bytes (a token the grammar lets through is at least one byte), plus one for
+    the end-of-sequence token. A forced block given this many tokens always closes, however many
+    groups and knobs the task has; raises ``ValueError`` for a schema with no longest form."""
+    return _longest_value(schema) + 1
+
+
 def reply_schema(generator: Any, current: Any = None) -> dict[str, Any]:
     """The whole reply's JSON schema: ``{"analysis": str, "config": <config_schema>}``."""
     return _closed({"analysis": {"type": "string", "description": ANALYSIS_DESCRIPTION}, "config": config_schema(generator, current)})

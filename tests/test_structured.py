@@ -14,7 +14,9 @@ import yaml
 from envengineer.contract import DesignRequest, EngineerReply
 from envengineer.design import design
 from envengineer.structured import (
+    BOUNDED_NUMBER_FRACTION_DIGITS,
     StructuredReply,
+    block_token_limit,
     config_schema,
     reply_schema,
     reply_text,
@@ -256,6 +258,65 @@ def test_structured_is_off_by_default(registry, gridwalk, fake_llm, monkeypatch)
     assert "response_format" not in fake_llm.requests[0]["body"]
 
 
+# ------------------------------------------------ the forced block's token limit
+
+TASKS = [("mapf-frozenlake", {"agents": 2}), ("grid-walk", {}), ("reasoning-gym", {"datasets": ["chain_sum"]})]
+
+
+def _longest_instance(node):
+    """A JSON text of ``node`` as long as the grammar allows: every number with the most fractional digits."""
+    if node["type"] == "object":
+        return "{" + ", ".join(f"{json.dumps(k)}: {_longest_instance(v)}" for k, v in node["properties"].items()) + "}"
+    low, high = node["minimum"], node["maximum"]
+    if node["type"] == "integer":
+        return max(str(low), str(high), key=len)
+    digits = "123456789"[:BOUNDED_NUMBER_FRACTION_DIGITS]
+    value = f"{max(int(low), int(high) - 1)}.{digits}"
+    assert low <= float(value) <= high  # our knobs' bounds: a value with every digit lies inside
+    return value
+
+
+def _matcher(schema):
+    xgrammar = pytest.importorskip("xgrammar")
+    compiled = xgrammar.GrammarCompiler(xgrammar.TokenizerInfo(["a"]), max_threads=1).compile_json_schema(
+        json.dumps(schema), any_whitespace=False)  # as checkpoint._forced_block compiles it
+    return xgrammar.GrammarMatcher(compiled, terminate_without_stop_token=True)
+
+
+@pytest.mark.parametrize("task, options", TASKS)
+def test_the_block_limit_fits_the_longest_block_the_grammar_allows(task, options, registry):
+    """The forced block gets block_token_limit(schema) new tokens: the longest block xgrammar accepts under
+    the task's schema is exactly that many bytes less the end-of-sequence token (a token is at least a byte),
+    so no forced block is ever cut, with 8 groups x 3 knobs (mapf) as with one dataset (reasoning-gym)."""
+    generator, _ = registry.task(task, options)
+    schema = config_schema(generator, generator.default_config())
+    longest = _longest_instance(schema)
+    matcher = _matcher(schema)
+    assert matcher.accept_string(longest) and matcher.is_terminated()
+    assert not matcher.accept_string("0")  # nothing can follow it
+    assert len(longest.encode()) + 1 == block_token_limit(schema)
+    assert yaml.safe_load(longest) == json.loads(longest)  # the block as the design step parses it
+
+
+def test_xgrammar_bounds_the_fraction_digits_the_limit_counts():
+    """The limit counts BOUNDED_NUMBER_FRACTION_DIGITS fractional digits and no exponent for a bounded number:
+    xgrammar refuses one digit more (if a new xgrammar allowed more, this fails before a block is cut)."""
+    number = {"type": "number", "minimum": 0.02, "maximum": 1.0}
+    assert _matcher(number).accept_string("0." + "3" * BOUNDED_NUMBER_FRACTION_DIGITS)
+    assert not _matcher(number).accept_string("0." + "3" * (BOUNDED_NUMBER_FRACTION_DIGITS + 1))
+    assert not _matcher(number).accept_string("5e-1")
+    assert block_token_limit(number) == len("0.") + BOUNDED_NUMBER_FRACTION_DIGITS + 1
+    assert block_token_limit({"type": "number", "minimum": -2.5, "maximum": 1000.0}) == len("-1000.") + BOUNDED_NUMBER_FRACTION_DIGITS + 1
+    assert block_token_limit({"type": "integer", "minimum": -40, "maximum": 7}) == len("-40") + 1
+
+
+def test_a_schema_without_a_longest_form_is_refused():
+    with pytest.raises(ValueError, match="unbounded"):
+        block_token_limit({"type": "number", "minimum": 0})
+    with pytest.raises(ValueError, match="not closed"):
+        block_token_limit({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 1}}, "required": []})
+
+
 # ------------------------------------------------------- checkpoint engineer
 
 
@@ -291,8 +352,9 @@ def test_smollm2_structured_step_is_applied(registry, gridwalk, tmp_path, monkey
         "and size (grid side). The policy fails on k9 and k10 and solves k3-k5. Current config:\n```yaml\n"
         + yaml.safe_dump(current.model_dump()) + "```\nIn one sentence say what to change, then give the new config in a fenced YAML block."
     )
+    # max_new_tokens 1: the forced block is bounded by the schema's longest block, never by max_new_tokens
     engineer = registry.create("engineer", "base", {"model_path": "smollm2-135m-instruct", "backend": "transformers", "structured": True,
-                                                    "analysis_tokens": 32, "max_new_tokens": 200, "temperature": 0.0})
+                                                    "analysis_tokens": 32, "max_new_tokens": 1, "temperature": 0.0})
     started = time.monotonic()
     outcome = design(engineer, _request(gridwalk, prompt), out_dir=tmp_path, reask=0, summarize=False)
     seconds = time.monotonic() - started
@@ -300,4 +362,6 @@ def test_smollm2_structured_step_is_applied(registry, gridwalk, tmp_path, monkey
     assert not outcome.fallback, outcome.reason
     assert outcome.projection.accepted
     call = json.loads((tmp_path / "calls.jsonl").read_text().splitlines()[0])
-    assert call["structured"].startswith("fenced block grammar") and call["usage"]["completion_tokens"] <= 32 + 200
+    usage = call["usage"]
+    assert call["structured"].startswith("fenced block grammar") and usage["block_token_limit"] == block_token_limit(config_schema(gridwalk, current))
+    assert 1 < usage["block_tokens"] < usage["block_token_limit"] and usage["completion_tokens"] == usage["analysis_tokens"] + usage["block_tokens"]

@@ -51,7 +51,8 @@ class CheckpointOptions(ChildLimits, PromptBudgetOptions):
         "StructuredOutputsParams); false: free text ending in a YAML block (the paper's)",
     )
     analysis_tokens: int = Field(256, ge=0, description="structured, transformers: most tokens of free analysis before the forced block "
-                                 "(the block then gets max_new_tokens)")
+                                 "(the block then gets as many tokens as the longest block the config schema allows, so it is never "
+                                 "cut; max_new_tokens does not bound it)")
 
     _retired = retired_options(
         enable_thinking="the chat-template options are the policy's (policy.<name>.chat_template_kwargs), "
@@ -256,10 +257,14 @@ BLOCK_OPEN, BLOCK_CLOSE = "\n\n```yaml\n", "\n```\n"
 def _forced_block(model: Any, tokenizer: Any, text: str, inputs: Any, schema: dict[str, Any], o: CheckpointOptions,
                   special: bool, device: str) -> tuple[str, dict[str, int]]:
     """Free analysis (at most ``analysis_tokens``, ended early by a fence), then the fenced block decoded
-    under ``schema`` by an xgrammar grammar: the block is JSON (which YAML parses) that the schema allows."""
+    under ``schema`` by an xgrammar grammar: the block is JSON (which YAML parses) that the schema allows,
+    given :func:`envengineer.structured.block_token_limit` new tokens (the longest block the grammar
+    allows), so it always closes."""
     import json
 
     import torch
+
+    from envengineer.structured import block_token_limit
 
     try:
         import xgrammar
@@ -276,14 +281,21 @@ def _forced_block(model: Any, tokenizer: Any, text: str, inputs: Any, schema: di
         analysis = tokenizer.decode(new, skip_special_tokens=True).split("```", 1)[0].rstrip()
     info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=model.config.vocab_size)
     compiled = xgrammar.GrammarCompiler(info, max_threads=1).compile_json_schema(json.dumps(schema), any_whitespace=False)
+    # the block is never cut: it gets the tokens of the longest block the grammar allows (not max_new_tokens)
+    block_limit = block_token_limit(schema)
     head = text + analysis + BLOCK_OPEN
     forced = tokenizer(head, return_tensors="pt", add_special_tokens=special).to(device)
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit and forced["input_ids"].shape[1] + block_limit > limit:
+        keep = max(1, limit - block_limit)
+        forced = {k: v[:, -keep:] for k, v in forced.items()}  # keep the end, as for the analysis
     with torch.no_grad():
-        out = model.generate(**forced, max_new_tokens=o.max_new_tokens, logits_processor=[LogitsProcessor(compiled)], **_sampling(o, tokenizer))
+        out = model.generate(**forced, max_new_tokens=block_limit, logits_processor=[LogitsProcessor(compiled)], **_sampling(o, tokenizer))
     new = out[0, forced["input_ids"].shape[1]:]
     block = tokenizer.decode(new, skip_special_tokens=True).strip()
     reply = f"{analysis}{BLOCK_OPEN}{block}{BLOCK_CLOSE}".lstrip()
-    return reply, {"prompt_tokens": prompt_tokens, "completion_tokens": spent + int(new.shape[0])}
+    return reply, {"prompt_tokens": prompt_tokens, "completion_tokens": spent + int(new.shape[0]), "analysis_tokens": spent,
+                   "block_tokens": int(new.shape[0]), "block_token_limit": block_limit}
 
 
 def _free() -> None:
