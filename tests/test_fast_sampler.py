@@ -1,6 +1,7 @@
-"""The fast sampler gives ``generate``'s tokens: on the shipped tiny base and on random Qwen3s of
-other shapes, greedy and sampled, ragged prompts, rows stopping early, the ``max_new_tokens``
-cap; its self-check falls back to ``generate`` (one warning) when it is made to differ."""
+"""The fast sampler gives ``generate``'s tokens: on the shipped tiny base, on random Qwen3s and Llamas of
+other shapes and on SmolLM2-135M-Instruct (a Llama), greedy and sampled, ragged prompts, rows stopping
+early, the ``max_new_tokens`` cap; its self-check falls back to ``generate`` (one warning) when it is
+made to differ."""
 
 import warnings
 from pathlib import Path
@@ -178,6 +179,62 @@ def test_random_qwen3_greedy_and_sampled_match_generate(shape, one_thread):
         assert torch.equal(got, expected) and same_rng
 
 
+def random_llama(heads, kv_heads, head_dim, *, hidden=64, layers=2, ffn=128, seed=0, attention_bias=False, mlp_bias=False,
+                 tied=True):
+    """A random Llama over the tiny policy's character tokenizer (as :func:`random_qwen3`: no q/k norm)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = tiny.build_tokenizer()
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=256,
+        tie_word_embeddings=tied, initializer_range=0.3, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id, attn_implementation="sdpa",
+        attention_bias=attention_bias, mlp_bias=mlp_bias, rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+    )
+    return LlamaForCausalLM(config).eval(), tokenizer
+
+
+# (heads, kv heads, head dim, attention bias, mlp bias, tied embeddings); SmolLM2-135M's ratio 9 / 3 among them
+LLAMA_SHAPES = [(4, 2, 16, False, False, True), (9, 3, 8, False, False, True), (4, 4, 16, True, True, False),
+                (4, 1, 32, False, False, True)]
+
+
+@pytest.mark.parametrize("shape", LLAMA_SHAPES, ids=lambda s: "h{}-kv{}-d{}{}{}{}".format(
+    *s[:3], "-attn-bias" if s[3] else "", "-mlp-bias" if s[4] else "", "" if s[5] else "-untied"))
+def test_random_llama_greedy_and_sampled_match_generate(shape, one_thread):
+    heads, kv_heads, head_dim, attention_bias, mlp_bias, tied = shape
+    model, tokenizer = random_llama(heads, kv_heads, head_dim, hidden=heads * head_dim, attention_bias=attention_bias,
+                                    mlp_bias=mlp_bias, tied=tied)
+    assert fast_sampler.unsupported_reason(model) is None
+    ids, mask = batch_of(tokenizer, PROMPTS)
+    pad = tokenizer.pad_token_id
+    eos = ragged_eos(model, ids, mask, pad)
+    greedy = {**GREEDY, "max_new_tokens": 40, "pad_token_id": pad, "eos_token_id": eos}
+    expected, got, _ = both(model, ids, mask, **greedy)
+    assert torch.equal(got, expected)
+    assert len(set(stop_lengths(expected, ids.shape[1], pad, set(eos)))) > 3
+    for seed in (0, 1):
+        settings = {**sampled(4, temperature=1.0), "max_new_tokens": 40, "pad_token_id": pad, "eos_token_id": eos}
+        expected, got, same_rng = both(model, ids[::3], mask[::3], seed=seed, **settings)
+        assert torch.equal(got, expected) and same_rng
+
+
+def test_unsupported_llamas_and_other_classes_are_named():
+    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+
+    model, _ = random_llama(4, 2, 16)
+    assert fast_sampler.unsupported_reason(model) is None
+    scaled = LlamaForCausalLM(LlamaConfig(**{**model.config.to_dict(), "rope_parameters": {
+        "rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}})).eval()
+    assert "rope type" in fast_sampler.unsupported_reason(scaled)
+    assert "training" in fast_sampler.unsupported_reason(random_llama(4, 2, 16)[0].train())
+    mistral = MistralForCausalLM(MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                               num_attention_heads=4, num_key_value_heads=2, attn_implementation="sdpa"))
+    assert "not one of" in fast_sampler.unsupported_reason(mistral.eval())
+
+
 def logits_rows(model, ids, mask, settings):
     """Each step's logits rows (lm_head outputs) of generate, then of the fast sampler, same seed."""
     calls: list = []
@@ -248,6 +305,15 @@ def test_an_odd_batch_on_two_threads_keeps_generates_layout():
         torch.set_num_threads(before)
     assert [c.shape for c in calls] == [r.shape for r in reference]
     assert all(torch.equal(c, r) for c, r in zip(calls, reference))
+
+
+def test_every_logits_row_is_generates_bit_for_bit_on_a_random_llama(threads):
+    model, tokenizer = random_llama(6, 2, 16, hidden=96)
+    ids, mask = batch_of(tokenizer, PROMPTS)
+    pad = tokenizer.pad_token_id
+    settings = {**sampled(2, temperature=1.0), "max_new_tokens": 30, "pad_token_id": pad,
+                "eos_token_id": ragged_eos(model, ids, mask, pad)}
+    assert_rows_bit_for_bit(*logits_rows(model, ids, mask, settings))
 
 
 def test_a_shrunk_batch_keeps_each_row_on_its_thread():
@@ -401,6 +467,56 @@ def test_unsupported_settings_use_generate_or_fail_when_forced(shipped):
         fast_sampler.generate(model, ids, mask, mode=True, **settings)
     assert fast_sampler.unsupported_reason(model) is None
     assert "dtype" in fast_sampler.unsupported_reason(random_qwen3(4, 2, 16)[0].to(torch.bfloat16))
+
+
+# --------------------------------------------------------------------------- SmolLM2-135M-Instruct (a Llama)
+
+SMOLLM2_QUESTIONS = ["What is 2+2?", "Name a colour.", "Write a haiku about the sea.", "Hi",
+                     "Explain gravity in one sentence.", "List three fruits:", "Translate 'cat' to French.", "Count to five."]
+
+
+@pytest.fixture(scope="module")
+def smollm2(smollm2_folder):
+    """SmolLM2-135M-Instruct as the transformers policy loads it (float32 on the CPU), and 8 chat prompts (a short
+    system turn instead of the template's default one: shorter prompts, a shorter test)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_folder)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(smollm2_folder, dtype=torch.float32).eval()
+    prompts = [tokenizer.apply_chat_template([{"role": "system", "content": "Be brief."}, {"role": "user", "content": q}],
+                                             tokenize=False, add_generation_prompt=True) for q in SMOLLM2_QUESTIONS]
+    return model, tokenizer, prompts
+
+
+def test_smollm2_samples_generates_tokens_after_its_self_check(smollm2, one_thread, fresh_paths):
+    """The real Llama: the self-check (greedy and 4 × 8 sampled, 16 new tokens) passes, and calls give generate's tokens."""
+    model, tokenizer, prompts = smollm2
+    assert type(model).__name__ == "LlamaForCausalLM" and fast_sampler.unsupported_reason(model) is None
+    ids, mask = batch_of(tokenizer, prompts[:4])
+    assert len(set(mask.sum(-1).tolist())) > 2  # ragged
+    common = {"max_new_tokens": 16, "pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
+    for settings in ({**GREEDY, **common}, {**sampled(2), **common}):
+        torch.manual_seed(3)
+        with torch.inference_mode():
+            expected = model.generate(input_ids=ids, attention_mask=mask, **settings)
+        torch.manual_seed(3)
+        got = fast_sampler.generate(model, ids, mask, mode=True, **settings)  # the first call runs the self-check
+        assert torch.equal(got, expected)
+    assert fast_sampler._decisions[model] is True
+    assert any(tokenizer.eos_token_id in row for row in expected[:, ids.shape[1]:].tolist())  # some row stopped
+
+
+def test_every_logits_row_is_generates_bit_for_bit_on_smollm2(smollm2, one_thread):
+    """8 prompts × 8 samples, rows stopping early (three frequent tokens as eos): the batch shrinks to the
+    32-row floor and every row computed is generate's, bit for bit."""
+    model, tokenizer, prompts = smollm2
+    ids, mask = batch_of(tokenizer, prompts)
+    settings = {**sampled(8, temperature=1.0), "max_new_tokens": 16, "pad_token_id": tokenizer.pad_token_id,
+                "eos_token_id": [tokenizer.encode(t)[0] for t in (".", ",", " the")] + [tokenizer.eos_token_id]}
+    reference, calls = logits_rows(model, ids, mask, settings)
+    assert min(call.shape[0] for call in calls) == fast_sampler.fewest_rows(1)
+    assert_rows_bit_for_bit(reference, calls)
 
 
 # --------------------------------------------------------------------------- the policy

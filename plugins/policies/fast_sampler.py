@@ -1,11 +1,13 @@
-"""``generate``'s tokens for small Qwen3 models on CPU, without ``generate``'s per-step overhead.
+"""``generate``'s tokens for small Qwen3 and Llama models on CPU, without ``generate``'s per-step overhead.
 
 On the CPU a ~1 M-parameter model spends most of ``model.generate`` in overhead, not
 arithmetic: ~1,200 torch ops per decoding step, a KV cache grown by ``torch.cat`` and
 widened by ``repeat_kv`` every step, finished rows that keep computing and a prompt
 recomputed for each of its ``n`` samples. :func:`fast_generate` issues the same float
-operations as transformers' Qwen3 (the model's own RMSNorm, MLP, rotary and projection
-modules; ``scaled_dot_product_attention`` with the same mask decisions; the logits
+operations as transformers' Qwen3 and Llama (``Qwen3ForCausalLM``, ``LlamaForCausalLM``: the same
+decoder layer but for Qwen3's RMSNorm over each query and key head; the model's own RMSNorm, MLP,
+rotary and projection modules, biases included; ``scaled_dot_product_attention`` with the same mask
+decisions; the logits
 processors ``generate`` builds) on a preallocated cache, computes a prompt once for its
 samples, drops finished rows, and draws the random numbers exactly as ``generate`` does
 (``torch.multinomial`` over the whole ``batch × n`` rows each step, finished rows included).
@@ -15,7 +17,8 @@ by the new tokens, finished rows padded with ``pad_token_id``.
 Changing the batch (dropping rows, a prompt once for its samples) keeps every row's floats
 only where a row's result does not depend on its batch. Measured on torch 2.13's CPU kernels:
 float32 matmuls give the same rows from 4 rows up on one thread and from 12 on two (MKL's
-small-``M`` kernels differ below), so a batch is never shrunk below :func:`fewest_rows` rows
+small-``M`` kernels differ below; the same thresholds for the tiny policy's shapes and for every
+Linear shape of SmolLM2-135M, up to its 49,152 × 576 head), so a batch is never shrunk below :func:`fewest_rows` rows
 (finished rows fill it up: 32 on any thread count; a one-thread floor of 8, exact on the AVX-512
 machine it was measured on, gave other rows on CI's machine); and on several threads
 ``scaled_dot_product_attention`` gives a row's last bits by the thread that computes it (the first thread's rows match one thread's,
@@ -69,15 +72,21 @@ def fewest_rows(threads: int) -> int:
     return MIN_ROWS
 
 
+#: The model classes :func:`fast_generate` reproduces (by module and name: their decoder layers are
+#: Llama's, Qwen3's adds an RMSNorm over each query and key head; both use the model's own modules).
+SUPPORTED = ("Qwen3ForCausalLM", "LlamaForCausalLM")
+
+
 def unsupported_reason(model: Any) -> str | None:
     """Why ``model`` cannot use the fast sampler (``None``: it can)."""
     try:
         import torch
-        from transformers import Qwen3ForCausalLM
+        import transformers
     except Exception as exc:  # pragma: no cover - transformers is a dependency of this policy
-        return f"transformers has no Qwen3 ({exc})"
-    if not isinstance(model, Qwen3ForCausalLM):
-        return f"{type(model).__name__} is not Qwen3ForCausalLM"
+        return f"transformers is not importable ({exc})"
+    classes = tuple(getattr(transformers, name) for name in SUPPORTED if hasattr(transformers, name))
+    if type(model) not in classes:  # the classes themselves: a subclass may compute otherwise
+        return f"{type(model).__name__} is not one of {', '.join(SUPPORTED)}"
     config = model.config
     if model.device.type != "cpu":
         return f"device {model.device.type} (the fast sampler is for the CPU)"
@@ -85,10 +94,13 @@ def unsupported_reason(model: Any) -> str | None:
         return f"dtype {model.dtype} (float32 only)"
     if getattr(config, "_attn_implementation", None) != "sdpa":
         return f"attention {config._attn_implementation!r} (sdpa only)"
-    if any(t != "full_attention" for t in config.layer_types[: config.num_hidden_layers]):
+    layer_types = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
+    if any(t != "full_attention" for t in layer_types[: config.num_hidden_layers]):
         return "sliding-window layers"
     if (config.rope_parameters or {}).get("rope_type", "default") != "default":
         return f"rope type {config.rope_parameters.get('rope_type')!r}"
+    if getattr(config, "pretraining_tp", 1) not in (None, 1):
+        return f"pretraining_tp {config.pretraining_tp}"
     if model.training:
         return "the model is in training mode"
     if not getattr(config, "is_causal", True):
@@ -168,16 +180,17 @@ def fast_generate(model: Any, input_ids: Any, attention_mask: Any, *, max_new_to
 
 def _attention(attn: Any, x: Any, cos: Any, sin: Any, keys: Any, values: Any, start: int, mask: Any, is_causal: bool,
                expand: int) -> Any:
-    """Qwen3Attention.forward's float ops on a preallocated cache: rows ``× expand`` are written at
+    """Qwen3Attention.forward's (LlamaAttention.forward's: no q/k norm) float ops on a preallocated cache: rows ``× expand`` are written at
     ``start`` (a prompt computed once for its samples), attention reads the cache up to the new end."""
     from torch.nn.functional import scaled_dot_product_attention
-    from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
 
     shape = (*x.shape[:-1], -1, attn.head_dim)
-    q = attn.q_norm(attn.q_proj(x).view(shape)).transpose(1, 2)
-    k = attn.k_norm(attn.k_proj(x).view(shape)).transpose(1, 2)
+    q, k = attn.q_proj(x).view(shape), attn.k_proj(x).view(shape)
+    if hasattr(attn, "q_norm"):  # Qwen3: an RMSNorm over each head; Llama has none
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    q, k = q.transpose(1, 2), k.transpose(1, 2)
     v = attn.v_proj(x).view(shape).transpose(1, 2)
-    q, k = apply_rotary_pos_emb(q, k, cos, sin)
+    q, k = _rotary(attn)(q, k, cos, sin)
     end = start + x.shape[1]
     if expand > 1:  # the prompt's keys serve all its samples; attention reads them unexpanded
         keys[:, :, start:end] = k.repeat_interleave(expand, dim=0)
@@ -196,8 +209,15 @@ def _attention(attn: Any, x: Any, cos: Any, sin: Any, keys: Any, values: Any, st
     return attn.o_proj(out)
 
 
+def _rotary(attn: Any) -> Any:
+    """The ``apply_rotary_pos_emb`` of the attention module's own modeling file."""
+    import sys
+
+    return sys.modules[type(attn).__module__].apply_rotary_pos_emb
+
+
 def _layers(model: Any, h: Any, cos: Any, sin: Any, caches: list, start: int, mask: Any, is_causal: bool, expand: int) -> Any:
-    """Qwen3DecoderLayer.forward over every layer (residual + attention, residual + MLP)."""
+    """Qwen3DecoderLayer.forward (LlamaDecoderLayer's: the same) over every layer (residual + attention, residual + MLP)."""
     config = model.config
     for layer, (keys, values) in zip(model.model.layers[: config.num_hidden_layers], caches):
         residual = h
