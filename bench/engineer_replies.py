@@ -26,7 +26,8 @@ from typing import Any
 
 
 def classify(reply_text: str, request: Any) -> tuple[str, str]:
-    """(kind, detail) of one reply: applied / applied-projected / no-block / yaml-error / not-mapping / nothing-applied."""
+    """(kind, detail) of one reply: applied (as is, empty, renormalised, unknown keys dropped, projection changed it) /
+    no block / unclosed block / YAML error / not a mapping / unknown key / nothing applied."""
     from envengineer.contract import EngineerReply
     from envengineer.proposals import UnusableProposal, nothing_applied, proposal_of
 
@@ -34,8 +35,8 @@ def classify(reply_text: str, request: Any) -> tuple[str, str]:
         proposal = proposal_of(EngineerReply(text=reply_text))
     except UnusableProposal as exc:
         why = str(exc)
-        kind = ("no block" if "no fenced" in why or "was empty" in why else "YAML error" if "does not parse" in why
-                else "not a mapping" if "mapping" in why else "other")
+        kind = ("no block" if "no fenced" in why or "was empty" in why else "unclosed block" if "never closed" in why
+                else "YAML error" if "does not parse" in why else "not a mapping" if "mapping" in why else "other")
         return kind, why
     projection = request.generator.project(proposal, request.current_config)
     problem = nothing_applied(proposal, projection)
@@ -90,12 +91,15 @@ def run(args: argparse.Namespace) -> None:
         for n, reply in enumerate(outcome.replies, 1):
             kind, detail = classify(reply.text, request)
             call = next((c for c in calls if c.get("design_attempt") == n), {})
-            attempts.append({"attempt": n, "kind": kind, "detail": detail, "prompt_tokens": (reply.usage or {}).get("prompt_tokens"),
-                             "completion_tokens": (reply.usage or {}).get("completion_tokens"), "seconds": call.get("latency_s"), "text": reply.text})
+            usage = reply.usage or {}
+            attempts.append({"attempt": n, "kind": kind, "detail": detail, "prompt_tokens": usage.get("prompt_tokens"),
+                             "completion_tokens": usage.get("completion_tokens"), "seconds": call.get("latency_s"), "text": reply.text,
+                             # structured (transformers): the forced block's tokens and the limit it had (the schema's longest block)
+                             **{k: usage[k] for k in ("analysis_tokens", "block_tokens", "block_token_limit") if k in usage}})
         final = ("fallback" if outcome.fallback else "applied" if len(outcome.replies) == 1 else "re-asked, then applied")
         record = {"run": str(run_dir), "task": request.generator.name, "round": rnd, "preset": preset,
-                  "structured": structured, "seed": seed, "outcome": final, "reason": outcome.reason, "seconds": round(seconds, 1),
-                  "attempts": attempts}
+                  "structured": structured, "seed": seed, "max_new_tokens": args.max_new_tokens, "outcome": final, "reason": outcome.reason,
+                  "seconds": round(seconds, 1), "attempts": attempts}
         with out.open("a") as f:
             f.write(json.dumps(record) + "\n")
         if log:
@@ -104,6 +108,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def report(path: str, markdown: str | None) -> str:
+    """One row per (task, preset, structured) and a total: steps by outcome, calls by kind, mean cost."""
     from rich.console import Console
     from rich.table import Table
 
@@ -111,26 +116,42 @@ def report(path: str, markdown: str | None) -> str:
     rows: dict[tuple, Counter] = {}
     cost: dict[tuple, list] = {}
     for r in records:
-        key = (r["preset"], "on" if r["structured"] else "off")
-        c = rows.setdefault(key, Counter())
-        c["steps"] += 1
-        c[r["outcome"]] += 1
-        for a in r["attempts"]:
-            c["calls"] += 1
-            c["kind:" + a["kind"]] += 1
-            cost.setdefault(key, []).append((a["prompt_tokens"] or 0, a["completion_tokens"] or 0, a["seconds"] or 0))
+        for key in ((r.get("task", "mapf-frozenlake"), r["preset"], "on" if r["structured"] else "off"), ("all", "", "")):
+            c = rows.setdefault(key, Counter())
+            c["steps"] += 1
+            c[r["outcome"]] += 1
+            for a in r["attempts"]:
+                c["calls"] += 1
+                c["kind:" + a["kind"]] += 1
+                if "block_tokens" in a and a["block_tokens"] >= a["block_token_limit"]:
+                    c["cut"] += 1
+                cost.setdefault(key, []).append((a["prompt_tokens"] or 0, a["completion_tokens"] or 0, a["seconds"] or 0))
     kinds = sorted({k[5:] for c in rows.values() for k in c if k.startswith("kind:")})
-    head = ["preset", "structured", "steps", "calls", "step: applied", "step: re-asked, then applied", "step: fallback", *("call: " + k for k in kinds),
-            "prompt tok (mean)", "completion tok (mean)", "s/call (mean)"]
+    head = ["task", "preset", "structured", "steps", "calls", "step: applied", "step: re-asked, then applied", "step: fallback",
+            *("call: " + k for k in kinds), "prompt tok (mean)", "completion tok (mean)", "s/call (mean)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    table = Table(*head, title=f"SmolLM2-135M-Instruct design calls ({sum(c['calls'] for c in rows.values())} calls, {len(records)} steps)")
-    for key in sorted(rows):
+    total = rows[("all", "", "")]
+    table = Table(*head, title=f"SmolLM2-135M-Instruct design calls ({total['calls']} calls, {total['steps']} steps)")
+    for key in sorted(rows, key=lambda k: (k[0] == "all", k)):
         c, k = rows[key], cost[key]
-        cells = [key[0], key[1], c["steps"], c["calls"], c["applied"], c["re-asked, then applied"], c["fallback"],
+        cells = [*key, c["steps"], c["calls"], c["applied"], c["re-asked, then applied"], c["fallback"],
                  *(c["kind:" + kind] for kind in kinds),
                  round(sum(x[0] for x in k) / len(k)), round(sum(x[1] for x in k) / len(k)), round(sum(x[2] for x in k) / len(k), 1)]
+        if key[0] == "all":
+            cells = [f"**{x}**" if x != "" else "" for x in cells]
         lines.append("| " + " | ".join(str(x) for x in cells) + " |")
         table.add_row(*(str(x) for x in cells))
+    blocks = [a for r in records for a in r["attempts"] if "block_tokens" in a]
+    if blocks:
+        cut = sum(a["block_tokens"] >= a["block_token_limit"] for a in blocks)
+        by_task: dict[str, list] = {}
+        for r in records:
+            for a in r["attempts"]:
+                if "block_tokens" in a:
+                    by_task.setdefault(r["task"], []).append(a)
+        sizes = "; ".join(f"{t}: {min(a['block_tokens'] for a in v)}-{max(a['block_tokens'] for a in v)} of {v[0]['block_token_limit']}"
+                          for t, v in sorted(by_task.items()))
+        lines.append(f"\nForced blocks with their token limit recorded: {len(blocks)}, cut at the limit: {cut} (block tokens, min-max of the limit: {sizes}).")
     Console().print(table)
     text = "\n".join(lines) + "\n"
     if markdown:
