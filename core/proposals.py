@@ -57,7 +57,8 @@ def _unclosed_fence(text: str) -> str | None:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases, anchors and explicit tags (no billion laughs, no objects)."""
+    """SafeLoader that refuses aliases, anchors and explicit tags (no billion laughs, no objects) and a key
+    repeated in one mapping."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
         event = self.peek_event()
@@ -70,6 +71,23 @@ class _StrictLoader(yaml.SafeLoader):
         if tag not in (None, "!") and not isinstance(event, (yaml.DocumentStartEvent, yaml.StreamStartEvent)):
             raise yaml.YAMLError(f"explicit tags are not allowed ({tag})")
         return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:  # type: ignore[override]
+        # YAML wants a mapping's keys unique; PyYAML would keep the last value silently (a real reply wrote
+        # "shape" twice in one mapping): which one the engineer meant is unknown, so the block is refused
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    repeated = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: SafeLoader refuses it itself
+                    continue
+                if repeated:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key!r} appears twice in one mapping (write each field once)", key_node.start_mark)
+        return super().construct_mapping(node, deep)
 
 
 def parse_proposal(block: str, max_chars: int = MAX_YAML_CHARS) -> dict[str, Any]:

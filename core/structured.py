@@ -182,6 +182,20 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
+class _RepeatedKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique (json.loads would keep a repeated key's last value silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _RepeatedKey(f"the key {key!r} appears twice in one object (write each field once)")
+        out[key] = value
+    return out
+
+
 def reply_text(raw: str) -> tuple[str, str | None]:
     """A whole-JSON reply as the free-text form the design step parses, and the problem (None: usable).
 
@@ -193,9 +207,11 @@ def reply_text(raw: str) -> tuple[str, str | None]:
     if len(raw) > MAX_REPLY_CHARS:
         return raw, f"the structured reply is too long ({len(raw)} characters, limit {MAX_REPLY_CHARS})"
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, object_pairs_hook=_unique_keys)
     except RecursionError:
         return raw, "the structured reply is nested too deeply"
+    except _RepeatedKey as exc:
+        return raw, f"the structured reply is not usable JSON: {exc}"
     except ValueError as exc:
         return raw, f"the structured reply is not valid JSON ({one_line(str(exc), 120)}; cut off by max_tokens?)"
     if not isinstance(data, dict) or not isinstance(data.get("config"), dict):

@@ -8,6 +8,7 @@ import pytest
 
 from envengineer.contract import EngineerReply
 from envengineer.proposals import UnusableProposal, extract_yaml_block, nothing_applied, proposal_of
+from envengineer.structured import reply_text
 
 # transformers serve, openai-compatible engineer, max_tokens 64: the fence opened, then the limit
 CUT_AT_LIMIT = "```\n#\n# 1.\n# 2.\n# 3.\n# 4.\n# 5.\n# 6.\n# 7.\n# 8.\n# 9.\n# 10.\n# 11.\n# 1"
@@ -27,6 +28,58 @@ UNKNOWN_GROUPS = (
     '{"groups": {"k3": {"ratio": 0.125, "size": 5}, "k4": {"ratio": 0.125, "size": 5}}}\n'
     "```\n"
 )
+
+
+# checkpoint engineer, V4, round 0 of a quickstart run (mapf), structured off, the re-ask's answer: a JSON
+# mapping that repeats keys in one object ("shape", "type", "default-fill-fill-pattern"); PyYAML kept the
+# last value silently
+REPEATED_KEYS = (
+    'o modify it to make it fail.\n\nThe current configuration is:\n```\n{\n  "round-1": {\n    "shape": "single-tile",\n'
+    '    "type": "finite-domain",\n    "default-fill-fill-pattern": {\n      "fill-fill-pattern": "square"\n    },\n'
+    '    "size": 3x3,\n    "shape": "single-tile",\n    "type": "finite-domain",\n    "default-fill-fill-pattern": "square"\n  },\n'
+    '  "configuration": {\n    "shape": "single-tile",\n    "type": "finite-domain",\n    "default-fill-fill-pattern": "square"\n  },\n'
+    '  "parameters": {\n    "shape": "single-tile",\n    "type": "finite-domain",\n    "default-fill-fill-pattern": "square"\n  },\n'
+    '  "inputs": {\n    "shape": "single-tile",\n    "type": "finite-domain",\n    "default-fill-fill-pattern": "square"\n  }\n}\n```'
+)
+
+# checkpoint engineer, structured on, grid-walk (round 0 of a simulated-student run), V6: free analysis, then
+# the forced block (177-180 of its 318-token limit), every knob at the value it had
+REPEATS_CONFIG = (
+    "The task is to introduce a new configuration that combines the previous one with a new\nspecification.\n\n```yaml\n"
+    '{"groups": {"k3": {"ratio": 0.125, "size": 5}, "k4": {"ratio": 0.125, "size": 5}, "k5": {"ratio": 0.125, "size": 5}, '
+    '"k6": {"ratio": 0.125, "size": 5}, "k7": {"ratio": 0.125, "size": 5}, "k8": {"ratio": 0.125, "size": 5}, '
+    '"k9": {"ratio": 0.125, "size": 5}, "k10": {"ratio": 0.125, "size": 5}}}\n```\n'
+)
+
+
+def test_a_key_repeated_in_one_mapping_is_refused_and_named():
+    with pytest.raises(UnusableProposal, match=r"the key 'shape' appears twice in one mapping"):
+        proposal_of(EngineerReply(text=REPEATED_KEYS))
+
+
+def test_a_knob_written_twice_is_refused_not_the_last_value_taken(registry):
+    # what PyYAML alone would do: keep 0.4, silently; which value was meant is unknown
+    text = "```yaml\nsizes:\n  9x9: {ratio: 0.1, ratio: 0.4}\n```"
+    with pytest.raises(UnusableProposal, match=r"the key 'ratio' appears twice in one mapping \(write each field once\)"):
+        proposal_of(EngineerReply(text=text))
+    with pytest.raises(UnusableProposal, match=r"the key '9x9' appears twice"):
+        proposal_of(EngineerReply(text="```yaml\nsizes:\n  9x9: {ratio: 0.1}\n  9x9: {hole_ratio: 0.2}\n```"))
+    # the same key in two mappings is no repetition
+    assert proposal_of(EngineerReply(text="```yaml\nsizes:\n  8x8: {ratio: 0.1}\n  9x9: {ratio: 0.1}\n```")) == {
+        "sizes": {"8x8": {"ratio": 0.1}, "9x9": {"ratio": 0.1}}}
+
+
+def test_a_whole_json_reply_with_a_repeated_key_is_unusable():
+    text, problem = reply_text('{"analysis": "more 9x9", "config": {"sizes": {"9x9": {"ratio": 0.1, "ratio": 0.4}}}}')
+    assert problem and "the key 'ratio' appears twice in one object" in problem
+
+
+def test_a_forced_block_that_repeats_the_config_is_a_change_of_nothing(registry):
+    generator, _ = registry.task("grid-walk", {})
+    config = generator.default_config()
+    proposal = proposal_of(EngineerReply(text=REPEATS_CONFIG))
+    projection = generator.project(proposal, config)
+    assert projection.config == config and nothing_applied(proposal, projection) is None  # "keep every knob": allowed
 
 
 def test_a_fence_cut_at_the_token_limit_is_refused_and_named():
