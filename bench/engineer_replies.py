@@ -44,6 +44,8 @@ def classify(reply_text: str, request: Any) -> tuple[str, str]:
         return ("unknown key" if "unknown" in problem else "nothing applied"), problem
     if not proposal:
         return "applied (empty: no change)", ""
+    if projection.config == request.current_config:  # every knob set to the value it had
+        return "applied (repeats the config: no change)", ""
     reasons = [c.reason for c in projection.changes]
     dropped = [c.field for c in projection.changes if c.applied is None]
     changed = [c for c in projection.changes if c.applied is not None and "renormalised" not in c.reason]
@@ -105,6 +107,30 @@ def run(args: argparse.Namespace) -> None:
         if log:
             log.write(f"{time.strftime('%H:%M:%S')} {i}/{len(cells)} {key} {final} {[a['kind'] for a in attempts]} {seconds:.0f}s\n")
             log.flush()
+
+
+def reclassify(path: str) -> None:
+    """Classify every recorded reply again with today's parser and projection (no model call), where the
+    record's run directory is still there; the others keep their kinds."""
+    from envengineer.evidence import load_evidence
+    from envengineer.prompts import build_request
+    from envengineer.registry import load_registry
+
+    registry = load_registry()
+    records = [json.loads(l) for l in Path(path).read_text().splitlines()]
+    requests: dict[tuple, Any] = {}
+    redone = 0
+    for r in records:
+        key = (r["run"], r["round"], r["preset"])
+        if key not in requests:
+            requests[key] = build_request(load_evidence(r["run"], r["round"], registry), registry, {"preset": r["preset"]}) if Path(r["run"]).is_dir() else None
+        if requests[key] is None:
+            continue
+        for a in r["attempts"]:
+            a["kind"], a["detail"] = classify(a["text"], requests[key])
+        redone += 1
+    Path(path).write_text("".join(json.dumps(r) + "\n" for r in records))
+    print(f"reclassified {redone} of {len(records)} steps (the others' run directories are gone)")
 
 
 def report(path: str, markdown: str | None) -> str:
@@ -173,8 +199,11 @@ def main() -> None:
     p.add_argument("--log", default=None, help="progress log file")
     p.add_argument("--report", default=None, help="only print the table of this JSONL")
     p.add_argument("--markdown", default=None, help="also write the table here")
+    p.add_argument("--reclassify", action="store_true", help="with --report: classify the recorded replies again first (no model call)")
     args = p.parse_args()
     if args.report:
+        if args.reclassify:
+            reclassify(args.report)
         report(args.report, args.markdown)
         return
     if not args.run:
