@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from envengineer.errors import ConfigError
 from envengineer.plugins.cpu_heap import keep_freed_memory
@@ -283,9 +283,6 @@ def warm_start_fingerprint(generator, *, style: str, hidden_size: int, pairs: Se
 
     vocabulary = generator.tiny_vocabulary(style)
     tokenizer = build_tokenizer(vocabulary)
-    data = hashlib.sha256()
-    for prompt, completion in pairs:
-        data.update(json.dumps([prompt, completion], ensure_ascii=False).encode() + b"\n")
     # a fixed, exactly computed matrix (integer arithmetic: the same bits on any CPU), then the task's hook
     rows, width = len(tokenizer), hidden_size
     weight = (((torch.arange(rows * width, dtype=torch.int64) * 2654435761) % 1000003).to(torch.float32) / 1000003 - 0.5).reshape(rows, width)
@@ -293,10 +290,39 @@ def warm_start_fingerprint(generator, *, style: str, hidden_size: int, pairs: Se
     init = torch.round(weight.detach() * 2**16).to(torch.int64)  # float noise in the last bits of a hook's sin/cos does not count
     return {
         "version": FINGERPRINT_VERSION,
-        "pairs": data.hexdigest(),
+        "pairs": pairs_digest(pairs),
         "vocabulary": hashlib.sha256(json.dumps(vocabulary, ensure_ascii=False).encode()).hexdigest(),
         "init_embeddings": hashlib.sha256(init.numpy().tobytes()).hexdigest(),
     }
+
+
+def pairs_digest(pairs: Sequence[tuple[str, str]]) -> str:
+    """sha256 of warm-start (prompt, completion) pairs, in order (a fingerprint's ``pairs``)."""
+    data = hashlib.sha256()
+    for prompt, completion in pairs:
+        data.update(json.dumps([prompt, completion], ensure_ascii=False).encode() + b"\n")
+    return data.hexdigest()
+
+
+def cached_state(out: Path, current: Mapping[str, Any]) -> str:
+    """How a cached model folder ``out`` (its ``warm_start.json``) stands against the ``current`` fingerprint:
+    ``"cached"`` when it records that fingerprint, else ``"rebuilt: ..."`` saying what changed."""
+    change = fingerprint_change(json.loads((out / "warm_start.json").read_text()).get("fingerprint"), current)
+    return "cached" if change is None else f"rebuilt: the cached one in {out} was stale ({change})"
+
+
+def save_model_dir(out_dir: Path, model: Any, tokenizer: Any, meta: Mapping[str, Any]) -> None:
+    """``model``, ``tokenizer`` and ``warm_start.json`` (``meta``) written as a model folder beside ``out_dir``,
+    then renamed into its place (a half-written folder is never found by its recipe key)."""
+    tmp = out_dir.with_name(out_dir.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with quiet_hf():
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    (tmp / "warm_start.json").write_text(json.dumps(meta, indent=2) + "\n")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, out_dir)
 
 
 def fingerprint_change(stored: Mapping[str, Any] | None, current: Mapping[str, Any]) -> str | None:
@@ -311,17 +337,17 @@ def fingerprint_change(stored: Mapping[str, Any] | None, current: Mapping[str, A
     return f"the task's {listed} changed since it was built"
 
 
-def warm_start_data(generator, *, n: int, seed: int, style: str) -> list[tuple[str, str]]:
-    """The task's warm-start pairs, or a clear error when the task has no reference solver."""
+def warm_start_data(generator, *, n: int, seed: int, style: str, where: str = "policy.tiny") -> list[tuple[str, str]]:
+    """The task's warm-start pairs, or a clear error (naming ``where``) when the task has no reference solver."""
     try:
         pairs = generator.warm_start_pairs(n=n, seed=seed, style=style)
     except NotImplementedError as exc:
         raise ConfigError(
-            f"policy.tiny: the warm start needs optimal answers of task {generator.name!r} ({exc}): "
+            f"{where}: the warm start needs optimal answers of task {generator.name!r} ({exc}): "
             "implement Generator.reference_answer (or warm_start_pairs), or use another policy"
         ) from None
     if not pairs:
-        raise ConfigError(f"policy.tiny: task {generator.name!r} gave no warm-start pairs")
+        raise ConfigError(f"{where}: task {generator.name!r} gave no warm-start pairs")
     return pairs
 
 
@@ -367,11 +393,6 @@ def build_base_model(
     model = build_model(tokenizer, hidden_size=hidden_size, layers=layers, ffn=ffn, seed=seed,
                         init_embeddings=lambda weight, token_ids: generator.tiny_init_embeddings(weight, token_ids, style))
     stats = supervised_train(model, examples, pad_id=tokenizer.pad_token_id, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed, progress=progress)
-    tmp = out_dir.with_name(out_dir.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    with quiet_hf():
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
     meta = {
         "recipe_version": RECIPE_VERSION,
         "task": generator.name,
@@ -392,10 +413,7 @@ def build_base_model(
     if task_recipe:
         meta["task_options"] = task_recipe
     meta["fingerprint"] = fingerprint
-    (tmp / "warm_start.json").write_text(json.dumps(meta, indent=2) + "\n")
-    shutil.rmtree(out_dir, ignore_errors=True)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, out_dir)
+    save_model_dir(out_dir, model, tokenizer, meta)
     return meta
 
 
@@ -417,6 +435,14 @@ class TinyOptions(TransformersOptions):
     threads: int | None = Field(1, ge=1, description="torch CPU threads (results do not depend on it; a busy second core makes 2 threads slower than 1)")
     cache_dir: str | None = Field(None, description="default: $ENVENGINEER_CACHE/tiny or ~/.cache/envengineer/tiny")
     prebuilt: bool = Field(True, description="use the warm start the task ships for exactly this recipe, if it ships one (checked against its SHA256SUMS); false: build it here")
+
+    @field_validator("warm_start")
+    @classmethod
+    def _own_warm_start(cls, value: Any) -> Any:
+        if value is not None:
+            raise ValueError("the tiny policy's warm start is set by its own options (instances, epochs, lr, train_batch_size); "
+                             "warm_start is the transformers policy's")
+        return value
 
 
 class TinyPolicy(TransformersPolicy):
@@ -507,13 +533,11 @@ class TinyPolicy(TransformersPolicy):
                 progress(stage, 0, 1)
             pairs = warm_start_data(generator, n=o.instances, seed=o.seed, style=o.prompt_style)
             current = warm_start_fingerprint(generator, style=o.prompt_style, hidden_size=o.hidden_size, pairs=pairs)
-            change = fingerprint_change(json.loads((out / "warm_start.json").read_text()).get("fingerprint"), current)
+            self.prepared = cached_state(out, current)
             if progress:
                 progress(stage, 1, 1)
-            if change is None:
-                self.prepared = "cached"
+            if self.prepared == "cached":
                 return out
-            self.prepared = f"rebuilt: the cached one in {out} was stale ({change})"
         else:
             self.prepared = "built"
         build_base_model(
@@ -543,7 +567,7 @@ class TinyPolicy(TransformersPolicy):
 
         files = {name: sha256_file(folder / name) for name in ("model.safetensors", "config.json", "generation_config.json",
                                                                 "tokenizer.json", "tokenizer_config.json") if (folder / name).is_file()}
-        options = self.options.model_dump(mode="json", exclude={"path", "threads", "cache_dir", "prebuilt", "device"})
+        options = self.options.model_dump(mode="json", exclude={"path", "threads", "cache_dir", "prebuilt", "device", "warm_start"})
         return json.dumps({"files": files, "options": options}, sort_keys=True)
 
     def warm_start_info(self, generator: Any = None) -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envengineer.components import Policy, retired_options
 from envengineer.errors import ConfigError
 from envengineer.plugins.cpu_heap import keep_freed_memory
+from envengineer.plugins.policies.sft import SftWarmStart
 
 #: The chat-template options when none are given: Qwen3 thinks unless told not to, and
 #: the paper's policy answers without a thinking block.
@@ -138,6 +139,12 @@ class ModelDirPolicy(Policy):
 
 
 class TransformersOptions(ModelDirOptions):
+    warm_start: SftWarmStart | None = Field(
+        None,
+        description="a supervised warm start of path's model on the task's solver answers before the run (TRL's SFTTrainer; "
+        "keys: instances, epochs, max_steps, lr, lr_scheduler_type, batch_size, max_length, seed, threads, cache_dir), cached "
+        "under $ENVENGINEER_CACHE/sft by its recipe (docs/smollm2.md); null: path as it is",
+    )
     batch_size: int = Field(64, ge=1, description="prompts per generate call")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="auto: bfloat16 on cuda, float32 on cpu")
@@ -160,6 +167,32 @@ class TransformersPolicy(ModelDirPolicy):
     def __init__(self, options: BaseModel | None = None) -> None:
         super().__init__(options)
         self._loaded: tuple[str, Any, Any] | None = None  # (path, model, tokenizer)
+        #: how the last :meth:`prepare` found a warm-started model: "cached", "built", "rebuilt: WHY" (None: no warm start)
+        self.prepared: str | None = None
+
+    def prepare(self, *, generator: Any = None, force: bool = False, progress: Any = None) -> Path:
+        """The model directory of ``path``; with ``warm_start``, that model after the supervised warm start on
+        ``generator``'s solver answers (cached by its recipe; ``force``: trained again)."""
+        base = super().prepare(generator=generator, force=force, progress=progress)
+        options = self.options.warm_start
+        if options is None:
+            return base
+        from envengineer.plugins.policies.sft import warm_started
+
+        path, self.prepared = warm_started(options, base, generator=generator, style=self.options.prompt_style,
+                                           chat_template_kwargs=dict(self.options.chat_template_kwargs), force=force,
+                                           progress=progress)
+        return path
+
+    def with_path(self, path: str | Path) -> "TransformersPolicy":
+        """The same options on another checkpoint, which already holds any warm start (so none is applied to it)."""
+        return type(self)(self.options.model_copy(update={"path": str(path), "warm_start": None}))
+
+    def describe(self) -> dict[str, Any]:
+        described = super().describe()
+        if self.options.warm_start is not None:
+            described["warm_start"] = self.options.warm_start.model_dump()
+        return described
 
     # ------------------------------------------------------------------ the loop's API
 
@@ -183,6 +216,9 @@ class TransformersPolicy(ModelDirPolicy):
 
     def load(self) -> tuple[Any, Any]:
         """The model and tokenizer of ``path`` (loaded once, kept until :meth:`close`)."""
+        if self.options.warm_start is not None:
+            raise ConfigError(f"policy.{self.name}.warm_start: sample the warm-started model: "
+                              "policy.with_path(policy.prepare(generator=...)) (the loop and envengineer eval do)")
         path = str(self.prepare())
         if self._loaded is not None and self._loaded[0] == path:
             return self._loaded[1], self._loaded[2]
