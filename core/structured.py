@@ -4,8 +4,8 @@ An engineer with ``structured: true`` asks its backend to decode under a JSON sc
 hoping for a well-formed fenced YAML block. The schema is built here from what the task declares,
 never from task-specific names: the generator's ``config_model`` (its pydantic JSON schema gives
 each field's description) restricted to what the engineer may change, the declared knobs
-(:attr:`Generator.knobs`, with their bounds and integer-ness) in every group of the knob table
-(:attr:`Generator.knob_table`) that the current config holds, or at the top level when the task
+(:attr:`Generator.knobs`, with their bounds and integer-ness) that each group of the knob table
+(:attr:`Generator.knob_table`) holds in the current config, or at the top level when the task
 has no table. Every object is closed (``additionalProperties: false``) and lists all its
 properties as required, which is what OpenAI's strict mode demands and what makes the block the
 whole next setting of every knob (the task's projection still clips, snaps and renormalises).
@@ -115,16 +115,24 @@ def config_schema(generator: Any, current: Any = None) -> dict[str, Any]:
     name = getattr(generator, "name", type(generator).__name__)
     if not knobs:
         raise ValueError(f"task {name!r} declares no knobs (Generator.knobs), so a structured reply has nothing to constrain")
-    group_schema = _closed({k.name: _knob_schema(k, fields.get(k.name, {})) for k in knobs})
     table = generator.knob_table
     if table is None:
-        return group_schema
+        return _closed({k.name: _knob_schema(k, fields.get(k.name, {})) for k in knobs})
     if current is None:
         current = generator.default_config()
-    groups = list(generator.knob_values(current)) or [g for g in generator.groups() if g]
+    values = generator.knob_values(current)
+    groups = list(values) or [g for g in generator.groups() if g]
     if not groups:
         raise ValueError(f"task {name!r}: the current config's {table!r} holds no group to set")
-    return _closed({table: _closed({g: group_schema for g in groups}, f"one entry per group of {table}")})
+
+    def group_schema(group: str) -> dict[str, Any]:
+        # the declared knobs this group holds (a group model with extra fields, reasoning-gym's levels, holds
+        # knobs its JSON schema does not list), else those the config model lists
+        held = values.get(group) or {}
+        own = [k for k in generator.knobs if k.name in held] or knobs
+        return _closed({k.name: _knob_schema(k, fields.get(k.name, {})) for k in own})
+
+    return _closed({table: _closed({g: group_schema(g) for g in groups}, f"one entry per group of {table}")})
 
 
 #: Fractional digits xgrammar's JSON-schema grammar allows a number with ``minimum`` and ``maximum`` (0.2.x:

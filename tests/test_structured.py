@@ -79,6 +79,28 @@ def test_config_schema_follows_the_task_instance(registry):
     assert set(group["properties"]) == {k.name for k in three.knobs}
 
 
+@pytest.mark.parametrize("options", [{"datasets": ["chain_sum"]}, {}])
+def test_config_schema_holds_each_groups_own_knobs(registry, options):
+    """reasoning-gym's levels are extra fields of a dataset's row (its JSON schema lists only ratio): each
+    dataset's schema still holds its declared knobs, the ones its row holds (a real structured SmolLM2 reply
+    could set only ratio before)."""
+    generator, _ = registry.task("reasoning-gym", options)
+    current = generator.default_config()
+    schema = config_schema(generator, current)
+    groups = schema["properties"]["datasets"]["properties"]
+    held = generator.knob_values(current)
+    assert list(groups) == list(held) and all(list(groups[g]["properties"]) == list(held[g]) for g in groups)
+    assert any(len(v) > 1 for v in held.values())  # ratio and at least one level
+    for path, node in _objects(schema):
+        assert node["additionalProperties"] is False and node["required"] == list(node["properties"]), path
+    # a block setting a level is applied
+    g = next(iter(groups))
+    level = next(k for k in groups[g]["properties"] if k != "ratio")
+    block = {"datasets": {name: {k: (1 if k == level and name == g else v) for k, v in held[name].items()} for name in held}}
+    projection = generator.project(block, current)
+    assert projection.config.model_dump()["datasets"][g][level] == 1
+
+
 def test_reply_schema_passes_openais_strict_rules(mapf, fake_llm):
     schema = reply_schema(mapf)
     assert schema["required"] == ["analysis", "config"] and schema["properties"]["analysis"]["type"] == "string"
