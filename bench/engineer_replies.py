@@ -25,19 +25,36 @@ from pathlib import Path
 from typing import Any
 
 
+#: The kinds of call, refusals first (a refusal is re-asked, or ends the step in a fallback).
+KINDS = ("no block", "unclosed block", "YAML error", "not a mapping", "unknown key", "nothing applied",
+         "applied", "applied (renormalised)", "applied, projection changed it", "applied, unknown keys dropped",
+         "applied (empty: no change)", "applied (repeats the config: no change)")
+
+
+def refusal(reply_text: str) -> tuple[str, str] | None:
+    """(kind, reason) when the parser refuses the reply (no block, unclosed block, YAML error, not a mapping), else None."""
+    from envengineer.contract import EngineerReply
+    from envengineer.proposals import UnusableProposal, proposal_of
+
+    try:
+        proposal_of(EngineerReply(text=reply_text))
+    except UnusableProposal as exc:
+        why = str(exc)
+        return ("no block" if "no fenced" in why or "was empty" in why else "unclosed block" if "never closed" in why
+                else "YAML error" if "does not parse" in why else "not a mapping" if "mapping" in why else "other"), why
+    return None
+
+
 def classify(reply_text: str, request: Any) -> tuple[str, str]:
     """(kind, detail) of one reply: applied (as is, empty, renormalised, unknown keys dropped, projection changed it) /
     no block / unclosed block / YAML error / not a mapping / unknown key / nothing applied."""
     from envengineer.contract import EngineerReply
-    from envengineer.proposals import UnusableProposal, nothing_applied, proposal_of
+    from envengineer.proposals import nothing_applied, proposal_of
 
-    try:
-        proposal = proposal_of(EngineerReply(text=reply_text))
-    except UnusableProposal as exc:
-        why = str(exc)
-        kind = ("no block" if "no fenced" in why or "was empty" in why else "unclosed block" if "never closed" in why
-                else "YAML error" if "does not parse" in why else "not a mapping" if "mapping" in why else "other")
-        return kind, why
+    refused = refusal(reply_text)
+    if refused:
+        return refused
+    proposal = proposal_of(EngineerReply(text=reply_text))
     projection = request.generator.project(proposal, request.current_config)
     problem = nothing_applied(proposal, projection)
     if problem:
@@ -111,7 +128,8 @@ def run(args: argparse.Namespace) -> None:
 
 def reclassify(path: str) -> None:
     """Classify every recorded reply again with today's parser and projection (no model call), where the
-    record's run directory is still there; the others keep their kinds."""
+    record's run directory is still there; elsewhere a reply the parser refuses gets today's reason and
+    a parsed one keeps its kind (projecting it needs the run's config)."""
     from envengineer.evidence import load_evidence
     from envengineer.prompts import build_request
     from envengineer.registry import load_registry
@@ -124,13 +142,16 @@ def reclassify(path: str) -> None:
         key = (r["run"], r["round"], r["preset"])
         if key not in requests:
             requests[key] = build_request(load_evidence(r["run"], r["round"], registry), registry, {"preset": r["preset"]}) if Path(r["run"]).is_dir() else None
-        if requests[key] is None:
-            continue
         for a in r["attempts"]:
-            a["kind"], a["detail"] = classify(a["text"], requests[key])
-        redone += 1
+            if requests[key] is not None:
+                a["kind"], a["detail"] = classify(a["text"], requests[key])
+            else:  # no evidence to project on: only the parser's verdict is redone (a refusal stays one, with today's reason)
+                refused = refusal(a["text"])
+                if refused:
+                    a["kind"], a["detail"] = refused
+        redone += requests[key] is not None
     Path(path).write_text("".join(json.dumps(r) + "\n" for r in records))
-    print(f"reclassified {redone} of {len(records)} steps (the others' run directories are gone)")
+    print(f"reclassified {redone} of {len(records)} steps; the others' run directories are gone: their refusals were parsed again")
 
 
 def report(path: str, markdown: str | None) -> str:
@@ -152,7 +173,8 @@ def report(path: str, markdown: str | None) -> str:
                 if "block_tokens" in a and a["block_tokens"] >= a["block_token_limit"]:
                     c["cut"] += 1
                 cost.setdefault(key, []).append((a["prompt_tokens"] or 0, a["completion_tokens"] or 0, a["seconds"] or 0))
-    kinds = sorted({k[5:] for c in rows.values() for k in c if k.startswith("kind:")})
+    seen = {k[5:] for c in rows.values() for k in c if k.startswith("kind:")}
+    kinds = [*KINDS, *sorted(seen - set(KINDS))]  # every kind, 0 or not, in a fixed order
     head = ["task", "preset", "structured", "steps", "calls", "step: applied", "step: re-asked, then applied", "step: fallback",
             *("call: " + k for k in kinds), "prompt tok (mean)", "completion tok (mean)", "s/call (mean)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
