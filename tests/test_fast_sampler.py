@@ -418,6 +418,8 @@ def test_a_decision_holds_for_every_model_on_its_float_path(shipped, monkeypatch
             p.add_(torch.randn_like(p) * 0.01)  # a trained checkpoint: other weights, same architecture
     path = fast_sampler.float_path(first)
     assert fast_sampler.float_path(second) == path
+    second.config.use_cache = False  # as TRL leaves a trained checkpoint: generate still caches (its generation config)
+    assert fast_sampler.float_path(second) == path
     for model in (first, second):
         with torch.inference_mode():
             expected = model.generate(input_ids=ids, attention_mask=mask, **settings)

@@ -371,13 +371,17 @@ def float_path(model: Any) -> tuple:
     """What decides whether :func:`fast_generate`'s floats equal ``generate``'s on ``model``: the
     code (torch and transformers releases), the model's class and architecture (its config, less
     its name and the release that wrote it), dtype and device, and torch's thread count (which
-    rows share a thread) and the CPU kernels torch dispatches to (its CPU capability). Two checkpoints of one architecture share it: weights change values,
-    not which kernels run on which shapes."""
+    rows share a thread) and the CPU kernels torch dispatches to (its CPU capability). Two checkpoints of one
+    architecture share it: weights change values, not which kernels run on which shapes; nor does the model
+    config's ``use_cache`` (``generate`` follows its generation config's, which the fast sampler requires on)."""
     import torch
     import transformers
 
     config = model.config.to_dict()
-    for key in ("_name_or_path", "transformers_version"):
+    # ``use_cache``: generate caches by its generation config's (which :func:`_plan` requires on), whatever the
+    # model config says; trainers turn the model config's off (TRL under gradient checkpointing), so a round's
+    # checkpoint would otherwise be a path of its own and be checked again (~30 CPU s for SmolLM2-135M)
+    for key in ("_name_or_path", "transformers_version", "use_cache"):
         config.pop(key, None)
     architecture = json.dumps(config, sort_keys=True, default=str)
     return (torch.__version__, transformers.__version__, f"{type(model).__module__}.{type(model).__qualname__}",
