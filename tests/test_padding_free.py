@@ -290,6 +290,7 @@ def test_a_round_trains_padding_free_by_default_and_to_the_same_weights(registry
     m = on.metrics
     assert m["shared_prefix_chunks"] == m["padding_free_passes"]  # one chunk a pass here, every one shared
     assert m["logprob_computed_positions"] < m["logprob_real_tokens"] == unshared.metrics["logprob_real_tokens"]
+    assert 0 < m["logprob_computed_positions_with_grad"] < m["logprob_computed_positions"]  # the reference's pass has none
     rewards = [[json.loads(line)["reward_mean"] for line in r.curves.read_text().splitlines()] for r in (off, unshared, on)]
     assert rewards[0] == rewards[1] == rewards[2]
     a = load_file(off.checkpoint / "model.safetensors")

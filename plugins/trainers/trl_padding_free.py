@@ -222,6 +222,7 @@ class Positions:
     def __init__(self) -> None:
         self.real = self.padded = self.computed = self.passes = self.fallbacks = self.shared = 0
         self.real_with_grad = 0  # of ``real``: in passes that keep the graph (the policy's; the reference's do not)
+        self.computed_with_grad = 0  # of ``computed``: the same
 
     def metrics(self) -> dict[str, Any]:
         if not self.passes:
@@ -234,6 +235,7 @@ class Positions:
             "logprob_real_tokens_with_grad": self.real_with_grad,
             "logprob_padded_positions": self.padded,
             "logprob_computed_positions": self.computed,
+            "logprob_computed_positions_with_grad": self.computed_with_grad,
         }
 
 
@@ -310,6 +312,7 @@ def trainer_pass(trainer, model, input_ids, attention_mask, logits_to_keep: int,
     positions.real += counts[0]
     if torch.is_grad_enabled():
         positions.real_with_grad += counts[0]
+        positions.computed_with_grad += counts[2]
     positions.padded += counts[1]
     positions.computed += counts[2]
     return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
