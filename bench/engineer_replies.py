@@ -197,7 +197,10 @@ def report(path: str, markdown: str | None) -> str:
             for a in r["attempts"]:
                 if "block_tokens" in a:
                     by_task.setdefault(r["task"], []).append(a)
-        sizes = "; ".join(f"{t}: {min(a['block_tokens'] for a in v)}-{max(a['block_tokens'] for a in v)} of {v[0]['block_token_limit']}"
+        def span(values: list[int]) -> str:
+            return f"{min(values)}-{max(values)}" if min(values) != max(values) else str(values[0])
+
+        sizes = "; ".join(f"{t}: {span([a['block_tokens'] for a in v])} of {span([a['block_token_limit'] for a in v])}"
                           for t, v in sorted(by_task.items()))
         lines.append(f"\nForced blocks with their token limit recorded: {len(blocks)}, cut at the limit: {cut} (block tokens, min-max of the limit: {sizes}).")
     Console().print(table)
