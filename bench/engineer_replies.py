@@ -202,7 +202,7 @@ def report(path: str, markdown: str | None) -> str:
 
         sizes = "; ".join(f"{t}: {span([a['block_tokens'] for a in v])} of {span([a['block_token_limit'] for a in v])}"
                           for t, v in sorted(by_task.items()))
-        lines.append(f"\nForced blocks with their token limit recorded: {len(blocks)}, cut at the limit: {cut} (block tokens, min-max of the limit: {sizes}).")
+        lines.append(f"\nForced blocks with their token limit recorded: {len(blocks)}, cut at the limit: {cut} (tokens a block used of its limit, per task: {sizes}).")
     Console().print(table)
     text = "\n".join(lines) + "\n"
     if markdown:
