@@ -4,15 +4,17 @@
 
 For each model call it records whether the proposal was applied (as is, or changed by the
 projection: out of bounds clipped, shares renormalised, unknown keys dropped), re-asked, or
-ended in a fallback, and why (no block, YAML error, not a mapping, nothing applicable), with
-prompt tokens, completion tokens and seconds. Results go line by line to a JSONL file (a
-long run can be stopped and resumed: cells already there are skipped), then to a markdown
-table and a rich table.
+ended in a fallback, and why (no block, unclosed block, YAML error, not a mapping, unknown
+key), with prompt tokens, completion tokens, seconds and, for a forced (structured) block, its
+tokens and token limit. Results go line by line to a JSONL file (a long run can be stopped and
+resumed: cells already there are skipped), then to a markdown table (one row per task, preset
+and structured, and a total) and a rich table. Every run directory given (``--run``, repeatable)
+is one task's recorded run; docs/engineers.md ("Real replies") has the commands measured.
 
     OMP_NUM_THREADS=1 ENVENGINEER_CACHE=/tmp/eecache python bench/engineer_replies.py \\
-        --run /tmp/qs --rounds 0,1 --presets V1,V4,V6 --structured off,on --seeds 0,1,2 \\
+        --run /tmp/eer/gridwalk-sim --run /tmp/eer/rg-sim --rounds 0 --presets V1,V4,V6 --structured off,on --seeds 0 \\
         --output bench/results/engineer_replies.jsonl
-    python bench/engineer_replies.py --report bench/results/engineer_replies.jsonl
+    python bench/engineer_replies.py --report bench/results/engineer_replies.jsonl [--reclassify]
 """
 
 from __future__ import annotations
