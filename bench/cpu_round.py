@@ -93,6 +93,59 @@ def matmul_limit(model, rows: int = 512, repeats: int = 30) -> float:
         torch.set_num_threads(threads)
 
 
+def training_flops(metrics: dict, parameters: int, counted: str = "real") -> float:
+    """GRPO's log-probability passes' FLOPs from the trl trainer's metrics: a token costs 2P forward and 4P more
+    backward (P parameters; attention left out, so a distance from the limit is an upper bound). ``counted``:
+    ``real`` every real token of every row (TRL's arithmetic), ``computed`` the positions the passes computed
+    (fewer where a prompt is computed once for its group)."""
+    total = metrics.get(f"logprob_{'real_tokens' if counted == 'real' else 'computed_positions'}", 0)
+    with_grad = metrics.get(f"logprob_{'real_tokens' if counted == 'real' else 'computed_positions'}_with_grad", 0)
+    return (total - with_grad) * 2 * parameters + with_grad * 6 * parameters
+
+
+def sampling_flops(new_tokens: int, prompt_tokens: int, parameters: int) -> float:
+    """Sampling's FLOPs at 2P a token: every new token and each prompt's tokens once (its samples share them)."""
+    return 2 * parameters * (new_tokens + prompt_tokens)
+
+
+def times_limit(cpu_seconds: float, flops: float, limit: float) -> float:
+    """CPU seconds over those of ``flops`` at ``limit`` GFLOP/s (1.0: at the per-core matmul limit)."""
+    return cpu_seconds * limit * 1e9 / flops
+
+
+class TokenCounter:
+    """Counts what goes through ``fast_sampler.generate`` while installed (``with TokenCounter(pad) as counted``):
+    ``tokens``, the new tokens that are not ``pad`` (finished rows are padded), and ``prompt``, each prompt's
+    tokens once; ``calls``. Every sampler of the project (the policy's, the trl trainer's prefilter and rollouts)
+    calls that function."""
+
+    def __init__(self, pad_token_id: int) -> None:
+        self.pad, self.tokens, self.prompt, self.calls = pad_token_id, 0, 0, 0
+
+    def reset(self) -> None:
+        self.tokens = self.prompt = self.calls = 0
+
+    def __enter__(self) -> TokenCounter:
+        from envengineer.plugins.policies import fast_sampler
+
+        self._real = real = fast_sampler.generate
+
+        def counting(model, input_ids, attention_mask, **kwargs):
+            out = real(model, input_ids, attention_mask, **kwargs)
+            self.tokens += int((out[:, input_ids.shape[1]:] != self.pad).sum())
+            self.prompt += int(attention_mask.sum())
+            self.calls += 1
+            return out
+
+        fast_sampler.generate = counting
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from envengineer.plugins.policies import fast_sampler
+
+        fast_sampler.generate = self._real
+
+
 BEFORE = ["policy.fast_sampler=false", "trainer.fast_rollouts=false", "trainer.padding_free=false"]
 #: the recipe when the CPU work began (examples/quickstart.yaml had ``trainer.threads: 2``)
 FILED = [*BEFORE, "trainer.threads=2", "policy.threads=1"]
@@ -165,15 +218,14 @@ def whole_rounds(args) -> None:
             for column in ("stage", "as filed s", "before s", "now s", "× less than filed", "× less than before", "now: work",
                            "now: × the limit"):
                 table.add_column(column, justify="right")
-            real, with_grad = train_now.get("logprob_real_tokens", 0), train_now.get("logprob_real_tokens_with_grad", 0)
-            # a token costs 2P FLOPs forward and 4P more backward (P parameters; attention left out: a lower bound)
-            training_flops = (real - with_grad) * 2 * parameters + with_grad * 6 * parameters
+            real = train_now.get("logprob_real_tokens", 0)
             work = {"GRPO training": (f"{real:,} real tokens ({train_now.get('logprob_computed_positions', 0):,} positions; TRL's "
-                                      f"padding: {train_now.get('logprob_padded_positions', 0):,})", training_flops)}
+                                      f"padding: {train_now.get('logprob_padded_positions', 0):,})",
+                                      training_flops(train_now, parameters))}
             for stage in before:
                 ratios = [f"{then[stage] / now[stage]:.2f}" if now[stage] > 0.05 else "–" for then in (filed, before)]
                 text, flops = work.get(stage, ("", None))
-                distance = f"{now[stage] * limit * 1e9 / flops:.2f}" if flops else ""
+                distance = f"{times_limit(now[stage], flops, limit):.2f}" if flops else ""
                 style = "bold" if stage == "round" else None
                 table.add_row(stage, f"{filed[stage]:.1f}", f"{before[stage]:.1f}", f"{now[stage]:.1f}", *ratios, text, distance,
                               style=style)
@@ -217,8 +269,6 @@ def main() -> None:
 
     import torch
 
-    from envengineer.plugins.policies import fast_sampler
-
     torch.set_num_threads(args.threads)
     registry, base, generator = quickstart_policy()
     base = type(base)(base.options.model_copy(update={"threads": args.threads}))
@@ -237,16 +287,7 @@ def main() -> None:
     ]
 
     # count the generated tokens of every call (finished rows are padded: pad is not eos here)
-    counted = {"tokens": 0, "prompt": 0}
-    real_generate = fast_sampler.generate
-
-    def counting(model, input_ids, attention_mask, **kwargs):
-        out = real_generate(model, input_ids, attention_mask, **kwargs)
-        counted["tokens"] += int((out[:, input_ids.shape[1]:] != tokenizer.pad_token_id).sum())
-        counted["prompt"] += int(attention_mask.sum())  # each prompt's tokens once (its samples share them)
-        return out
-
-    fast_sampler.generate = counting
+    counted = TokenCounter(tokenizer.pad_token_id).__enter__()
 
     policies = {mode: type(base)(base.options.model_copy(update={"fast_sampler": mode})) for mode in (False, True)}
     for policy in policies.values():
@@ -265,18 +306,18 @@ def main() -> None:
         seconds, tokens, texts, prompt_tokens = {}, {}, {}, {}
         for mode, policy in policies.items():
             policy.options = policy.options.model_copy(update={**settings, "seed": args.seed})
-            counted["tokens"] = counted["prompt"] = 0
+            counted.reset()
             started = time.process_time()
             texts[mode] = policy.sample(prompts, n=n)
             seconds[mode] = time.process_time() - started
-            tokens[mode], prompt_tokens[mode] = counted["tokens"], counted["prompt"]
+            tokens[mode], prompt_tokens[mode] = counted.tokens, counted.prompt
             totals[mode] += seconds[mode]
         rate = {mode: tokens[mode] / seconds[mode] for mode in seconds}
         share = {mode: 100 * rate[mode] * 2 * parameters / 1e9 / limit for mode in rate}
         table.add_row(name, f"{len(prompts)} × {n}", f"{tokens[True]:,}", f"{seconds[False]:.1f}", f"{seconds[True]:.1f}",
                       f"{seconds[False] / seconds[True]:.2f}", f"{rate[False]:,.0f}", f"{rate[True]:,.0f}",
                       f"{share[False]:.0f}%", f"{share[True]:.0f}%",
-                      f"{seconds[True] * limit * 1e9 / (2 * parameters * (tokens[True] + prompt_tokens[True])):.2f}",
+                      f"{times_limit(seconds[True], sampling_flops(tokens[True], prompt_tokens[True], parameters), limit):.2f}",
                       "yes" if texts[False] == texts[True] else "NO")
     table.add_row("all three", "", "", f"{totals[False]:.1f}", f"{totals[True]:.1f}", f"{totals[False] / totals[True]:.2f}",
                   "", "", "", "", "", "")

@@ -120,19 +120,25 @@ def test_the_max_new_tokens_cap_matches_generate(shipped):
 # --------------------------------------------------------------------------- random Qwen3s
 
 
-def random_qwen3(heads, kv_heads, head_dim, *, hidden=64, layers=2, ffn=128, seed=0):
-    """A random Qwen3 over the tiny policy's character tokenizer (large init: varied greedy continuations)."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+def random_decoder(architecture, heads, kv_heads, head_dim, *, hidden=64, layers=2, ffn=128, seed=0, tied=True, **extra):
+    """A random ``Qwen3`` or ``Llama`` (``architecture``) over the tiny policy's character tokenizer (large init:
+    varied greedy continuations); ``extra``: more config fields."""
+    import transformers
 
     tokenizer = tiny.build_tokenizer()
     torch.manual_seed(seed)
-    config = Qwen3Config(
+    config = getattr(transformers, f"{architecture}Config")(
         vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=256,
-        tie_word_embeddings=True, initializer_range=0.3, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id, attn_implementation="sdpa",
+        tie_word_embeddings=tied, initializer_range=0.3, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id, attn_implementation="sdpa", **extra,
     )
-    return Qwen3ForCausalLM(config).eval(), tokenizer
+    return getattr(transformers, f"{architecture}ForCausalLM")(config).eval(), tokenizer
+
+
+def random_qwen3(heads, kv_heads, head_dim, **options):
+    """A random Qwen3 (:func:`random_decoder`)."""
+    return random_decoder("Qwen3", heads, kv_heads, head_dim, **options)
 
 
 def ragged_eos(model, ids, mask, pad):
@@ -163,9 +169,8 @@ def threads(request):
     torch.set_num_threads(before)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "h{}-kv{}-d{}".format(*s))
-def test_random_qwen3_greedy_and_sampled_match_generate(shape, one_thread):
-    model, tokenizer = random_qwen3(*shape)
+def assert_greedy_and_sampled_match_generate(model, tokenizer):
+    """Greedy (rows stopping at many steps) and sampled (two seeds) tokens and draws equal generate's."""
     ids, mask = batch_of(tokenizer, PROMPTS)
     pad = tokenizer.pad_token_id
     eos = ragged_eos(model, ids, mask, pad)
@@ -179,21 +184,15 @@ def test_random_qwen3_greedy_and_sampled_match_generate(shape, one_thread):
         assert torch.equal(got, expected) and same_rng
 
 
-def random_llama(heads, kv_heads, head_dim, *, hidden=64, layers=2, ffn=128, seed=0, attention_bias=False, mlp_bias=False,
-                 tied=True):
-    """A random Llama over the tiny policy's character tokenizer (as :func:`random_qwen3`: no q/k norm)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "h{}-kv{}-d{}".format(*s))
+def test_random_qwen3_greedy_and_sampled_match_generate(shape, one_thread):
+    assert_greedy_and_sampled_match_generate(*random_qwen3(*shape))
 
-    tokenizer = tiny.build_tokenizer()
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=256,
-        tie_word_embeddings=tied, initializer_range=0.3, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id, attn_implementation="sdpa",
-        attention_bias=attention_bias, mlp_bias=mlp_bias, rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
-    )
-    return LlamaForCausalLM(config).eval(), tokenizer
+
+def random_llama(heads, kv_heads, head_dim, *, attention_bias=False, mlp_bias=False, **options):
+    """A random Llama (:func:`random_decoder`: as :func:`random_qwen3` but no q/k norm; biases optional)."""
+    return random_decoder("Llama", heads, kv_heads, head_dim, attention_bias=attention_bias, mlp_bias=mlp_bias,
+                          rope_parameters={"rope_type": "default", "rope_theta": 100000.0}, **options)
 
 
 # (heads, kv heads, head dim, attention bias, mlp bias, tied embeddings); SmolLM2-135M's ratio 9 / 3 among them
@@ -208,17 +207,7 @@ def test_random_llama_greedy_and_sampled_match_generate(shape, one_thread):
     model, tokenizer = random_llama(heads, kv_heads, head_dim, hidden=heads * head_dim, attention_bias=attention_bias,
                                     mlp_bias=mlp_bias, tied=tied)
     assert fast_sampler.unsupported_reason(model) is None
-    ids, mask = batch_of(tokenizer, PROMPTS)
-    pad = tokenizer.pad_token_id
-    eos = ragged_eos(model, ids, mask, pad)
-    greedy = {**GREEDY, "max_new_tokens": 40, "pad_token_id": pad, "eos_token_id": eos}
-    expected, got, _ = both(model, ids, mask, **greedy)
-    assert torch.equal(got, expected)
-    assert len(set(stop_lengths(expected, ids.shape[1], pad, set(eos)))) > 3
-    for seed in (0, 1):
-        settings = {**sampled(4, temperature=1.0), "max_new_tokens": 40, "pad_token_id": pad, "eos_token_id": eos}
-        expected, got, same_rng = both(model, ids[::3], mask[::3], seed=seed, **settings)
-        assert torch.equal(got, expected) and same_rng
+    assert_greedy_and_sampled_match_generate(model, tokenizer)
 
 
 def test_unsupported_llamas_and_other_classes_are_named():
