@@ -145,12 +145,17 @@ def choose_start(spec: ContextSpec | dict[str, Any] | str | None, initial_config
     return start
 
 
+def create_module(registry: Any, name: str, options: dict[str, Any]) -> Any:
+    """The context module ``name`` with ``options`` (errors name ``context.options.<name>``)."""
+    return registry.create("context_module", name, options, where=f"context.options.{name}")
+
+
 def compose_context(registry: Any, spec: ContextSpec | dict[str, Any] | str | None, evidence: Evidence) -> str:
     """Render each chosen module and join the non-empty blocks under headings."""
     modules, _ = resolve_context(spec)
     blocks = []
     for name, options in modules:
-        module = registry.create("context_module", name, options, where=f"context.options.{name}")
+        module = create_module(registry, name, options)
         text = module.render(evidence).strip()
         if text:
             title = getattr(module, "title", "") or name

@@ -4,6 +4,7 @@ note written when no engineer note can be had."""
 
 from __future__ import annotations
 
+import functools
 import string
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,7 @@ def build_request(
     With an ``engineer`` that sets ``max_prompt_tokens``, the context is shortened to fit
     (:func:`envengineer.budget.fit_prompt`; ``request.budget`` records the cuts); a budget
     the prompt cannot fit raises :class:`~envengineer.errors.ConfigError` naming the option."""
-    from envengineer.context import compose_context, resolve_context
+    from envengineer.context import compose_context, create_module, resolve_context
 
     generator = evidence.task
     if current_config is None:
@@ -116,7 +117,8 @@ def build_request(
         counter, count = engineer.prompt_token_counter(paths)
         resolved, _ = resolve_context(spec)
         context, prompt, record = fit_prompt(
-            resolved, lambda name, options: registry.create("context_module", name, options, where=f"context.options.{name}"), evidence, lambda text: analysis_prompt(evidence, text, current_config, template), limit, count, counter,
+            resolved, functools.partial(create_module, registry), evidence,
+            lambda text: analysis_prompt(evidence, text, current_config, template), limit, count, counter,
             where=f"engineer.{engineer.name}.max_prompt_tokens",
         )
         budget = record.to_dict()

@@ -100,8 +100,9 @@ class PackagedModel:
     def convert(self, source: Path, folder: Path, progress: Any = None) -> Path:
         """Convert ``source`` (GGUF) into ``folder``, written next to it and renamed into place."""
         import torch
-        from envengineer.plugins.policies.transformers_policy import quiet_hf
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+        from envengineer.plugins.policies.transformers_policy import quiet_hf
 
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))

@@ -71,8 +71,7 @@ def models_table() -> Any:
         except importlib.metadata.PackageNotFoundError:
             package = f"not installed: {model.install}"
         folder = model.folder()
-        record = model_record(folder) if folder.is_dir() else None
-        where = f"{folder}" if record else f"{folder} (made on first use)"
+        where = f"{folder}" if model_record(folder) else f"{folder} (made on first use)"
         table.add_row(name, package, where, model.license, model.description)
     return table
 

@@ -160,10 +160,7 @@ class CheckpointEngineer(Engineer):
                     text = "\n\n".join(m["content"] for m in messages) + "\n\n"
                 # a rendered template already holds the special tokens it wants (as in evaluation)
                 inputs = tokenizer(text, return_tensors="pt", add_special_tokens=not templated).to(device)
-                limit = getattr(model.config, "max_position_embeddings", None)
-                if limit and inputs["input_ids"].shape[1] + o.max_new_tokens > limit:
-                    keep = max(1, limit - o.max_new_tokens)
-                    inputs = {k: v[:, -keep:] for k, v in inputs.items()}  # keep the end: the instructions and the question
+                inputs = _fit_context(model, inputs, o.max_new_tokens)
                 torch.manual_seed(o.seed)
                 if schema is not None:
                     results.append(_forced_block(model, tokenizer, text, inputs, schema, o, not templated, device))
@@ -254,6 +251,16 @@ def _sampling(o: CheckpointOptions, tokenizer: Any) -> dict[str, Any]:
 BLOCK_OPEN, BLOCK_CLOSE = "\n\n```yaml\n", "\n```\n"
 
 
+def _fit_context(model: Any, inputs: Any, new_tokens: int) -> Any:
+    """``inputs`` cut from the front so that they and ``new_tokens`` fit the model's context (the end holds the
+    instructions and the question)."""
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit and inputs["input_ids"].shape[1] + new_tokens > limit:
+        keep = max(1, limit - new_tokens)
+        return {k: v[:, -keep:] for k, v in inputs.items()}
+    return inputs
+
+
 def _forced_block(model: Any, tokenizer: Any, text: str, inputs: Any, schema: dict[str, Any], o: CheckpointOptions,
                   special: bool, device: str) -> tuple[str, dict[str, int]]:
     """Free analysis (at most ``analysis_tokens``, ended early by a fence), then the fenced block decoded
@@ -285,10 +292,7 @@ def _forced_block(model: Any, tokenizer: Any, text: str, inputs: Any, schema: di
     block_limit = block_token_limit(schema)
     head = text + analysis + BLOCK_OPEN
     forced = tokenizer(head, return_tensors="pt", add_special_tokens=special).to(device)
-    limit = getattr(model.config, "max_position_embeddings", None)
-    if limit and forced["input_ids"].shape[1] + block_limit > limit:
-        keep = max(1, limit - block_limit)
-        forced = {k: v[:, -keep:] for k, v in forced.items()}  # keep the end, as for the analysis
+    forced = _fit_context(model, forced, block_limit)
     with torch.no_grad():
         out = model.generate(**forced, max_new_tokens=block_limit, logits_processor=[LogitsProcessor(compiled)], **_sampling(o, tokenizer))
     new = out[0, forced["input_ids"].shape[1]:]

@@ -91,8 +91,9 @@ def warm_started(options: SftWarmStart, base: Path, *, generator: Any, style: st
 
     if generator is None:
         raise ConfigError("policy.transformers.warm_start: the warm start needs the task's generator (prepare(generator=...))")
-    if generator.style_problem(style):
-        raise ConfigError(f"policy.transformers.prompt_style: {generator.style_problem(style)}")
+    problem = generator.style_problem(style)
+    if problem:
+        raise ConfigError(f"policy.transformers.prompt_style: {problem}")
     recipe = sft_recipe(options, base, generator, style, chat_template_kwargs)
     out = cache_root(options) / recipe_key(recipe)
     pairs = warm_start_data(generator, n=options.instances, seed=options.seed, style=style, where="policy.transformers.warm_start")
@@ -120,12 +121,13 @@ def sft_rows(generator: Any, pairs: list[tuple[str, str]], *, seed: int, style: 
     mapf-frozenlake's full prompts are one user turn)."""
     from envengineer.components import Generator
 
-    records = generator.generate(generator.default_config(), n=len(pairs), seed=seed).records
-    first = generator.render(records[0], style)
-    if isinstance(first, str):
+    config = generator.default_config()
+    if isinstance(generator.render(generator.generate(config, n=1, seed=seed).records[0], style), str):
         return [{"prompt": prompt, "completion": answer} for prompt, answer in pairs]
     messages = [[{"role": "user", "content": prompt}] for prompt, _ in pairs]
-    if type(generator).warm_start_pairs is Generator.warm_start_pairs and len(records) == len(pairs):
+    # the default hook's records again (seeded as it draws them), only where their own messages may be used
+    records = generator.generate(config, n=len(pairs), seed=seed).records if type(generator).warm_start_pairs is Generator.warm_start_pairs else []
+    if len(records) == len(pairs):
         rendered = [generator.render(record, style) for record in records]
         if all("".join(m["content"] for m in chat) == prompt for chat, (prompt, _) in zip(rendered, pairs)):
             messages = [list(chat) for chat in rendered]
