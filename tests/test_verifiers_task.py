@@ -145,7 +145,7 @@ def test_declarations_the_taskset_refuses_name_the_field(vf):
     wide = {**SUMS, "knobs": {"max_operand": {"range": [1, 5000]}}}
     assert "task.knobs.max_operand.range: high = 5000 is outside what 'vf-toy-sums' accepts for 'max_operand'" in refusal(wide)
     assert "task.knobs.op: 'vf-toy-sums''s field 'op' is" in refusal({**SUMS, "knobs": {"op": {}}})
-    unbounded = {**SUMS, "seed_field": None, "shuffle": True, "knobs": {"seed": {}}}
+    unbounded = {**SUMS, "seed_field": None, "size_field": None, "shuffle": True, "knobs": {"seed": {}}}
     assert "task.knobs.seed: 'vf-toy-sums''s field 'seed' declares no ge/le bounds: give its range" in refusal(unbounded)
     assert "task.knobs: 'num_term' is no field of 'vf-toy-sums''s SumConfig" in refusal({**SUMS, "knobs": {"num_term": {}}})
     assert "task.seed_field: 'rng_seed' is no field" in refusal({**SUMS, "seed_field": "rng_seed"})
@@ -182,6 +182,22 @@ def test_generation_is_verifiers_own_load_taskset_with_the_rounds_seed(vf):
         assert [r["task"]["prompt"] for r in mine] == [t.data.prompt for t in tasks]
     again = generator.generate(config, n=8, seed=12).records
     assert not {r["key"] for r in again} & {r["key"] for r in records}
+
+
+@needs_verifiers
+def test_a_taskset_without_a_seed_field_is_drawn_with_verifiers_own_shuffle(vf):
+    from envengineer.tasks.verifiers.plugin import seed_value
+
+    pool = {**SUMS, "seed_field": None, "shuffle": True, "size_field": None, "fixed": {"num_tasks": 300, "seed": 3}}
+    generator, _ = family(pool)
+    records = generator.generate(generator.default_config(), n=6, seed=21).records
+    cfg = vf.taskset_config_type("vf-toy-sums")(id="vf-toy-sums", num_tasks=300, seed=3)
+    view = vf.load_taskset(cfg).shuffle(seed_value(21, "all")).take(6)
+    assert [r["key"] for r in records] == [t.key for t in view]
+    assert {r["key"] for r in generator.generate(generator.default_config(), n=6, seed=22).records} != {r["key"] for r in records}
+    small = {**pool, "fixed": {"num_tasks": 4, "seed": 3}}  # four tasks in all: every round would get the same four
+    assert "gives the same tasks for two round seeds through verifiers' shuffle(seed) view" in refusal(small)
+    assert "size_field: with shuffle, each round draws from the whole of the taskset's load()" in refusal({**pool, "size_field": "num_tasks"})
 
 
 @needs_verifiers

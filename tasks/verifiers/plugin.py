@@ -119,6 +119,12 @@ class VFOptions(BaseModel):
                 f"seed_field: taskset {self.taskset!r} has no seed field and shuffle is off, so its tasks would not change "
                 "with the round: name its seed field, or set shuffle: true for a finite taskset"
             )
+        if self.shuffle and self.size_field is not None:
+            raise ValueError(
+                "size_field: with shuffle, each round draws from the whole of the taskset's load(); a size field set to the "
+                "round's count would make that pool exactly the tasks taken, the same every round (leave size_field unset, "
+                "or set the pool's size under fixed)"
+            )
         roles: dict[str, str] = {}
         for role, names in (("seed_field", [self.seed_field]), ("size_field", [self.size_field]),
                             ("groups.field", [self.groups.field] if self.groups else []), ("knobs", list(self.knobs)),
@@ -397,8 +403,9 @@ class Taskset:
         """The verifiers Task a record holds (its data validated by the task's own TaskData type)."""
         task_cls = self.taskset_cls.task_type()
         data = task_cls.data_type().model_validate(record["task"])
-        config = self.config_type.model_validate({**self.options.fixed, "id": self.options.taskset}).task
-        return task_cls(data, config)
+        if not hasattr(self, "_task_config"):
+            self._task_config = self.config_type.model_validate({**self.options.fixed, "id": self.options.taskset}).task
+        return task_cls(data, self._task_config)
 
     def trace(self, task: Any, messages: list[dict[str, str]], reply: str) -> Any:
         """An offline verifiers Trace: the prompt's messages, then ``reply`` as the one sampled assistant node."""
@@ -497,7 +504,7 @@ class VFGenerator(Generator):
             raise ConfigError(f"task.taskset: {o.taskset!r} loads no task at the default config")
         ts.refuse_scoring(first[0])
         other = self._load(self.defaults, group, seed=1, n=PROBE_TASKS)
-        if [t.key for t in other] == [t.key for t in first]:
+        if {t.key for t in other} == {t.key for t in first}:
             how = f"its seed field {o.seed_field!r}" if o.seed_field else "verifiers' shuffle(seed) view"
             raise ConfigError(
                 f"task.seed_field: {o.taskset!r} gives the same tasks for two round seeds through {how} (a seed hard-coded in "
