@@ -1,7 +1,7 @@
 """A small SmolLM2-135M-Instruct GRPO round on the CPU, stage by stage, against the per-core matmul limit.
 
     python bench/smollm2_round.py                      # one torch thread, ~6-8 min on a 2-core machine
-    python bench/smollm2_round.py --gradient-checkpointing false
+    python bench/smollm2_round.py --gradient-checkpointing true
     python bench/smollm2_round.py --prefilter 32 --grpo-prompts 16 --eval 64
 
 The model is ``smollm2-135m-instruct`` (plugins/models.py: a float32 ``LlamaForCausalLM`` of 134.5 M
@@ -14,8 +14,8 @@ code paths on one torch thread, each with fixed work (counts, never seconds):
   the fast sampler) on ``--prefilter`` fresh grid-walk prompts × 4 samples, temperature 0.7;
 - GRPO: ``TrlGrpoTrainer.train`` on ``--grpo-prompts`` prompts × 4 completions, 16 completions a step,
   ``beta`` 0.02 (a reference pass), padding-free passes with each prompt computed once for its group
-  (where the trainer allows it: not under gradient checkpointing, which ``auto`` turns on from 100 M
-  parameters), the rollouts through the fast sampler; its prefilter off. SmolLM2-135M solves no grid
+  (where the trainer allows it: not under gradient checkpointing, which ``auto`` leaves off on the CPU),
+  the rollouts through the fast sampler; its prefilter off. SmolLM2-135M solves no grid
   walk (the prefilter above keeps none, which would leave a round nothing to train), so every reward is
   0 and every advantage 0: the arithmetic, which this bench measures, is that of any round of this shape
   (TRL computes every pass whatever the advantages);
@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--eval", type=int, default=32, help="grid-walk-val prompts evaluated (greedy)")
     parser.add_argument("--max-new-tokens", type=int, default=48, help="completion cap of every stage")
     parser.add_argument("--gradient-checkpointing", choices=("auto", "true", "false"), default="auto",
-                        help="the trl trainer's option (auto: on for SmolLM2's 134.5 M parameters)")
+                        help="the trl trainer's option (auto: off on the CPU)")
     parser.add_argument("--output", help="where the round's files go (default: a temporary folder)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()

@@ -59,8 +59,10 @@ from envengineer.training import (
 )
 
 #: ``gradient_checkpointing: auto`` recomputes activations for models with at least this many
-#: parameters (Qwen3-0.6B and up); the ~1 M-parameter tiny policy has no activation memory
-#: worth saving, and recomputing would only cost it time.
+#: parameters (Qwen3-0.6B and up) when training on an accelerator; the ~1 M-parameter tiny policy has
+#: no activation memory worth saving, and on the CPU (RAM, not GPU memory, holds the activations) it
+#: stays off at any size: recomputing cost SmolLM2-135M 2.5x the training CPU seconds there
+#: (docs/performance.md, bench/smollm2_round.py).
 GRADIENT_CHECKPOINTING_MIN_PARAMETERS = 100_000_000
 
 #: GRPOConfig fields that an option of ours sets: ``grpo_config`` may not set them behind its back
@@ -152,7 +154,8 @@ class TrlGrpoOptions(TrlMemoryOptions):
     )
     gradient_checkpointing: Literal["auto"] | StrictBool = Field(
         "auto", description=f"recompute activations in the backward pass; auto: on for models with at least "
-        f"{GRADIENT_CHECKPOINTING_MIN_PARAMETERS:,} parameters (counted from config.json)",
+        f"{GRADIENT_CHECKPOINTING_MIN_PARAMETERS:,} parameters (counted from config.json) trained on an accelerator, "
+        "off on the CPU",
     )
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = "dapo"
     scale_rewards: Literal["group", "batch", "none"] = "group"
@@ -294,7 +297,7 @@ class TrlGrpoTrainer(Trainer):
             "gradient_accumulation_steps": o.gradient_accumulation_steps,
             **batches,
             "gradient_checkpointing": o.gradient_checkpointing if isinstance(o.gradient_checkpointing, bool)
-            else f"auto (on from {GRADIENT_CHECKPOINTING_MIN_PARAMETERS:,} parameters)",
+            else f"auto (on from {GRADIENT_CHECKPOINTING_MIN_PARAMETERS:,} parameters on an accelerator, off on the CPU)",
             "epochs": o.epochs,
             "temperature": o.temperature,
             "max_completion_length": o.max_completion_length,
@@ -384,12 +387,12 @@ class TrlGrpoTrainer(Trainer):
         }
         return drawn, info
 
-    def checkpointing(self, model_dir: str | Path) -> bool:
-        """Whether the round recomputes activations (``auto``: by the model's parameter count)."""
+    def checkpointing(self, model_dir: str | Path, use_cpu: bool = False) -> bool:
+        """Whether the round recomputes activations (``auto``: off on the CPU, else by the model's parameter count)."""
         choice = self.options.gradient_checkpointing
         if isinstance(choice, bool):
             return choice
-        return parameter_count(model_dir) >= GRADIENT_CHECKPOINTING_MIN_PARAMETERS
+        return not use_cpu and parameter_count(model_dir) >= GRADIENT_CHECKPOINTING_MIN_PARAMETERS
 
     def grpo_config(self, out_dir: Path, seed: int, model_dir: str | Path, chat_template_kwargs: dict[str, Any] | None = None,
                     completions: int | None = None):
@@ -414,7 +417,7 @@ class TrlGrpoTrainer(Trainer):
         for key in o.grpo_config:
             if key in own:
                 raise ConfigError(f"trainer.trl.grpo_config.{key}: set by {own[key]!r}; use that option instead")
-        recompute = self.checkpointing(model_dir)
+        recompute = self.checkpointing(model_dir, use_cpu)
         checkpointing = {"activation_checkpointing": recompute} if "activation_checkpointing" in names else {"gradient_checkpointing": recompute}
         settings = dict(
             **checkpointing,
