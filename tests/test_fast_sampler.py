@@ -3,6 +3,8 @@ other shapes and on SmolLM2-135M-Instruct (a Llama), greedy and sampled, ragged 
 early, the ``max_new_tokens`` cap; its self-check falls back to ``generate`` (one warning) when it is
 made to differ."""
 
+import hashlib
+import json
 import warnings
 from pathlib import Path
 
@@ -333,9 +335,12 @@ def test_strings_without_padding_and_one_token_prompts_match_generate(one_thread
 
 
 @pytest.fixture
-def fresh_paths(monkeypatch):
-    """No float path checked yet in this process (the self-check's decisions hold per float path)."""
+def fresh_paths(monkeypatch, tmp_path):
+    """No float path checked yet in this process (the self-check's decisions hold per float path), nor
+    recorded in the cache (passed checks are recorded for later processes: a cache of this test's own)."""
     monkeypatch.setattr(fast_sampler, "_paths", {})
+    real = fast_sampler.verdict_file
+    monkeypatch.setattr(fast_sampler, "verdict_file", lambda path: tmp_path / "verdicts" / real(path).name)
 
 
 def perturbed_layers(monkeypatch):
@@ -444,6 +449,50 @@ def test_a_decision_holds_for_every_model_on_its_float_path(shipped, monkeypatch
     assert [w.category for w in caught] == [fast_sampler.FastSamplerFallback] and len(checks) == 3
     with pytest.raises(fast_sampler.Unsupported, match="float path"):
         fast_sampler.generate(type(policy)(policy.options).load()[0], ids, mask, mode=True, **settings)
+
+
+def test_a_passed_check_is_recorded_for_later_processes_and_a_failed_one_is_not(shipped, monkeypatch, fresh_paths):
+    """A later process (here: the in-process decisions forgotten) finds the recorded pass and samples fast
+    unchecked; another version of this module's code (its sha256 is in the key) checks again; a check that
+    failed leaves no record, so the next process checks again."""
+    policy, _, tokenizer, prompts = shipped
+    ids, mask = batch_of(tokenizer, prompts[:32])
+    settings = {**GREEDY, "max_new_tokens": 32, "pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
+    checks = []
+    real_check = fast_sampler.self_check
+    monkeypatch.setattr(fast_sampler, "self_check", lambda *a, **k: checks.append(1) or real_check(*a, **k))
+    model, _ = type(policy)(policy.options).load()
+    path = fast_sampler.float_path(model)
+    with torch.inference_mode():
+        expected = model.generate(input_ids=ids, attention_mask=mask, **settings)
+    assert torch.equal(fast_sampler.generate(model, ids, mask, **settings), expected) and len(checks) == 1
+    record = json.loads(fast_sampler.verdict_file(path).read_text())
+    assert record["passed"] is True and record["float_path"] == [str(x) for x in path]
+    assert record["fast_sampler_sha256"] == hashlib.sha256(Path(fast_sampler.__file__).read_bytes()).hexdigest()
+    used = []
+    real_fast = fast_sampler.fast_generate
+    monkeypatch.setattr(fast_sampler, "fast_generate", lambda *a, **k: used.append(1) or real_fast(*a, **k))
+    monkeypatch.setattr(fast_sampler, "_paths", {})  # a new process
+    later, _ = type(policy)(policy.options).load()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.equal(fast_sampler.generate(later, ids, mask, **settings), expected)
+    assert len(checks) == 1 and used == [1] and fast_sampler._decisions[later] is True
+    monkeypatch.setattr(fast_sampler, "_own_source_sha256", lambda: "0" * 64)  # an edited fast sampler
+    monkeypatch.setattr(fast_sampler, "_paths", {})
+    edited, _ = type(policy)(policy.options).load()
+    fast_sampler.generate(edited, ids, mask, **settings)
+    assert len(checks) == 2
+    # a failing check records nothing
+    monkeypatch.setattr(fast_sampler, "_own_source_sha256", lambda: "1" * 64)
+    monkeypatch.setattr(fast_sampler, "_paths", {})
+    perturbed_layers(monkeypatch)
+    failing, _ = type(policy)(policy.options).load()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast_sampler.generate(failing, ids, mask, **settings)
+    assert len(checks) == 3 and fast_sampler._paths[path] is False
+    assert not fast_sampler.verdict_file(path).exists()
 
 
 def test_unsupported_settings_use_generate_or_fail_when_forced(shipped):

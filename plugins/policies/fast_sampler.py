@@ -34,14 +34,22 @@ the same float path (:func:`float_path`: the torch and transformers releases, th
 architecture, dtype and device, torch's thread count): which kernels run, and so whether a row's
 floats depend on its batch, follows from shapes and code, not from the weights. A loop checks its
 first model and reuses the answer for the checkpoints it trains (same architecture) in the process.
+A passed check is also recorded in the cache (``$ENVENGINEER_CACHE/fast-sampler/<key>.json``, the key
+hashing the float path, this module's own source and the CPU's model name), so later processes on this
+machine skip it (SmolLM2-135M's costs ~130 CPU s, more than a small round's sampling); a failed check is
+not recorded, and is made again by the next process. Delete the folder to check again.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import logging
+import platform
 import warnings
 import weakref
+from pathlib import Path
 from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
@@ -388,6 +396,51 @@ def float_path(model: Any) -> tuple:
             architecture, str(model.dtype), model.device.type, torch.get_num_threads(), torch.backends.cpu.get_cpu_capability())
 
 
+@functools.cache
+def _own_source_sha256() -> str:
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (kernels MKL picks may differ between CPUs of one instruction set)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def verdict_file(path: tuple) -> Path:
+    """Where a passed self-check on float path ``path`` is recorded (the cache; see the module's docs)."""
+    from envengineer.fileio import cache_root
+
+    key = hashlib.sha256(json.dumps([list(path), _own_source_sha256(), _cpu_model(), platform.machine()],
+                                    default=str).encode()).hexdigest()[:32]
+    return cache_root() / "fast-sampler" / f"{key}.json"
+
+
+def _recorded_pass(path: tuple) -> bool:
+    file = verdict_file(path)
+    try:
+        record = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("passed") is True and record.get("float_path") == [str(x) for x in path]
+
+
+def _record_pass(path: tuple) -> None:
+    from envengineer.fileio import write_text
+
+    try:
+        write_text(verdict_file(path), json.dumps({
+            "passed": True, "float_path": [str(x) for x in path], "fast_sampler_sha256": _own_source_sha256(),
+            "cpu": _cpu_model()}, indent=1) + "\n")
+    except OSError as exc:  # a read-only cache costs the next process the check, nothing else
+        logger.debug("fast sampler: the self-check's verdict was not recorded: %s", exc)
+
+
 def _check_rows(attention_mask: Any, k: int) -> list[int]:
     """Up to ``k`` rows of the batch, spread over its prompt lengths (ragged when it is)."""
     lengths = attention_mask.sum(-1).tolist()
@@ -457,6 +510,8 @@ def generate(model: Any, input_ids: Any, attention_mask: Any, *, mode: Mode = "a
     if ok is None:
         path = float_path(model)
         ok = _paths.get(path)
+        if ok is None and _recorded_pass(path):
+            ok = _paths[path] = True
         if ok is None:
             sampling = kwargs.get("do_sample")
             difference = self_check(
@@ -465,6 +520,8 @@ def generate(model: Any, input_ids: Any, attention_mask: Any, *, mode: Mode = "a
                 temperature=kwargs.get("temperature") if sampling else None, top_p=kwargs.get("top_p") if sampling else None,
                 top_k=kwargs.get("top_k") if sampling else None)
             ok = _paths[path] = difference is None
+            if ok:
+                _record_pass(path)
         else:  # checked on another model on this float path
             difference = "the self-check differed from generate on another model of this float path"
         _decisions[model] = ok
