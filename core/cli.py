@@ -24,6 +24,8 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(help="Frozen benchmark sets: list, verify checksums, rebuild.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+engineers_app = typer.Typer(help="Engineers measured without training: the engineer benchmark (docs/engineer-score.md).", no_args_is_help=True)
+app.add_typer(engineers_app, name="engineers")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -347,6 +349,87 @@ def propose(
     if outcome.summary:
         console.rule("summary")
         console.print(outcome.summary, markup=False, highlight=False)
+
+
+def _interval(cell: Any, digits: int = 1, sign: bool = False) -> str:
+    """``mean`` over its 95% interval on a second line (a narrow column)."""
+    if not isinstance(cell, dict) or cell.get("mean") is None:
+        return ""
+    ci = cell.get("ci95")
+    form = f"{'+' if sign else ''}.{digits}f"
+    return f"{cell['mean']:{form}}" + (f"\n[dim]{ci[0]:{form}}…{ci[1]:{form}}[/]" if ci else "")
+
+
+@engineers_app.command("score")
+def engineers_score(
+    runs: list[Path] = typer.Argument(..., help="recorded run directories: every round with a checkpoint and evidence is scored"),
+    engineer: list[str] = typer.Option(..., "--engineer", help="engineer name, or a YAML file with its options (repeatable); "
+                                       "the fixed config is always scored as the reference"),
+    samples: int = typer.Option(4, "--samples", min=1, help="K: proposals asked of each engineer per round (the first is the loop's own request)"),
+    instances: int = typer.Option(64, "--instances", min=1, help="M: fresh training instances drawn from each proposed config"),
+    draws: int = typer.Option(8, "--draws", min=1, help="S: answers the round's checkpoint samples per instance, at the trainer's temperature"),
+    seed: int = typer.Option(0, "--seed", help="seed of the instance draws and the sampling (with the run's seed and the round)"),
+    output: Optional[Path] = typer.Option(None, "--output", help="folder for score.json, proposals.jsonl and score.png (default: ./engineer-score)"),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="sample cache folder (default: OUTPUT/cache when --output is given, "
+                                         "else $ENVENGINEER_CACHE/engineer-score)"),
+    show_proposals: bool = typer.Option(False, "--proposals", help="also print one row per scored proposal"),
+) -> None:
+    """Score engineers' proposals for each recorded round's checkpoint, without training (docs/engineer-score.md)."""
+    from rich.table import Table
+
+    from envengineer.engineer_score import REFERENCE, ScoreSettings, score_runs, write_results
+    from envengineer.fileio import cache_root
+
+    cache_dir = cache if cache is not None else (output / "cache" if output is not None else cache_root() / "engineer-score")
+    output = output if output is not None else Path("engineer-score")
+    settings = ScoreSettings(proposals=samples, instances=instances, draws=draws, seed=seed)
+    with err_console.status("scoring") as status:
+        result = score_runs(_registry(), runs, engineer, settings, cache_dir, progress=lambda text: status.update(escape(text)))
+    written = write_results(result, output)
+    summary = result["summary"]
+    rounds = sum(len(r["rounds"]) for r in result["runs"])
+    table = Table(title=f"engineer benchmark: {len(result['runs'])} run(s), {rounds} rounds; K={samples} proposals, M={instances} instances, S={draws} draws",
+                  title_justify="left")
+    for column in ("engineer", "n", "fb", "kept/B", "−fixed", "▲/▼", "Σp(1−p)", "R/W"):
+        table.add_column(column, justify="left" if column == "engineer" else "right", no_wrap=True)
+    for name in result["engineers"]:
+        entry = summary.get(name)
+        if not entry:
+            continue
+        table.add_row(
+            escape(name), str(entry["proposals"]), f"{100 * entry['fallback_rate']:.0f}%",
+            _interval(entry["kept_per_budget"]), _interval(entry.get("vs_fixed_kept_per_budget"), sign=True),
+            "" if name == REFERENCE else f"{entry['runs_above_fixed']}/{entry['runs_below_fixed']}",
+            f"{entry['learnability']['mean']:.3f}", f"{100 * entry['all_right']['mean']:.0f}%/{100 * entry['all_wrong']['mean']:.0f}%",
+        )
+    console.print(table)
+    groups = list(dict.fromkeys(g for entry in summary.values() for g in entry["budget_share"]))
+    shares = Table(title="share of the budget per group (mean over proposals)", title_justify="left")
+    shares.add_column("engineer")
+    for g in groups:
+        shares.add_column(g, justify="right")
+    for name in result["engineers"]:
+        if name in summary:
+            shares.add_row(name, *(f"{100 * summary[name]['budget_share'].get(g, 0.0):.0f}%" for g in groups))
+    console.print(shares)
+    if show_proposals:
+        rows = Table(title="proposals", title_justify="left")
+        for column in ("run", "round", "engineer", "#", "fallback", "kept / budget", "− fixed", "Σp(1−p)/inst"):
+            rows.add_column(column)
+        for line in result["lines"]:
+            versus = line.get("vs_fixed", {}).get("kept_per_budget")
+            rows.add_row(Path(line["run"]).name, str(line["round"]), line["engineer"], str(line["proposal"]),
+                         "yes" if line["fallback"] else "", f"{line['kept_per_budget']:.1f}", "" if versus is None else f"{versus:+.1f}",
+                         f"{line['learnability']:.3f}")
+        console.print(rows)
+    cost = result["cost"]
+    console.print(f"[dim]reference: the round's config unchanged (the fixed environment); n: proposals scored (rounds × K); fb: fallback rate; kept/B: expected kept (mixed) prompts per budget, the "
+                  f"run's budget × the chance a GRPO group of the trainer's size has some answers right and some wrong; −fixed: minus the "
+                  f"reference of the same round; ▲/▼: runs (seeds) whose mean −fixed is above/below 0; Σp(1−p): per instance; R/W: shares "
+                  f"of all-right and all-wrong prompts; second lines: 95% bootstrap interval over rounds[/]", highlight=False)
+    console.print(f"cost: {cost['samples_drawn']} samples drawn for {cost['instances_sampled']} instances, {cost['instances_from_cache']} instances from the cache "
+                  f"({escape(str(cache_dir))}); {cost['cpu_s']:.1f} CPU s, {cost['wall_s']:.1f} s wall", highlight=False)
+    console.print(f"wrote {', '.join(escape(str(p)) for p in written)}", highlight=False, soft_wrap=True)
 
 
 @app.command("run")

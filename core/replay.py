@@ -63,26 +63,23 @@ def engineer_section(run_dir: Path, name: str | None, config_file: Path | None) 
     return chosen, section
 
 
-def propose_offline(registry: Any, run_dir: Path, round: int, engineer: str | None, config_file: Path | None, *, out_dir: Path | None = None, reask: int = 1) -> tuple[DesignRequest, DesignOutcome]:
-    """Run an engineer on a recorded round's evidence, without training (``envengineer propose``).
+def offline_request(registry: Any, run_dir: Path, round: int, instance: Any) -> DesignRequest:
+    """The request the loop's design step built after recorded round ``round``, for the engineer ``instance``.
 
     The checkpoint and base engineers get the models the run itself used: the round's
     trained checkpoint and the base policy its ``pretrain`` step recorded; the analysis
-    prompt is the run's own ``design.prompt_file`` when it set one.
-    """
+    prompt is the run's own ``design.prompt_file`` when it set one."""
     from envengineer.evidence import load_evidence
     from envengineer.loop import round_seed
 
     run_dir = Path(run_dir)
-    name, options = engineer_section(run_dir, engineer, config_file)
-    instance = registry.create("engineer", name, options, where=f"engineer.{name}")
     evidence = load_evidence(run_dir, round, registry)
     run = _run_config(run_dir)
     records = RunDir(run_dir)
     checkpoint, base = records.checkpoint(round), records.base_policy()
     section = run.get("design")
     prompt_file = section.get("prompt_file") if isinstance(section, dict) else None
-    request = build_request(
+    return build_request(
         evidence,
         registry,
         run.get("context") or None,
@@ -93,4 +90,13 @@ def propose_offline(registry: Any, run_dir: Path, round: int, engineer: str | No
         chat_template_kwargs=policy.get("chat_template_kwargs") if isinstance(policy := run.get("policy"), dict) else None,
         engineer=instance,
     )
+
+
+def propose_offline(registry: Any, run_dir: Path, round: int, engineer: str | None, config_file: Path | None, *, out_dir: Path | None = None, reask: int = 1) -> tuple[DesignRequest, DesignOutcome]:
+    """Run an engineer on a recorded round's evidence, without training (``envengineer propose``):
+    :func:`offline_request`, then the loop's design step."""
+    run_dir = Path(run_dir)
+    name, options = engineer_section(run_dir, engineer, config_file)
+    instance = registry.create("engineer", name, options, where=f"engineer.{name}")
+    request = offline_request(registry, run_dir, round, instance)
     return request, design(instance, request, out_dir=out_dir, reask=reask)

@@ -1,4 +1,4 @@
-"""Non-LLM engineers: fixed, random, curriculum, heuristic, learnability.
+"""Non-LLM engineers: fixed, random, curriculum, heuristic, learnability, and the negative control inverted.
 
 They answer through the same pipeline as the LLM engineers (a partial update, projected
 by the task). They are task-generic: a group's success is its sampled success on the round's
@@ -490,4 +490,75 @@ class LearnabilityEngineer(Baseline):
         return self.reply(generator.knob_proposal(update), "learnability: " + "; ".join(notes) + ".")
 
 
-ENGINEERS = (FixedEngineer, RandomEngineer, CurriculumEngineer, HeuristicEngineer, LearnabilityEngineer)
+# --------------------------------------------------------------------- inverted
+
+
+class InvertedOptions(_Options):
+    mix: float = Field(0.8, ge=0, le=1, description="weight of the inverted allocation against the current shares")
+    epsilon: float = Field(0.01, ge=0, le=0.25, description="added to every group's weight so no group's weight is zero")
+    min_samples: int = Field(16, ge=1, description="a group's p is its sampled success on the round's training prompts when the training "
+                             "signal holds at least this many samples of it, else its greedy validation valid rate")
+    target: float = Field(0.5, ge=0, le=1, description="the success the difficulty knobs steer each group away from")
+    step: float = Field(0.05, gt=0, le=1, description="how far each difficulty knob moves, as a fraction of the knob's range (at least "
+                        "one step): easier for a group above target, harder below it")
+    difficulty_knobs: list[str] | None = Field(None, description="knobs that make a group harder (default: every knob the task declares harder up or down)")
+
+
+class InvertedEngineer(Baseline):
+    """``learnability`` turned around: a negative control. The budget goes to the groups whose prompts are all
+    right or all wrong (weight ``1 - 4 p (1 - p)``), and each group's difficulty moves away from ``target``: a group
+    that mostly succeeds gets easier, one that mostly fails harder, so ever fewer prompts give GRPO anything."""
+
+    name: ClassVar[str] = "inverted"
+    description: ClassVar[str] = ("a negative control: budget to the groups whose prompts are all right or all wrong (weight 1 - 4p(1-p)), "
+                                  "difficulty away from p = target")
+    Options: ClassVar[type[BaseModel]] = InvertedOptions
+
+    def propose(self, request: DesignRequest) -> EngineerReply:
+        o = self.options
+        generator = request.generator
+        table = knob_table(request)
+        if not table:
+            return self.reply({}, "inverted: the task declares no per-group knob table; keeping the configuration.")
+        success = Success(request, list(table), o.min_samples)
+        groups = [g for g in table if g in success.p]
+        if not groups:
+            return self.reply({}, "inverted: no per-group success (no training signal, no validation rates); keeping the configuration.")
+        p = success.p
+        notes: list[str] = [success.describe(), f"away from {o.target:.0%}"]
+        said: dict[str, list[str]] = {g: [] for g in groups}
+        update: dict[str, dict[str, Any]] = {g: {} for g in groups}
+        difficulty = chosen_knobs(request, o.difficulty_knobs, generator.difficulty_knobs(), notes)
+        for g in groups:
+            if p[g] == o.target:
+                continue
+            harder = p[g] < o.target
+            changed = []
+            for knob in difficulty:
+                if knob.name not in table[g]:
+                    continue
+                value = table[g][knob.name]
+                new = toward(knob, value, harder, max(o.step * (knob.high - knob.low), knob.step))
+                if new != knob.snap(value):
+                    update[g][knob.name] = new
+                    changed.append(f"{knob.name} {value:g}→{new:g}")
+            if changed:
+                said[g].append(("harder" if harder else "easier") + f" ({', '.join(changed)})")
+        share = generator.share_knob()
+        if share is not None and all(share.name in table[g] for g in groups):
+            ratio = {g: float(table[g][share.name]) for g in groups}
+            score = {g: 1 - 4 * p[g] * (1 - p[g]) + o.epsilon for g in groups}
+            total = sum(score.values())
+            budget = sum(ratio.values())
+            for g in groups:
+                new = share.snap((1 - o.mix) * ratio[g] + o.mix * budget * score[g] / total)
+                update[g][share.name] = new
+                said[g].append(f"share {ratio[g]:.4f}→{new:.4f}")
+        else:
+            notes.append("no budget-share knob for every group: shares kept")
+        notes += [f"{g} {success.label(g)}: {', '.join(said[g]) or 'kept'}" for g in groups]
+        update = {g: v for g, v in update.items() if v}
+        return self.reply(generator.knob_proposal(update), "inverted: " + "; ".join(notes) + ".")
+
+
+ENGINEERS = (FixedEngineer, RandomEngineer, CurriculumEngineer, HeuristicEngineer, LearnabilityEngineer, InvertedEngineer)

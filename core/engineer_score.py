@@ -1,0 +1,499 @@
+"""The engineer benchmark: an engineer's proposals scored for a recorded round's checkpoint, without training
+(``envengineer engineers score``).
+
+For every recorded round of a run (a round with a checkpoint and its evidence) each engineer is asked for
+``proposals`` proposals on that round's own evidence, through the request the loop's design step builds
+(:func:`envengineer.replay.offline_request`) and the loop's design step (:func:`envengineer.design.design`:
+parse, re-ask, project, fall back). Each resulting config is scored for the round's checkpoint: ``instances``
+fresh training instances drawn from it by the task's generator, each answered ``draws`` times by the checkpoint
+at the trainer's sampling temperature (the policy's own sampling path, :meth:`Policy.sampling` and
+:meth:`Policy.sample_records`, as evaluation's sampled pass@1 uses it), each answer scored by the task's
+validator. The round's config unchanged (the ``fixed`` environment) is always scored as the reference.
+
+Every config of a round draws its instances with the same seed (common random numbers): the same config gives
+the same instances, so a proposal equal to the current config scores exactly as ``fixed``, and two proposals
+differ by their configs, not by the luck of the draw. Samples are cached per instance (:class:`SampleCache`:
+the checkpoint's files, the instance's content, the sampling settings and ``draws``), so proposals that share
+instances, and a second scoring, cost nothing twice. Every budget is a count of work (proposals, instances,
+samples), never a time.
+
+The figures of one config, from ``k`` valid answers of ``S = draws`` per instance and the trainer's GRPO group
+size ``G`` (its ``num_generations``; ``S`` when it has none):
+
+- ``mixed``: the chance that a group of ``G`` answers is mixed (some right, some wrong: a prompt GRPO learns
+  from, the one a prefilter keeps), ``1 - C(k, G)/C(S, G) - C(S - k, G)/C(S, G)``, unbiased for
+  ``1 - p^G - (1 - p)^G`` when ``S >= G`` (a plug-in of ``p = k/S`` otherwise); ``all_right`` and ``all_wrong``
+  are the two other terms; the three shares sum to 1;
+- ``kept_per_budget``: ``budget`` (the run's instances per round) times the mean ``mixed``: the prompts a
+  round of this config would give GRPO;
+- ``learnability``: the mean over instances of ``k (S - k) / (S (S - 1))``, unbiased for ``p (1 - p)``;
+- ``success``: the mean ``k / S``; ``by_group``: per group of the task's primary grouping, its share of the
+  instances (the budget), success and mixed share.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from envengineer.errors import ConfigError, InputError
+
+#: the figures of one scored config that the tables and the plot compare (higher is better for the first two)
+FIGURES = ("kept_per_budget", "learnability", "mixed", "all_right", "all_wrong", "success")
+#: the figure the plot and the validation use
+PRIMARY = "kept_per_budget"
+REFERENCE = "reference"  # the round's config unchanged: the fixed environment
+
+
+# --------------------------------------------------------------------------------------------- the cache
+
+
+def checkpoint_identity(folder: str | Path) -> str:
+    """sha256 over the files of a checkpoint folder (path relative to it, then the content's sha256)."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise InputError(f"{root}: no such checkpoint folder")
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        inner = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                inner.update(chunk)
+        digest.update(f"{path.relative_to(root).as_posix()}\0".encode())
+        digest.update(inner.digest())
+    return digest.hexdigest()
+
+
+def instance_key(record: Mapping[str, Any]) -> str:
+    """The instance's content: sha256 of its record as canonical JSON (two configs may reuse an id)."""
+    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str, separators=(",", ":")).encode()).hexdigest()
+
+
+class SampleCache:
+    """One small JSON file per (checkpoint, instance, sampling settings, draws): the validity of each answer.
+
+    ``drawn`` counts the samples drawn fresh by this process, ``hits`` the instances read back."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.drawn = 0
+        self.sampled_instances = 0
+        self.hits = 0
+
+    @staticmethod
+    def key(checkpoint: str, instance: str, settings: Mapping[str, Any], draws: int) -> str:
+        text = json.dumps({"checkpoint": checkpoint, "instance": instance, "settings": settings, "draws": draws}, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> list[bool] | None:
+        path = self._path(key)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            return None  # a damaged entry is drawn again (and rewritten)
+        valid = data.get("valid") if isinstance(data, dict) else None
+        if not isinstance(valid, list) or not all(isinstance(v, bool) for v in valid):
+            return None
+        self.hits += 1
+        return valid
+
+    def put(self, key: str, valid: Sequence[bool]) -> None:
+        from envengineer.fileio import write_json
+
+        write_json(self._path(key), {"valid": [bool(v) for v in valid]})
+        self.drawn += len(valid)
+        self.sampled_instances += 1
+
+
+# --------------------------------------------------------------------------------------------- the figures
+
+
+def _choose(n: int, k: int) -> int:
+    return math.comb(n, k) if 0 <= k <= n else 0
+
+
+def instance_figures(k: int, s: int, group: int) -> dict[str, float]:
+    """mixed / all_right / all_wrong chances of a GRPO group of ``group`` answers, and p(1-p), from ``k`` of ``s``."""
+    p = k / s
+    if s >= group:
+        total = _choose(s, group)
+        right, wrong = _choose(k, group) / total, _choose(s - k, group) / total
+    else:  # too few draws for the unbiased estimate: plug in p
+        right, wrong = p**group, (1 - p) ** group
+    learn = k * (s - k) / (s * (s - 1)) if s > 1 else p * (1 - p)
+    return {"mixed": 1 - right - wrong, "all_right": right, "all_wrong": wrong, "learnability": learn, "success": p}
+
+
+def config_figures(records: Sequence[Mapping[str, Any]], valid: Sequence[Sequence[bool]], generator: Any, *, group_size: int,
+                   budget: int) -> dict[str, Any]:
+    """The figures of one scored config (module docstring) from its instances and their answers' validity."""
+    if not records:
+        raise ConfigError("engineers score: the generator gave no instances for a config")
+    per = [instance_figures(sum(v), len(v), group_size) for v in valid]
+    n = len(per)
+    out: dict[str, Any] = {key: sum(f[key] for f in per) / n for key in ("mixed", "all_right", "all_wrong", "learnability", "success")}
+    out["kept_per_budget"] = budget * out["mixed"]
+    order = {g: i for i, g in enumerate(generator.groups())}
+    by: dict[str, list[dict[str, float]]] = {}
+    for record, figures in zip(records, per):
+        by.setdefault(str(generator.group(record)), []).append(figures)
+    out["by_group"] = {
+        g: {"share": len(cells) / n, "success": sum(c["success"] for c in cells) / len(cells),
+            "mixed": sum(c["mixed"] for c in cells) / len(cells)}
+        for g, cells in sorted(by.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0]))
+    }
+    out["instances"] = n
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
+
+
+# --------------------------------------------------------------------------------------------- a recorded run
+
+
+def derived_seed(*parts: Any) -> int:
+    """A seed from ``parts``, the same on every machine."""
+    return int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+@dataclass
+class ScoreSettings:
+    proposals: int = 4  # K: proposals asked of each engineer per round
+    instances: int = 64  # M: fresh instances drawn per config
+    draws: int = 8  # S: answers sampled per instance
+    seed: int = 0
+
+
+@dataclass
+class RecordedRun:
+    """What scoring needs of a run directory: its task, policy, trainer and the rounds it recorded."""
+
+    path: Path
+    config: dict[str, Any]
+    generator: Any
+    validator: Any
+    policy: Any
+    trainer: Any
+    rounds: list[int]
+
+    @property
+    def seed(self) -> int:
+        return int(self.config.get("seed") or 0)
+
+    @property
+    def budget(self) -> int:
+        return int(self.config.get("budget") or 0)
+
+    @property
+    def temperature(self) -> float:
+        value = self.trainer.sampling_temperature
+        if value is None:
+            raise ConfigError(f"{self.path}: trainer {self.trainer.name} does not say its sampling temperature; "
+                              "the engineer benchmark samples the checkpoint at it")
+        return float(value)
+
+    @property
+    def group_size(self) -> int | None:
+        value = getattr(getattr(self.trainer, "options", None), "num_generations", None)
+        return int(value) if isinstance(value, int) and value >= 2 else None
+
+    @property
+    def reask(self) -> int:
+        design = self.config.get("design")
+        value = design.get("reask") if isinstance(design, dict) else None
+        return int(value) if isinstance(value, int) else 1
+
+
+def load_run(registry: Any, path: str | Path) -> RecordedRun:
+    """A recorded run; an error naming the folder when it has no round with a checkpoint and evidence."""
+    from envengineer.evidence import task_from_run
+    from envengineer.fileio import read_yaml
+    from envengineer.rundir import RunDir, Step
+
+    folder = Path(path)
+    records = RunDir(folder)
+    if not records.run_yaml.is_file():
+        raise InputError(f"{folder}: not a run directory (no run.yaml)")
+    config = read_yaml(records.run_yaml)
+    if not isinstance(config, dict):
+        raise InputError(f"{records.run_yaml}: expected a mapping")
+    generator = task_from_run(config, registry)
+    validator = registry.validator_for(generator)
+    sections = {}
+    for kind in ("policy", "trainer"):
+        section = config.get(kind)
+        if not isinstance(section, dict) or not section.get("name"):
+            raise InputError(f"{records.run_yaml}: no {kind} section")
+        options = {k: v for k, v in section.items() if k != "name"}
+        sections[kind] = registry.create(kind, section["name"], options, where=f"{kind}.{section['name']}")
+    rounds = [n for n in records.rounds_on_disk()
+              if records.done(Step.TRAIN, n) and records.checkpoint(n).is_dir() and records.eval_summary(n).is_file()
+              and records.config_path(n).is_file()]
+    if not rounds:
+        raise InputError(f"{folder}: no recorded round with a checkpoint and evidence (a round needs its train step in "
+                         "history.jsonl, its train/checkpoint folder, eval/summary.json and config.yaml)")
+    return RecordedRun(folder, config, generator, validator, sections["policy"], sections["trainer"], rounds)
+
+
+@dataclass
+class EngineerSpec:
+    """An engineer to score: a registered name, or a YAML file holding an engineer section (``propose --engineer-config``)."""
+
+    label: str
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def engineer_specs(registry: Any, given: Sequence[str]) -> list[EngineerSpec]:
+    """``--engineer`` values: each a registered engineer's name or an options file; unknown ones are errors naming them."""
+    from envengineer.replay import engineer_section
+
+    if not given:
+        raise ConfigError("engineers score: give at least one --engineer NAME")
+    specs: list[EngineerSpec] = []
+    for value in given:
+        path = Path(value)
+        if value.endswith((".yaml", ".yml")) and path.is_file():
+            name, options = engineer_section(path.parent, None, path)
+            registry.get("engineer", name)
+            label = path.stem
+        else:
+            registry.get("engineer", value)  # UnknownComponentError naming it and the registered ones
+            name, options, label = value, {}, value
+        registry.create("engineer", name, options, where=f"engineer.{name}")  # bad options fail before any work
+        if label in {s.label for s in specs} or label == REFERENCE:
+            raise ConfigError(f"--engineer {value}: given twice")
+        specs.append(EngineerSpec(label, name, dict(options)))
+    return specs
+
+
+# --------------------------------------------------------------------------------------------- scoring
+
+
+class RoundScorer:
+    """Scores configs for one round's checkpoint: its sampler, its checkpoint identity, the round's draw seed."""
+
+    def __init__(self, run: RecordedRun, round: int, settings: ScoreSettings, cache: SampleCache) -> None:
+        from envengineer.rundir import RunDir
+
+        self.run, self.round, self.settings, self.cache = run, round, settings, cache
+        checkpoint = RunDir(run.path).checkpoint(round)
+        self.identity = checkpoint_identity(checkpoint)
+        temperature = run.temperature
+        self.sample_seed = derived_seed("engineer-score", "sample", settings.seed, run.seed, round)
+        sampler = run.policy.with_path(checkpoint).sampling(temperature=temperature, seed=self.sample_seed)
+        if sampler is None:
+            raise ConfigError(f"{run.path}: policy {run.policy.name} cannot sample at the trainer's temperature ({temperature})")
+        self.sampler = sampler
+        self.style = run.policy.prompt_style
+        described = {k: v for k, v in dict(sampler.describe()).items() if k != "path"}
+        self.settings_key = {"policy": described, "temperature": temperature, "style": self.style,
+                             "task": run.generator.options.model_dump(mode="json")}
+        # every config of the round draws with this seed: the same config gives the same instances
+        self.draw_seed = derived_seed("engineer-score", "draw", settings.seed, run.seed, round)
+        self.group_size = run.group_size or settings.draws
+
+    def close(self) -> None:
+        self.sampler.close()
+
+    def score(self, config: Any) -> dict[str, Any]:
+        from envengineer.evaluation import score_response
+
+        run, s = self.run, self.settings
+        records = run.generator.generate(config, n=s.instances, seed=self.draw_seed).records
+        keys = [SampleCache.key(self.identity, instance_key(r), self.settings_key, s.draws) for r in records]
+        valid: list[list[bool] | None] = [self.cache.get(k) for k in keys]
+        missing = [i for i, v in enumerate(valid) if v is None or len(v) != s.draws]
+        batch_size = self.sampler.sample_batch_size or 64
+        for start in range(0, len(missing), batch_size):
+            batch = missing[start : start + batch_size]
+            answers = self.sampler.sample_records(run.generator, [records[i] for i in batch], style=self.style, n=s.draws)
+            for i, texts in zip(batch, answers):
+                judged = [bool(score_response(run.validator, run.generator, records[i], text, self.style).valid) for text in texts]
+                if len(judged) != s.draws:
+                    raise ConfigError(f"policy {run.policy.name}: asked for {s.draws} samples, got {len(judged)}")
+                self.cache.put(keys[i], judged)
+                valid[i] = judged
+        return config_figures(records, [v or [] for v in valid], run.generator, group_size=self.group_size, budget=run.budget)
+
+
+def _plain_config(config: Any) -> Any:
+    return config.model_dump(mode="json") if hasattr(config, "model_dump") else config
+
+
+def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequence[str], settings: ScoreSettings,
+               cache_dir: str | Path, *, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Score every engineer's proposals on every recorded round of ``run_dirs``; the result holds one line per
+    scored config (``lines``, the reference included), the per-engineer summary and the cost."""
+    from envengineer.design import design
+    from envengineer.replay import offline_request
+
+    if settings.proposals < 1 or settings.instances < 1 or settings.draws < 1:
+        raise ConfigError("engineers score: --samples, --instances and --draws must be at least 1")
+    specs = engineer_specs(registry, engineers)
+    runs = [load_run(registry, path) for path in run_dirs]  # every folder checked before any work
+    cache = SampleCache(cache_dir)
+    started_wall, started_cpu = time.monotonic(), time.process_time()
+    lines: list[dict[str, Any]] = []
+    for run in runs:
+        for number in run.rounds:
+            scorer = RoundScorer(run, number, settings, cache)
+            where = {"run": str(run.path), "run_seed": run.seed, "round": number}
+            try:
+                reference = None
+                for spec in specs:
+                    instance = registry.create("engineer", spec.name, spec.options, where=f"engineer.{spec.name}")
+                    request = offline_request(registry, run.path, number, instance)
+                    if reference is None:
+                        if progress:
+                            progress(f"{run.path.name} round {number}: the fixed reference")
+                        reference = scorer.score(request.current_config)
+                        lines.append({**where, "engineer": REFERENCE, "proposal": 0, "fallback": False, "reason": "",
+                                      "config": _plain_config(request.current_config), **reference})
+                    for index in range(settings.proposals):
+                        # proposal 0 is the loop's own request; the others differ only in their seed
+                        asked = request if index == 0 else replace(request, seed=derived_seed("engineer-score", "proposal", request.seed, index))
+                        if progress:
+                            progress(f"{run.path.name} round {number}: {spec.label} proposal {index + 1}/{settings.proposals}")
+                        outcome = design(instance, asked, reask=run.reask, summarize=False)
+                        figures = scorer.score(outcome.config)
+                        lines.append({
+                            **where, "engineer": spec.label, "proposal": index, "fallback": bool(outcome.fallback), "reason": outcome.reason,
+                            "changes": len(outcome.projection.changes) if outcome.projection is not None else 0,
+                            "config": _plain_config(outcome.config), **figures,
+                            "vs_fixed": {k: round(figures[k] - reference[k], 6) for k in ("kept_per_budget", "learnability", "mixed")},
+                        })
+            finally:
+                scorer.close()
+    cost = {"wall_s": round(time.monotonic() - started_wall, 3), "cpu_s": round(time.process_time() - started_cpu, 3),
+            "samples_drawn": cache.drawn, "instances_sampled": cache.sampled_instances, "instances_from_cache": cache.hits}
+    return {
+        "settings": {"proposals": settings.proposals, "instances": settings.instances, "draws": settings.draws, "seed": settings.seed,
+                     "cache": str(cache_dir)},
+        "runs": [{"path": str(r.path), "seed": r.seed, "rounds": r.rounds, "budget": r.budget, "temperature": r.temperature,
+                  "group_size": r.group_size or settings.draws} for r in runs],
+        "engineers": [REFERENCE, *(s.label for s in specs)],
+        "summary": summarize(lines, [REFERENCE, *(s.label for s in specs)], seed=settings.seed),
+        "cost": cost,
+        "lines": lines,
+    }
+
+
+# --------------------------------------------------------------------------------------------- the summary
+
+
+def cluster_bootstrap(clusters: Sequence[Sequence[float]], *, resamples: int = 2000, seed: int = 0) -> tuple[float, float] | None:
+    """A 95% percentile interval of the mean over all values, resampling whole clusters (a round's proposals share its
+    instances and checkpoint, so they are not independent); None with fewer than two clusters."""
+    clusters = [list(c) for c in clusters if c]
+    if len(clusters) < 2:
+        return None
+    rng = random.Random(seed)
+    means = []
+    for _ in range(resamples):
+        picked = [clusters[rng.randrange(len(clusters))] for _ in clusters]
+        values = [v for c in picked for v in c]
+        means.append(sum(values) / len(values))
+    means.sort()
+    return means[int(0.025 * resamples)], means[min(resamples - 1, int(0.975 * resamples))]
+
+
+def summarize(lines: Sequence[Mapping[str, Any]], engineers: Sequence[str], *, seed: int = 0) -> dict[str, Any]:
+    """Per engineer: proposals, rounds, fallback rate; each figure's mean and cluster-bootstrap interval over rounds
+    (the proposals of one round form a cluster); the difference from the fixed reference in the same round; the
+    per-run mean difference (one run: one seed) and the mean share of the budget per group."""
+    out: dict[str, Any] = {}
+    for engineer in engineers:
+        mine = [line for line in lines if line["engineer"] == engineer]
+        if not mine:
+            continue
+        rounds: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+        for line in mine:
+            rounds.setdefault((line["run"], line["round"]), []).append(line)
+        entry: dict[str, Any] = {"proposals": len(mine), "rounds": len(rounds),
+                                 "fallback_rate": round(sum(bool(l["fallback"]) for l in mine) / len(mine), 6)}
+        for key in FIGURES:
+            values = [float(l[key]) for l in mine]
+            interval = cluster_bootstrap([[float(l[key]) for l in c] for c in rounds.values()], seed=seed)
+            entry[key] = {"mean": round(sum(values) / len(values), 6), "ci95": None if interval is None else [round(x, 6) for x in interval]}
+        if engineer != REFERENCE:
+            for key in ("kept_per_budget", "learnability"):
+                values = [float(l["vs_fixed"][key]) for l in mine]
+                interval = cluster_bootstrap([[float(l["vs_fixed"][key]) for l in c] for c in rounds.values()], seed=seed)
+                entry[f"vs_fixed_{key}"] = {"mean": round(sum(values) / len(values), 6),
+                                            "ci95": None if interval is None else [round(x, 6) for x in interval]}
+            per_run: dict[str, list[float]] = {}
+            for line in mine:
+                per_run.setdefault(line["run"], []).append(float(line["vs_fixed"]["kept_per_budget"]))
+            entry["per_run_vs_fixed_kept"] = {run: round(sum(v) / len(v), 6) for run, v in per_run.items()}
+            entry["runs_above_fixed"] = sum(v > 0 for v in entry["per_run_vs_fixed_kept"].values())
+            entry["runs_below_fixed"] = sum(v < 0 for v in entry["per_run_vs_fixed_kept"].values())
+        shares: dict[str, float] = {}
+        for line in mine:
+            for g, cell in line["by_group"].items():
+                shares[g] = shares.get(g, 0.0) + cell["share"] / len(mine)
+        entry["budget_share"] = {g: round(v, 6) for g, v in shares.items()}
+        out[engineer] = entry
+    return out
+
+
+def write_results(result: Mapping[str, Any], output: str | Path) -> list[Path]:
+    """``score.json`` (settings, runs, summary, cost) and ``proposals.jsonl`` (one line per scored config), atomically,
+    and ``score.png`` when matplotlib is installed."""
+    from envengineer.fileio import write_json, write_jsonl
+
+    out = Path(output)
+    written = [out / "score.json", out / "proposals.jsonl"]
+    write_json(written[0], {k: v for k, v in result.items() if k != "lines"})
+    write_jsonl(written[1], result["lines"])
+    try:
+        written.append(plot(result, out / "score.png"))
+    except ImportError:
+        pass
+    return written
+
+
+def plot(result: Mapping[str, Any], path: Path) -> Path:
+    """Each proposal as a point: its expected kept prompts minus the fixed reference's in the same round, against
+    fallback (0: applied, 1: fell back; points spread sideways per engineer), each engineer's mean at its fallback
+    rate; the fixed reference is the line at 0."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise ImportError("matplotlib") from exc
+    from envengineer.report_plots import _PALETTE, _new_figure, _save
+
+    engineers = [e for e in result["engineers"] if e != REFERENCE]
+    fig, axes = _new_figure(6.4, 4.2)
+    ax = axes[0][0]
+    ax.axhline(0, color="#111827", lw=1.5, label="fixed (the round's config)")
+    width = 0.3
+    for i, (engineer, color) in enumerate(zip(engineers, _PALETTE * 3)):
+        mine = [l for l in result["lines"] if l["engineer"] == engineer]
+        offset = (i - (len(engineers) - 1) / 2) * width / max(1, len(engineers))
+        rng = random.Random(f"{engineer}")
+        xs = [float(l["fallback"]) + offset + rng.uniform(-0.02, 0.02) for l in mine]
+        ys = [l["vs_fixed"][PRIMARY] for l in mine]
+        ax.scatter(xs, ys, s=14, color=color, alpha=0.45, edgecolors="none")
+        entry = result["summary"].get(engineer) or {}
+        mean = (entry.get(f"vs_fixed_{PRIMARY}") or {}).get("mean")
+        if mean is not None:
+            ax.scatter([entry["fallback_rate"]], [mean], s=90, color=color, edgecolors="black", marker="D",
+                       label=f"{engineer} (mean)", zorder=3)
+    ax.set_xlim(-0.25, 1.25)
+    ax.set_xticks([0, 0.5, 1], ["0 (applied)", "0.5", "1 (fell back)"])
+    ax.set_xlabel("fallback (points: each proposal; diamonds: the engineer's rate)")
+    ax.set_ylabel("expected kept prompts per budget − fixed")
+    ax.set_title("engineer benchmark: proposals scored for the round's checkpoint")
+    ax.legend(fontsize=7, loc="best")
+    return _save(fig, path)
