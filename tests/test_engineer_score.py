@@ -1,0 +1,170 @@
+"""The engineer benchmark (`envengineer engineers score`, docs/engineer-score.md): proposals scored for a recorded
+round's checkpoint without training, on real runs of the simulated student (seconds)."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from envengineer import hookimpl
+from envengineer.plugins.engineers.baselines import Baseline
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = REPO / "examples" / "sim-student" / "base.yaml"
+
+
+class RestatingEngineer(Baseline):
+    """Proposes every declared knob of every group at its current value: a non-empty proposal equal to the config."""
+
+    name = "restating"
+    description = "restates the current config (test only)"
+
+    def propose(self, request):
+        table = request.generator.knob_values(request.current_config)
+        return self.reply(request.generator.knob_proposal({g: dict(knobs) for g, knobs in table.items()}), "restating.")
+
+
+class TestEngineers:
+    @hookimpl
+    def register_engineers(self, register):
+        register(RestatingEngineer)
+
+
+@pytest.fixture(scope="module")
+def registry():
+    from envengineer.plugin_manager import create_plugin_manager
+    from envengineer.registry import Registry
+
+    pm = create_plugin_manager(entry_points=False, environ={})
+    pm.register(TestEngineers(), name="test-engineers")
+    return Registry(pm)
+
+
+@pytest.fixture(scope="module")
+def sim_runs(tmp_path_factory, registry):
+    """Two recorded sim-student runs (fixed, seeds 0 and 1), 3 rounds each."""
+    from envengineer.loop import run
+
+    root = tmp_path_factory.mktemp("sim-runs")
+    out = []
+    for seed in (0, 1):
+        folder = root / f"fixed-{seed}"
+        run(BASE, registry=registry, output=str(folder), overrides=["engineer.name=fixed", f"seed={seed}", "rounds=3", "eval.sampled=0",
+                                                                   "eval.benchmarks=[]"])
+        out.append(folder)
+    return out
+
+
+def _score(registry, runs, engineers, cache, **settings):
+    from envengineer.engineer_score import ScoreSettings, score_runs
+
+    return score_runs(registry, runs, engineers, ScoreSettings(**{"proposals": 2, "instances": 48, "draws": 8, **settings}), cache)
+
+
+def test_inverted_scores_below_fixed_and_learnability_above(registry, sim_runs, tmp_path):
+    result = _score(registry, sim_runs, ["learnability", "inverted"], tmp_path / "cache")
+    summary = result["summary"]
+    reference = summary["reference"]["kept_per_budget"]["mean"]
+    assert summary["inverted"]["kept_per_budget"]["mean"] < reference < summary["learnability"]["kept_per_budget"]["mean"]
+    # at every seed (run), not only on average; and the interval excludes 0
+    assert summary["inverted"]["runs_below_fixed"] == 2 and summary["learnability"]["runs_above_fixed"] == 2
+    assert summary["inverted"]["vs_fixed_kept_per_budget"]["ci95"][1] < 0 < summary["learnability"]["vs_fixed_kept_per_budget"]["ci95"][0]
+    # the inverted engineer moves budget to the all-right and all-wrong groups
+    assert summary["inverted"]["all_right"]["mean"] + summary["inverted"]["all_wrong"]["mean"] > \
+        summary["reference"]["all_right"]["mean"] + summary["reference"]["all_wrong"]["mean"]
+    lines = result["lines"]
+    rounds = sum(len(r["rounds"]) for r in result["runs"])
+    assert rounds == 6 and len(lines) == rounds * (1 + 2 * 2)
+    assert all(line["fallback"] is False for line in lines)
+
+
+def test_a_proposal_identical_to_fixed_scores_as_fixed(registry, sim_runs, tmp_path):
+    result = _score(registry, sim_runs, ["fixed", "restating", "learnability"], tmp_path / "cache")
+    reference = {(l["run"], l["round"]): l for l in result["lines"] if l["engineer"] == "reference"}
+    keys = ("kept_per_budget", "learnability", "mixed", "all_right", "all_wrong", "success", "by_group")
+    for line in result["lines"]:
+        if line["engineer"] in ("fixed", "restating"):
+            ref = reference[line["run"], line["round"]]
+            assert line["config"] == ref["config"]
+            assert {k: line[k] for k in keys} == {k: ref[k] for k in keys}
+            assert line["vs_fixed"] == {"kept_per_budget": 0.0, "learnability": 0.0, "mixed": 0.0}
+    restating = [l for l in result["lines"] if l["engineer"] == "restating"]
+    assert restating and all(not l["fallback"] for l in restating)  # applied (the whole table), not a fallback
+    # and the comparison can fail: learnability's configs differ, and so do its scores
+    assert any(l["kept_per_budget"] != reference[l["run"], l["round"]]["kept_per_budget"]
+               for l in result["lines"] if l["engineer"] == "learnability")
+
+
+def test_the_cache_makes_a_second_scoring_draw_nothing(registry, sim_runs, tmp_path):
+    cache = tmp_path / "cache"
+    first = _score(registry, sim_runs[:1], ["learnability", "inverted"], cache)
+    assert first["cost"]["samples_drawn"] > 0
+    # within one scoring, configs sharing instances (the reference and fixed-like proposals, repeated deterministic
+    # proposals) are read back
+    assert first["cost"]["instances_from_cache"] > 0
+    again = _score(registry, sim_runs[:1], ["learnability", "inverted"], cache)
+    assert again["cost"]["samples_drawn"] == 0 and again["cost"]["instances_sampled"] == 0
+    assert again["lines"] == first["lines"]
+    # other sampling settings are other entries
+    more = _score(registry, sim_runs[:1], ["learnability"], cache, draws=4)
+    assert more["cost"]["samples_drawn"] > 0
+
+
+def test_group_figures_are_unbiased():
+    from envengineer.engineer_score import instance_figures
+
+    s, g = 8, 4
+    for p in (0.1, 0.37, 0.8):
+        expected = {key: 0.0 for key in ("mixed", "all_right", "all_wrong", "learnability")}
+        for k in range(s + 1):
+            weight = math.comb(s, k) * p**k * (1 - p) ** (s - k)
+            figures = instance_figures(k, s, g)
+            assert figures["mixed"] + figures["all_right"] + figures["all_wrong"] == pytest.approx(1)
+            for key in expected:
+                expected[key] += weight * figures[key]
+        assert expected["all_right"] == pytest.approx(p**g)
+        assert expected["all_wrong"] == pytest.approx((1 - p) ** g)
+        assert expected["mixed"] == pytest.approx(1 - p**g - (1 - p) ** g)
+        assert expected["learnability"] == pytest.approx(p * (1 - p))
+
+
+def test_a_run_without_rounds_is_refused_by_name(registry, tmp_path):
+    from envengineer.engineer_score import ScoreSettings, score_runs
+    from envengineer.errors import InputError
+
+    empty = tmp_path / "empty-run"
+    empty.mkdir()
+    (empty / "run.yaml").write_text((REPO / "examples" / "sim-student" / "base.yaml").read_text())
+    with pytest.raises(InputError, match="empty-run: no recorded round with a checkpoint and evidence"):
+        score_runs(registry, [empty], ["fixed"], ScoreSettings(), tmp_path / "cache")
+    with pytest.raises(InputError, match="not-a-run: not a run directory"):
+        score_runs(registry, [tmp_path / "not-a-run"], ["fixed"], ScoreSettings(), tmp_path / "cache")
+
+
+def test_the_command_end_to_end(sim_runs, tmp_path, capsys):
+    from envengineer.cli import main
+
+    out = tmp_path / "out"
+    main(["engineers", "score", str(sim_runs[0]), "--engineer", "inverted", "--samples", "1", "--instances", "16", "--draws", "4",
+          "--output", str(out)])
+    printed = capsys.readouterr().out
+    assert "engineer benchmark" in printed and "inverted" in printed and "reference" in printed
+    data = json.loads((out / "score.json").read_text())
+    assert data["settings"] == {"proposals": 1, "instances": 16, "draws": 4, "seed": 0, "cache": str(out / "cache")}
+    assert set(data["summary"]) == {"reference", "inverted"}
+    lines = [json.loads(line) for line in (out / "proposals.jsonl").read_text().splitlines()]
+    assert len(lines) == 3 * 2 and {l["instances"] for l in lines} == {16}
+    assert (out / "score.png").stat().st_size > 0
+    assert any((out / "cache").rglob("*.json"))
+    # an unknown engineer: one red line naming it and the registered ones, exit status 2, nothing scored
+    with pytest.raises(SystemExit) as exited:
+        main(["engineers", "score", str(sim_runs[0]), "--engineer", "nope", "--output", str(tmp_path / "other")])
+    assert exited.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "unknown engineer 'nope'" in err and "learnability" in err and "inverted" in err
+    assert not (tmp_path / "other").exists()
+    with pytest.raises(SystemExit) as exited:
+        main(["engineers", "score", str(tmp_path / "missing"), "--engineer", "fixed", "--output", str(tmp_path / "other")])
+    assert exited.value.code == 2
+    assert "missing: not a run directory" in " ".join(capsys.readouterr().err.split())
