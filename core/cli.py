@@ -363,8 +363,8 @@ def _interval(cell: Any, digits: int = 1, sign: bool = False) -> str:
 @engineers_app.command("score")
 def engineers_score(
     runs: list[Path] = typer.Argument(..., help="recorded run directories: every round with a checkpoint and evidence is scored"),
-    engineer: list[str] = typer.Option(..., "--engineer", help="engineer name, or a YAML file with its options (repeatable); "
-                                       "the fixed config is always scored as the reference"),
+    engineer: Optional[list[str]] = typer.Option(None, "--engineer", help="engineer name, or a YAML file with its options (repeatable); "
+                                                 "the fixed config is always scored as the reference"),
     samples: int = typer.Option(4, "--samples", min=1, help="K: proposals asked of each engineer per round (the first is the loop's own request)"),
     instances: int = typer.Option(64, "--instances", min=1, help="M: fresh training instances drawn from each proposed config"),
     draws: int = typer.Option(8, "--draws", min=1, help="S: answers the round's checkpoint samples per instance, at the trainer's temperature"),
@@ -373,6 +373,8 @@ def engineers_score(
     cache: Optional[Path] = typer.Option(None, "--cache", help="sample cache folder (default: OUTPUT/cache when --output is given, "
                                          "else $ENVENGINEER_CACHE/engineer-score)"),
     show_proposals: bool = typer.Option(False, "--proposals", help="also print one row per scored proposal"),
+    recorded: bool = typer.Option(False, "--recorded", help="also score the config each run trained on next, and correlate its score "
+                                  "with the gain that round then measured (validation, sampled pass@1, benchmarks)"),
 ) -> None:
     """Score engineers' proposals for each recorded round's checkpoint, without training (docs/engineer-score.md)."""
     from rich.table import Table
@@ -384,7 +386,8 @@ def engineers_score(
     output = output if output is not None else Path("engineer-score")
     settings = ScoreSettings(proposals=samples, instances=instances, draws=draws, seed=seed)
     with err_console.status("scoring") as status:
-        result = score_runs(_registry(), runs, engineer, settings, cache_dir, progress=lambda text: status.update(escape(text)))
+        result = score_runs(_registry(), runs, engineer or [], settings, cache_dir, recorded=recorded,
+                            progress=lambda text: status.update(escape(text)))
     written = write_results(result, output)
     summary = result["summary"]
     rounds = sum(len(r["rounds"]) for r in result["runs"])
@@ -422,6 +425,16 @@ def engineers_score(
                          "yes" if line["fallback"] else "", f"{line['kept_per_budget']:.1f}", "" if versus is None else f"{versus:+.1f}",
                          f"{line['learnability']:.3f}")
         console.print(rows)
+    if result.get("predictive"):
+        check = Table(title="does the score predict the next round's gain? (the config each run trained on next; Spearman, across runs and rounds)",
+                      title_justify="left")
+        for column in ("score", "gain", "n", "rho", "p"):
+            check.add_column(column, justify="left" if column in ("score", "gain") else "right")
+        for key, cell in result["predictive"].items():
+            score_name, _, measure = key.partition(" ~ ")
+            check.add_row(score_name, measure, str(cell["n"]), "" if cell["rho"] is None else f"{cell['rho']:+.2f}",
+                          "" if cell["p"] is None else f"{cell['p']:.3g}")
+        console.print(check)
     cost = result["cost"]
     console.print(f"[dim]reference: the round's config unchanged (the fixed environment); n: proposals scored (rounds × K); fb: fallback rate; kept/B: expected kept (mixed) prompts per budget, the "
                   f"run's budget × the chance a GRPO group of the trainer's size has some answers right and some wrong; −fixed: minus the "

@@ -50,6 +50,7 @@ FIGURES = ("kept_per_budget", "learnability", "mixed", "all_right", "all_wrong",
 #: the figure the plot and the validation use
 PRIMARY = "kept_per_budget"
 REFERENCE = "reference"  # the round's config unchanged: the fixed environment
+RECORDED = "recorded"  # the config the run trained on next (``--recorded``)
 
 
 # --------------------------------------------------------------------------------------------- the cache
@@ -258,8 +259,6 @@ def engineer_specs(registry: Any, given: Sequence[str]) -> list[EngineerSpec]:
     """``--engineer`` values: each a registered engineer's name or an options file; unknown ones are errors naming them."""
     from envengineer.replay import engineer_section
 
-    if not given:
-        raise ConfigError("engineers score: give at least one --engineer NAME")
     specs: list[EngineerSpec] = []
     for value in given:
         path = Path(value)
@@ -271,7 +270,7 @@ def engineer_specs(registry: Any, given: Sequence[str]) -> list[EngineerSpec]:
             registry.get("engineer", value)  # UnknownComponentError naming it and the registered ones
             name, options, label = value, {}, value
         registry.create("engineer", name, options, where=f"engineer.{name}")  # bad options fail before any work
-        if label in {s.label for s in specs} or label == REFERENCE:
+        if label in {s.label for s in specs} or label in (REFERENCE, RECORDED):
             raise ConfigError(f"--engineer {value}: given twice")
         specs.append(EngineerSpec(label, name, dict(options)))
     return specs
@@ -332,15 +331,22 @@ def _plain_config(config: Any) -> Any:
 
 
 def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequence[str], settings: ScoreSettings,
-               cache_dir: str | Path, *, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+               cache_dir: str | Path, *, recorded: bool = False, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Score every engineer's proposals on every recorded round of ``run_dirs``; the result holds one line per
-    scored config (``lines``, the reference included), the per-engineer summary and the cost."""
+    scored config (``lines``, the reference included), the per-engineer summary and the cost.
+
+    ``recorded``: also score, as engineer ``recorded``, the config each run actually trained on in the next round
+    (its own engineer's design), with the next round's measured gain beside it (:func:`next_gain`), and report the
+    rank correlation of the two (:func:`predictive_check`): does the score predict what training then did?"""
     from envengineer.design import design
     from envengineer.replay import offline_request
+    from envengineer.rundir import RunDir
 
     if settings.proposals < 1 or settings.instances < 1 or settings.draws < 1:
         raise ConfigError("engineers score: --samples, --instances and --draws must be at least 1")
-    specs = engineer_specs(registry, engineers)
+    if not engineers and not recorded:
+        raise ConfigError("engineers score: give at least one --engineer NAME (or --recorded)")
+    specs = engineer_specs(registry, engineers) if engineers else []
     runs = [load_run(registry, path) for path in run_dirs]  # every folder checked before any work
     cache = SampleCache(cache_dir)
     started_wall, started_cpu = time.monotonic(), time.process_time()
@@ -350,16 +356,26 @@ def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequenc
             scorer = RoundScorer(run, number, settings, cache)
             where = {"run": str(run.path), "run_seed": run.seed, "round": number}
             try:
-                reference = None
+                from envengineer.taskops import load_generator_config
+
+                current = load_generator_config(run.generator, RunDir(run.path).config_path(number), check_bounds=False)
+                if progress:
+                    progress(f"{run.path.name} round {number}: the fixed reference")
+                reference = scorer.score(current)
+                lines.append({**where, "engineer": REFERENCE, "proposal": 0, "fallback": False, "reason": "",
+                              "config": _plain_config(current), **reference})
+                following = RunDir(run.path).config_path(number + 1)
+                if recorded and following.is_file() and (gain := next_gain(run, number)) is not None:
+                    if progress:
+                        progress(f"{run.path.name} round {number}: the config it trained on next")
+                    chosen = load_generator_config(run.generator, following, check_bounds=False)
+                    figures = scorer.score(chosen)
+                    lines.append({**where, "engineer": RECORDED, "proposal": 0, "fallback": False, "reason": "", "config": _plain_config(chosen),
+                                  **figures, "vs_fixed": {k: round(figures[k] - reference[k], 6) for k in ("kept_per_budget", "learnability", "mixed")},
+                                  "next_gain": gain, "arm": _arm(run)})
                 for spec in specs:
                     instance = registry.create("engineer", spec.name, spec.options, where=f"engineer.{spec.name}")
                     request = offline_request(registry, run.path, number, instance)
-                    if reference is None:
-                        if progress:
-                            progress(f"{run.path.name} round {number}: the fixed reference")
-                        reference = scorer.score(request.current_config)
-                        lines.append({**where, "engineer": REFERENCE, "proposal": 0, "fallback": False, "reason": "",
-                                      "config": _plain_config(request.current_config), **reference})
                     for index in range(settings.proposals):
                         # proposal 0 is the loop's own request; the others differ only in their seed
                         asked = request if index == 0 else replace(request, seed=derived_seed("engineer-score", "proposal", request.seed, index))
@@ -382,11 +398,99 @@ def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequenc
                      "cache": str(cache_dir)},
         "runs": [{"path": str(r.path), "seed": r.seed, "rounds": r.rounds, "budget": r.budget, "temperature": r.temperature,
                   "group_size": r.group_size or settings.draws} for r in runs],
-        "engineers": [REFERENCE, *(s.label for s in specs)],
-        "summary": summarize(lines, [REFERENCE, *(s.label for s in specs)], seed=settings.seed),
+        "engineers": (labels := [REFERENCE, *([RECORDED] if recorded else []), *(s.label for s in specs)]),
+        "summary": summarize(lines, labels, seed=settings.seed),
+        **({"predictive": predictive_check(lines)} if recorded else {}),
         "cost": cost,
         "lines": lines,
     }
+
+
+# --------------------------------------------------------------------------------------------- does it predict?
+
+
+def _rate(summary_path: Path, *keys: str) -> float | None:
+    try:
+        data = json.loads(summary_path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return float(data) if isinstance(data, (int, float)) and not isinstance(data, bool) else None
+
+
+def next_gain(run: RecordedRun, number: int) -> dict[str, float] | None:
+    """What round ``number + 1`` (trained on the config the run chose after ``number``) gained over round ``number``:
+    the validation set's greedy valid rate (``validation``), its sampled pass@1 where recorded (``sampled``), and
+    each benchmark evaluated after both rounds (``bench/NAME``: the held-out target); None before it was evaluated."""
+    from envengineer.rundir import RunDir
+
+    records = RunDir(run.path)
+    now, then = records.eval_summary(number), records.eval_summary(number + 1)
+    before, after = _rate(now, "overall", "valid_rate"), _rate(then, "overall", "valid_rate")
+    if before is None or after is None:
+        return None
+    gain = {"validation": round(after - before, 6)}
+    sampled = (_rate(now, "sampled", "pass1"), _rate(then, "sampled", "pass1"))
+    if None not in sampled:
+        gain["sampled"] = round(sampled[1] - sampled[0], 6)  # type: ignore[operator]
+    for name in sorted(set(records.bench_names(number)) & set(records.bench_names(number + 1))):
+        pair = (_rate(records.bench_dir(number, name) / "summary.json", "overall", "valid_rate"),
+                _rate(records.bench_dir(number + 1, name) / "summary.json", "overall", "valid_rate"))
+        if None not in pair:
+            gain[f"bench/{name}"] = round(pair[1] - pair[0], 6)  # type: ignore[operator]
+    return gain
+
+
+def _arm(run: RecordedRun) -> str:
+    engineer = run.config.get("engineer")
+    return str(engineer.get("name")) if isinstance(engineer, dict) else str(engineer)
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1  # ties share their mean rank
+        i = j + 1
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
+    """Spearman's rank correlation with its two-sided p (t approximation, n − 2 degrees of freedom)."""
+    from envengineer.comparison_stats import t_sf2
+
+    n = len(x)
+    if n < 3:
+        return {"n": n, "rho": None, "p": None}
+    rx, ry = _ranks(x), _ranks(y)
+    mx, my = sum(rx) / n, sum(ry) / n
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    if sxx == 0 or syy == 0:
+        return {"n": n, "rho": None, "p": None}
+    rho = sxy / math.sqrt(sxx * syy)
+    p = 0.0 if abs(rho) >= 1 else t_sf2(rho * math.sqrt((n - 2) / (1 - rho * rho)), n - 2)
+    return {"n": n, "rho": round(rho, 6), "p": round(p, 6)}
+
+
+def predictive_check(lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Across arms and rounds: the rank correlation of the score of the config each run trained on next (its
+    expected kept prompts, and minus the round's reference) with the gain training on it then measured."""
+    recorded = [l for l in lines if l["engineer"] == RECORDED and l.get("next_gain")]
+    measures = sorted({key for l in recorded for key in l["next_gain"]})
+    out: dict[str, Any] = {}
+    for score_key in ("kept_per_budget", "vs_fixed_kept_per_budget", "learnability"):
+        for measure in measures:
+            pairs = [(float(l["vs_fixed"]["kept_per_budget"] if score_key == "vs_fixed_kept_per_budget" else l[score_key]),
+                      float(l["next_gain"][measure])) for l in recorded if measure in l["next_gain"]]
+            out[f"{score_key} ~ {measure}"] = spearman([a for a, _ in pairs], [b for _, b in pairs])
+    return out
 
 
 # --------------------------------------------------------------------------------------------- the summary

@@ -56,10 +56,11 @@ def sim_runs(tmp_path_factory, registry):
     return out
 
 
-def _score(registry, runs, engineers, cache, **settings):
+def _score(registry, runs, engineers, cache, recorded=False, **settings):
     from envengineer.engineer_score import ScoreSettings, score_runs
 
-    return score_runs(registry, runs, engineers, ScoreSettings(**{"proposals": 2, "instances": 48, "draws": 8, **settings}), cache)
+    return score_runs(registry, runs, engineers, ScoreSettings(**{"proposals": 2, "instances": 48, "draws": 8, **settings}), cache,
+                      recorded=recorded)
 
 
 def test_inverted_scores_below_fixed_and_learnability_above(registry, sim_runs, tmp_path):
@@ -168,3 +169,29 @@ def test_the_command_end_to_end(sim_runs, tmp_path, capsys):
         main(["engineers", "score", str(tmp_path / "missing"), "--engineer", "fixed", "--output", str(tmp_path / "other")])
     assert exited.value.code == 2
     assert "missing: not a run directory" in " ".join(capsys.readouterr().err.split())
+
+
+def test_spearman_matches_the_textbook():
+    from envengineer.engineer_score import spearman
+
+    # scipy.stats.spearmanr([1, 2, 3, 4, 5, 6], [2, 1, 4, 3, 6, 6]): 0.8696565534786727, p 0.02437689168569078 (ties, t approximation)
+    got = spearman([1, 2, 3, 4, 5, 6], [2, 1, 4, 3, 6, 6])
+    assert got["n"] == 6 and got["rho"] == pytest.approx(0.869657, abs=1e-6) and got["p"] == pytest.approx(0.024377, abs=1e-6)
+    assert spearman([1, 2], [2, 1])["rho"] is None
+
+
+def test_recorded_scores_the_config_trained_next_with_its_gain(registry, sim_runs, tmp_path):
+    from envengineer.fileio import read_yaml
+    from envengineer.rundir import RunDir
+
+    result = _score(registry, sim_runs, ["inverted"], tmp_path / "cache", proposals=1, instances=16, draws=4, recorded=True)
+    recorded = [l for l in result["lines"] if l["engineer"] == "recorded"]
+    assert len(recorded) == 2 * 2  # rounds 0 and 1 of each run have a next round; the last has none
+    for line in recorded:
+        run = RunDir(line["run"])
+        now = json.loads(run.eval_summary(line["round"]).read_text())["overall"]["valid_rate"]
+        after = json.loads(run.eval_summary(line["round"] + 1).read_text())["overall"]["valid_rate"]
+        assert line["next_gain"]["validation"] == pytest.approx(after - now, abs=1e-6)
+        assert line["arm"] == "fixed" and line["config"] == read_yaml(run.config_path(line["round"] + 1))
+        assert line["vs_fixed"]["kept_per_budget"] == 0.0  # a fixed run trains next on the config it had
+    assert result["predictive"]["kept_per_budget ~ validation"]["n"] == 4
