@@ -391,7 +391,9 @@ def engineers_score(
     written = write_results(result, output)
     summary = result["summary"]
     rounds = sum(len(r["rounds"]) for r in result["runs"])
-    table = Table(title=f"engineer benchmark: {len(result['runs'])} run(s), {rounds} rounds; K={samples} proposals, M={instances} instances, S={draws} draws",
+    groups_g = ",".join(str(g) for g in dict.fromkeys(r["group_size"] for r in result["runs"]))
+    table = Table(title=f"engineer benchmark: {len(result['runs'])} run(s), {rounds} rounds; K={samples} proposals, M={instances} instances, "
+                        f"S={draws} draws, G={groups_g}",
                   title_justify="left")
     for column in ("engineer", "n", "fb", "kept/B", "−fixed", "▲/▼", "Σp(1−p)", "R/W"):
         table.add_column(column, justify="left" if column == "engineer" else "right", no_wrap=True)
@@ -415,6 +417,17 @@ def engineers_score(
         if name in summary:
             shares.add_row(name, *(f"{100 * summary[name]['budget_share'].get(g, 0.0):.0f}%" for g in groups))
     console.print(shares)
+    others = [name for name in result["engineers"] if name != REFERENCE and name in summary]
+    if len(result["runs"]) > 1 and others:
+        per_run = Table(title="per run: the reference's kept/B, each engineer's mean −fixed", title_justify="left")
+        for column in ("run", "seed", "reference", *others):
+            per_run.add_column(escape(column), justify="left" if column == "run" else "right")
+        for run in result["runs"]:
+            mine = [l for l in result["lines"] if l["run"] == run["path"] and l["engineer"] == REFERENCE]
+            cells = [summary[name]["per_run_vs_fixed_kept"].get(run["path"]) for name in others]
+            per_run.add_row(escape(Path(run["path"]).name), str(run["seed"]), f"{sum(l['kept_per_budget'] for l in mine) / len(mine):.1f}",
+                            *("" if c is None else f"{c:+.1f}" for c in cells))
+        console.print(per_run)
     if show_proposals:
         rows = Table(title="proposals", title_justify="left")
         for column in ("run", "round", "engineer", "#", "fallback", "kept / budget", "− fixed", "Σp(1−p)/inst"):
@@ -433,11 +446,11 @@ def engineers_score(
         for key, cell in result["predictive"].items():
             score_name, _, measure = key.partition(" ~ ")
             check.add_row(score_name, measure, str(cell["n"]), "" if cell["rho"] is None else f"{cell['rho']:+.2f}",
-                          "" if cell["p"] is None else f"{cell['p']:.3g}")
+                          "" if cell["p"] is None else ("<1e-15" if cell["p"] < 1e-15 else f"{cell['p']:.2g}"))
         console.print(check)
     cost = result["cost"]
     console.print(f"[dim]reference: the round's config unchanged (the fixed environment); n: proposals scored (rounds × K); fb: fallback rate; kept/B: expected kept (mixed) prompts per budget, the "
-                  f"run's budget × the chance a GRPO group of the trainer's size has some answers right and some wrong; −fixed: minus the "
+                  f"run's budget × the chance that G answers (the trainer's prefilter samples, else its GRPO group) are some right and some wrong; −fixed: minus the "
                   f"reference of the same round; ▲/▼: runs (seeds) whose mean −fixed is above/below 0; Σp(1−p): per instance; R/W: shares "
                   f"of all-right and all-wrong prompts; second lines: 95% bootstrap interval over rounds[/]", highlight=False)
     console.print(f"cost: {cost['samples_drawn']} samples drawn for {cost['instances_sampled']} instances, {cost['instances_from_cache']} instances from the cache "
@@ -488,10 +501,10 @@ def doctor(
 ) -> None:
     """What this machine and environment offer a GPU run, and what will not work (ok / warn / missing, with fixes).
 
-    Exits 1 only when CONFIG's run needs a GPU and something it needs is missing (as `run` would stop); a machine
-    without a GPU is reported, not an error.
+    Exits 1 when CONFIG's run would stop before it starts (its model folder missing or incomplete) or when it needs
+    a GPU and something it needs is missing (as `run` would stop); a machine without a GPU is reported, not an error.
     """
-    from envengineer.doctor import plugin_checks, run_checks, table
+    from envengineer.doctor import input_checks, plugin_checks, run_checks, table
 
     registry = _registry()
     components = None
@@ -500,7 +513,8 @@ def doctor(
 
         resolved = resolve(load_run_config(config, overrides or (), registry), registry)
         components = [resolved.trainer, resolved.policy, resolved.engineer]
-    checks = run_checks(registry.pm, components)
+    inputs = input_checks(components) if components is not None else []
+    checks = run_checks(registry.pm, components) + inputs
     console.print(table(checks))
     gpu = next((c for c in checks if c.name == "gpus"), None)
     if gpu is not None and gpu.status == "missing":
@@ -508,6 +522,10 @@ def doctor(
     if components is not None:
         needs_gpu = bool(plugin_checks(registry.pm, components))
         missing = [c.name for c in checks if c.status == "missing"]
+        if inputs:  # stops the run before anything is written, on any machine
+            console.print(f"[bold red]{escape(str(config))} would stop before it starts:[/] {escape(', '.join(c.name for c in inputs))} "
+                          "missing (run says the same)")
+            raise typer.Exit(1)
         if not needs_gpu:
             console.print(f"{escape(str(config))}: its trainer and policy need no GPU; nothing here stops it.")
         elif missing:

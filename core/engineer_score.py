@@ -17,11 +17,12 @@ the checkpoint's files, the instance's content, the sampling settings and ``draw
 instances, and a second scoring, cost nothing twice. Every budget is a count of work (proposals, instances,
 samples), never a time.
 
-The figures of one config, from ``k`` valid answers of ``S = draws`` per instance and the trainer's GRPO group
-size ``G`` (its ``num_generations``; ``S`` when it has none):
+The figures of one config, from ``k`` valid answers of ``S = draws`` per instance and the number ``G`` of answers
+that decide whether the trainer keeps a prompt (its prefilter's ``prefilter_samples`` when it screens, else its
+GRPO group ``num_generations``; ``S`` when it declares neither: :attr:`RecordedRun.group_size`):
 
-- ``mixed``: the chance that a group of ``G`` answers is mixed (some right, some wrong: a prompt GRPO learns
-  from, the one a prefilter keeps), ``1 - C(k, G)/C(S, G) - C(S - k, G)/C(S, G)``, unbiased for
+- ``mixed``: the chance that ``G`` answers are mixed (some right, some wrong: a prompt the prefilter keeps, a
+  group GRPO learns from), ``1 - C(k, G)/C(S, G) - C(S - k, G)/C(S, G)``, unbiased for
   ``1 - p^G - (1 - p)^G`` when ``S >= G`` (a plug-in of ``p = k/S`` otherwise); ``all_right`` and ``all_wrong``
   are the two other terms; the three shares sum to 1;
 - ``kept_per_budget``: ``budget`` (the run's instances per round) times the mean ``mixed``: the prompts a
@@ -205,8 +206,18 @@ class RecordedRun:
 
     @property
     def group_size(self) -> int | None:
-        value = getattr(getattr(self.trainer, "options", None), "num_generations", None)
-        return int(value) if isinstance(value, int) and value >= 2 else None
+        """The answers that decide whether a prompt is kept: the trainer's screen (``prefilter_samples``, or in
+        ``kept_prompts`` mode the GRPO group) when it screens, else its GRPO group (``num_generations``: a prompt
+        whose group is all right or all wrong gives no gradient); None when the trainer declares neither."""
+        from envengineer.training import screening_samples
+
+        options = getattr(self.trainer, "options", None)
+        group = getattr(options, "num_generations", None)
+        prefilter = getattr(options, "prefilter_samples", 0)
+        if not isinstance(group, int) or group < 2:
+            return None
+        screen = screening_samples(prefilter if isinstance(prefilter, int) else 0, group, str(self.config.get("budget_mode") or "instances"))
+        return screen if screen >= 2 else group
 
     @property
     def reask(self) -> int:
@@ -476,7 +487,7 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
         return {"n": n, "rho": None, "p": None}
     rho = sxy / math.sqrt(sxx * syy)
     p = 0.0 if abs(rho) >= 1 else t_sf2(rho * math.sqrt((n - 2) / (1 - rho * rho)), n - 2)
-    return {"n": n, "rho": round(rho, 6), "p": round(p, 6)}
+    return {"n": n, "rho": round(rho, 6), "p": float(f"{p:.3g}")}
 
 
 def predictive_check(lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -176,7 +176,7 @@ def test_spearman_matches_the_textbook():
 
     # scipy.stats.spearmanr([1, 2, 3, 4, 5, 6], [2, 1, 4, 3, 6, 6]): 0.8696565534786727, p 0.02437689168569078 (ties, t approximation)
     got = spearman([1, 2, 3, 4, 5, 6], [2, 1, 4, 3, 6, 6])
-    assert got["n"] == 6 and got["rho"] == pytest.approx(0.869657, abs=1e-6) and got["p"] == pytest.approx(0.024377, abs=1e-6)
+    assert got["n"] == 6 and got["rho"] == pytest.approx(0.869657, abs=1e-6) and got["p"] == pytest.approx(0.0244, abs=1e-6)
     assert spearman([1, 2], [2, 1])["rho"] is None
 
 
@@ -195,3 +195,16 @@ def test_recorded_scores_the_config_trained_next_with_its_gain(registry, sim_run
         assert line["arm"] == "fixed" and line["config"] == read_yaml(run.config_path(line["round"] + 1))
         assert line["vs_fixed"]["kept_per_budget"] == 0.0  # a fixed run trains next on the config it had
     assert result["predictive"]["kept_per_budget ~ validation"]["n"] == 4
+
+
+def test_the_answers_that_decide_a_kept_prompt(registry, sim_runs):
+    from dataclasses import replace
+
+    from envengineer.engineer_score import load_run
+
+    run = load_run(registry, sim_runs[0])
+    assert run.group_size == 8  # no prefilter: the GRPO group (num_generations)
+    screened = replace(run, trainer=registry.create("trainer", "simulated", {"prefilter_samples": 4}))
+    assert screened.group_size == 4  # a prefilter keeps the prompts whose 4 screening answers are mixed
+    kept_mode = replace(run, trainer=registry.create("trainer", "simulated", {"num_generations": 6}), config={**run.config, "budget_mode": "kept_prompts"})
+    assert kept_mode.group_size == 6
