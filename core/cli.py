@@ -448,6 +448,11 @@ def engineers_score(
             check.add_row(score_name, measure, str(cell["n"]), "" if cell["rho"] is None else f"{cell['rho']:+.2f}",
                           "" if cell["p"] is None else ("<1e-15" if cell["p"] < 1e-15 else f"{cell['p']:.2g}"))
         console.print(check)
+        calibration = result["predictive"].get("kept_per_budget ~ mixed prompts the trainer found next")
+        if calibration:
+            console.print(f"kept/B of the config trained next: {calibration['mean_predicted']:.1f} predicted, {calibration['mean_measured']:.1f} "
+                          f"mixed prompts the trainer then found (mean over {calibration['n']} rounds; mean absolute error "
+                          f"{calibration['mean_abs_error']:.1f})", highlight=False)
     cost = result["cost"]
     console.print(f"[dim]reference: the round's config unchanged (the fixed environment); n: proposals scored (rounds × K); fb: fallback rate; kept/B: expected kept (mixed) prompts per budget, the "
                   f"run's budget × the chance that G answers (the trainer's prefilter samples, else its GRPO group) are some right and some wrong; −fixed: minus the "

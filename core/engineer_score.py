@@ -383,7 +383,7 @@ def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequenc
                     figures = scorer.score(chosen)
                     lines.append({**where, "engineer": RECORDED, "proposal": 0, "fallback": False, "reason": "", "config": _plain_config(chosen),
                                   **figures, "vs_fixed": {k: round(figures[k] - reference[k], 6) for k in ("kept_per_budget", "learnability", "mixed")},
-                                  "next_gain": gain, "arm": _arm(run)})
+                                  "next_gain": gain, "next_mixed": next_mixed(run, number), "arm": _arm(run)})
                 for spec in specs:
                     instance = registry.create("engineer", spec.name, spec.options, where=f"engineer.{spec.name}")
                     request = offline_request(registry, run.path, number, instance)
@@ -453,6 +453,21 @@ def next_gain(run: RecordedRun, number: int) -> dict[str, float] | None:
     return gain
 
 
+def next_mixed(run: RecordedRun, number: int) -> int | None:
+    """The prompts of round ``number + 1`` whose answers were mixed, as its trainer recorded them (``signal.json``): the
+    same checkpoint (``number``'s) on the same config as the recorded score, on the round's own instances, so the
+    score's expected kept prompts per budget can be checked against what the trainer then found. None without a
+    signal, or where the trainer's samples per prompt are not the score's G (``kept_prompts`` mode draws on)."""
+    from envengineer.evidence import load_signal
+    from envengineer.rundir import RunDir
+
+    if str(run.config.get("budget_mode") or "instances") != "instances":
+        return None
+    overall = load_signal(RunDir(run.path), number + 1).get("overall") or {}
+    value = overall.get("mixed")
+    return int(value) if isinstance(value, int) and overall.get("prompts") == run.budget else None
+
+
 def _arm(run: RecordedRun) -> str:
     engineer = run.config.get("engineer")
     return str(engineer.get("name")) if isinstance(engineer, dict) else str(engineer)
@@ -501,6 +516,13 @@ def predictive_check(lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             pairs = [(float(l["vs_fixed"]["kept_per_budget"] if score_key == "vs_fixed_kept_per_budget" else l[score_key]),
                       float(l["next_gain"][measure])) for l in recorded if measure in l["next_gain"]]
             out[f"{score_key} ~ {measure}"] = spearman([a for a, _ in pairs], [b for _, b in pairs])
+    calibrated = [(float(l["kept_per_budget"]), float(l["next_mixed"])) for l in recorded if l.get("next_mixed") is not None]
+    if calibrated:
+        predicted, measured = [a for a, _ in calibrated], [b for _, b in calibrated]
+        out["kept_per_budget ~ mixed prompts the trainer found next"] = {
+            **spearman(predicted, measured), "mean_predicted": round(sum(predicted) / len(predicted), 3),
+            "mean_measured": round(sum(measured) / len(measured), 3),
+            "mean_abs_error": round(sum(abs(a - b) for a, b in calibrated) / len(calibrated), 3)}
     return out
 
 

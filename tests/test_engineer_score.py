@@ -208,3 +208,15 @@ def test_the_answers_that_decide_a_kept_prompt(registry, sim_runs):
     assert screened.group_size == 4  # a prefilter keeps the prompts whose 4 screening answers are mixed
     kept_mode = replace(run, trainer=registry.create("trainer", "simulated", {"num_generations": 6}), config={**run.config, "budget_mode": "kept_prompts"})
     assert kept_mode.group_size == 6
+
+
+def test_recorded_kept_is_checked_against_what_the_trainer_found(registry, sim_runs, tmp_path):
+    result = _score(registry, sim_runs, [], tmp_path / "cache", proposals=1, instances=64, draws=8, recorded=True)
+    recorded = [l for l in result["lines"] if l["engineer"] == "recorded"]
+    for line in recorded:
+        signal = json.loads((Path(line["run"]) / f"round-{line['round'] + 1:02d}" / "train" / "signal.json").read_text())
+        assert line["next_mixed"] == signal["overall"]["mixed"]
+    calibration = result["predictive"]["kept_per_budget ~ mixed prompts the trainer found next"]
+    assert calibration["n"] == len(recorded) == 4
+    # the same checkpoint on the same config: the prediction is within sampling error of the trainer's count
+    assert abs(calibration["mean_predicted"] - calibration["mean_measured"]) < 0.35 * calibration["mean_measured"]
