@@ -463,6 +463,12 @@ class Policy(Component, abc.ABC):
         """The model directory a run starts from (building it first if the policy builds its own)."""
         raise ConfigError(f"policy {self.name!r}: a model behind an API has no weights to train")
 
+    def input_problem(self) -> tuple[str, str] | None:
+        """What a run of this policy lacks that it does not make itself (a model folder that is missing or
+        incomplete) and how to get it, as (problem, fix); None (default): nothing. Asked before anything is
+        written under a run's output, and by ``envengineer doctor CONFIG``; reads files, makes none."""
+        return None
+
     def with_path(self, path: str | Path) -> "Policy":
         """The same sampling options on another checkpoint (the loop's round models)."""
         raise ConfigError(f"policy {self.name!r}: a model behind an API has no weights to load from {path}")

@@ -178,6 +178,19 @@ def plugin_checks(pm: Any, components: Sequence[Any] | None) -> list[Check]:
     return list(seen.values())
 
 
+def input_checks(components: Sequence[Any]) -> list[Check]:
+    """What a run's components lack that they do not make themselves (``input_problem``: a policy's model folder),
+    one ``missing`` check each; a component that lacks nothing adds none. A run stops on these before anything is
+    written, GPU or not."""
+    checks = []
+    for component in components:
+        ask = getattr(component, "input_problem", None)
+        problem = ask() if callable(ask) else None
+        if problem:
+            checks.append(Check("model folder", "missing", *problem))
+    return checks
+
+
 def run_checks(pm: Any, components: Sequence[Any] | None = None) -> list[Check]:
     """Every check: the machine's, then the plugins' (for ``components``, or everything they offer when None)."""
     return machine_checks() + plugin_checks(pm, components)

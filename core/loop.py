@@ -643,6 +643,17 @@ def print_table(rows: list[dict[str, Any]], console: Console, validation: str) -
         console.print(escape(alarm.detail), highlight=False)
 
 
+def check_inputs(resolved: ResolvedRun) -> None:
+    """Before anything is written under the run's output: raise :class:`ConfigError` when the run's policy lacks
+    what it does not make itself (:meth:`Policy.input_problem`: a missing or incomplete model folder, with the
+    download command). A run past its pretrain step has its starting model recorded and is not asked again."""
+    if RunDir(resolved.run_dir).done(Step.PRETRAIN):
+        return
+    problem = resolved.policy.input_problem()
+    if problem:
+        raise ConfigError("; ".join(problem))
+
+
 def run(
     config_path: str | Path, *, registry: Registry | None = None, console: Console | None = None,
     output: str | None = None, overrides: list[str] | tuple[str, ...] = (), dry_run: bool = False,
@@ -659,6 +670,7 @@ def run(
     if output:
         config = config.model_copy(update={"output": output})
     resolved = resolve(config, registry)
+    check_inputs(resolved)
     loop = Loop(resolved, registry, console or Console())
     if dry_run:
         return loop.plan()

@@ -81,6 +81,74 @@ def test_doctor_and_run_stop_a_verl_run_this_machine_cannot_do(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def paper_config(tmp_path, monkeypatch):
+    """The README's examples/paper/v6.yaml, run from ``tmp_path`` as a user runs it from a clone (models/Qwen3-4B relative)."""
+    import shutil
+    from pathlib import Path
+
+    shutil.copy(Path(__file__).resolve().parent.parent / "examples" / "paper" / "v6.yaml", tmp_path / "v6.yaml")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "v6.yaml"
+
+
+def test_a_missing_model_folder_stops_the_dry_run_before_anything_is_written(tmp_path, monkeypatch):
+    """The README's dry run without the weights: one ConfigError naming the folder and the download command,
+    and no runs/paper-v6 half written (it was a 144-line Hydra traceback after writing round 0's data)."""
+    from envengineer.errors import ConfigError
+    from envengineer.loop import run
+
+    config = paper_config(tmp_path, monkeypatch)
+    with pytest.raises(ConfigError, match=r"policy\.vllm\.path: the model folder models/Qwen3-4B .* does not exist; .*"
+                                          r"hf download Qwen/Qwen3-4B --local-dir models/Qwen3-4B"):
+        run(config, dry_run=True)
+    assert not (tmp_path / "runs").exists()
+    (tmp_path / "models" / "Qwen3-4B").mkdir(parents=True)
+    (tmp_path / "models" / "Qwen3-4B" / "config.json").write_text("{}")  # a download cut short
+    for dry in (True, False):
+        with pytest.raises(ConfigError, match=r"is not a complete model folder: it lacks weights \(\*\.safetensors or \*\.bin\), "
+                                              r"a tokenizer .*hf download Qwen/Qwen3-4B"):
+            run(config, dry_run=dry)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_doctor_reports_the_missing_model_folder_as_a_failed_check(tmp_path, monkeypatch):
+    config = paper_config(tmp_path, monkeypatch)
+    result = cli("doctor", str(config))
+    assert result.exit_code == 1, result.output
+    out = " ".join(result.output.split())
+    assert "│ model folder │ missing │ policy.vllm.path: the model folder models/Qwen3-4B" in out
+    assert "would stop before it starts: model folder missing" in out
+    assert not (tmp_path / "runs").exists()
+    from envengineer.doctor import input_checks
+    from envengineer.registry import load_registry
+    from envengineer.runconfig import load_run_config, resolve
+
+    registry = load_registry()
+    resolved = resolve(load_run_config(config, (), registry), registry)
+    (check,) = input_checks([resolved.trainer, resolved.policy, resolved.engineer])
+    assert check.status == "missing" and check.fix.endswith("hf download Qwen/Qwen3-4B --local-dir models/Qwen3-4B")
+
+
+def test_a_model_folder_is_complete_with_config_weights_every_shard_and_a_tokenizer(tmp_path):
+    import json
+
+    from envengineer.model_folder import download_command, missing_files
+
+    folder = tmp_path / "m"
+    assert missing_files(folder) == ["the folder itself"]
+    folder.mkdir()
+    for name in ("config.json", "tokenizer.json", "model-00001-of-00002.safetensors"):
+        (folder / name).write_text("{}")
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    assert missing_files(folder) == ["model-00002-of-00002.safetensors"]
+    (folder / "model-00002-of-00002.safetensors").write_text("")
+    assert missing_files(folder) == []
+    assert download_command(tmp_path / "Qwen3-8B") == f"hf download Qwen/Qwen3-8B --local-dir {tmp_path / 'Qwen3-8B'}"
+    assert download_command("models/my-model").startswith("hf download <hub-id> --local-dir")
+
+
 # ------------------------------------------------------------------ what nvidia-smi says, parsed
 
 

@@ -119,6 +119,16 @@ class ModelDirPolicy(Policy):
         except ConfigError as exc:
             raise ConfigError(f"policy.{self.name}.path: {exc}") from None
 
+    def input_problem(self) -> tuple[str, str] | None:
+        """A ``path`` that is not a model name must be a complete model folder (config, weights, tokenizer):
+        otherwise the problem names it and what it lacks, the fix is the download command."""
+        from envengineer.model_folder import folder_problem
+        from envengineer.plugins.models import is_model_name
+
+        if not self.options.path or is_model_name(self.options.path):
+            return None
+        return folder_problem(self.options.path, f"policy.{self.name}.path")
+
     def with_path(self, path: str | Path) -> "ModelDirPolicy":
         """The same options on another checkpoint."""
         return type(self)(self.options.model_copy(update={"path": str(path)}))

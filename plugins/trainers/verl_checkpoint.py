@@ -15,7 +15,6 @@ are many times the model's size (optimizer state included).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -23,12 +22,12 @@ from pathlib import Path
 
 from envengineer.errors import InputError
 from envengineer.fileio import fsync_dir
+from envengineer.model_folder import missing_files
 
 #: verl's tracker, written in ``default_local_dir`` once a step's save is complete
 #: (``verl.utils.checkpoint.checkpoint_manager.get_checkpoint_tracker_filename``)
 TRACKER = "latest_checkpointed_iteration.txt"
 _STEP_FOLDER = re.compile(r"global_step_(\d+)")
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 def step_folders(ckpt_dir: str | os.PathLike[str]) -> dict[int, Path]:
@@ -80,22 +79,7 @@ def check_model_dir(folder: Path, actor: Path | None = None) -> None:
     hint = _merge_hint(actor if actor is not None else folder.parent)
     if not folder.is_dir():
         raise InputError(f"{folder}: no Hugging Face model directory; {hint}")
-    names = {p.name for p in folder.iterdir() if p.is_file()}
-    missing = []
-    if "config.json" not in names:
-        missing.append("config.json")
-    weights = [n for n in names if n.endswith(".safetensors") or (n.endswith(".bin") and n != "training_args.bin")]
-    if not weights:
-        missing.append("weights (*.safetensors or *.bin)")
-    for index in (n for n in names if n.endswith(".index.json")):
-        try:
-            shards = set(json.loads((folder / index).read_text(encoding="utf-8"))["weight_map"].values())
-        except (ValueError, KeyError, TypeError, AttributeError):
-            missing.append(f"a readable {index}")
-            continue
-        missing.extend(sorted(shards - names))
-    if not any(name in names for name in _TOKENIZER_FILES):
-        missing.append("a tokenizer (" + " or ".join(_TOKENIZER_FILES) + ")")
+    missing = missing_files(folder)
     if missing:
         raise InputError(f"{folder}: not a complete model directory, missing {', '.join(missing)}; {hint}")
 
