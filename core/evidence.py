@@ -48,6 +48,7 @@ class Evidence:
     #: the round's training signal (:mod:`envengineer.signal`): sampled success on its own training
     #: prompts, overall and per group of each grouping; {} when the trainer recorded none
     signal: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = None  # the run's seed (run.yaml), None when it recorded none
 
 
 def task_from_run(run: dict[str, Any], registry: Any) -> Any:
@@ -154,4 +155,5 @@ def load_evidence(run_dir: str | Path, round: int, registry: Any, *, max_example
         training=training,
         budget=budget,
         signal=load_signal(run_dir_, round),
+        seed=run.get("seed") if isinstance(run.get("seed"), int) else None,
     )

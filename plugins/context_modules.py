@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from envengineer.budget import Cut
 from envengineer.components import ContextModule, Generator
+from envengineer.errors import ConfigError, InputError
 from envengineer.evidence import Evidence, RoundRecord
 from envengineer.hookspecs import hookimpl
 
@@ -67,6 +68,22 @@ class FailureOptions(BaseModel):
     examples: int = Field(3, ge=0, le=20, description="failing examples shown")
     example_chars: int = Field(400, ge=40, le=4000, description="characters kept of each example's prompt and response")
     signal: bool = Field(True, description="cite the round's training signal (sampled success on its own training prompts) beside each group's validation rates")
+    donor: str | None = Field(
+        None, description="an ablation: the run directory whose SAME round's failure evidence (validation summary, failing "
+        "examples, training signal) is shown instead of this run's; the text keeps its form, this run's information is "
+        "gone. '{other_seed}' in it is (this run's seed + 1) mod donor_seeds, so each seed of a suite reads another's")
+    donor_seeds: int | None = Field(None, ge=2, le=10_000, description="the seeds '{other_seed}' cycles over")
+
+    @model_validator(mode="after")
+    def _donor_template(self) -> FailureOptions:
+        template = self.donor is not None and "{other_seed}" in self.donor
+        if template and self.donor_seeds is None:
+            raise ValueError("donor: '{other_seed}' needs donor_seeds, the number of seeds it cycles over")
+        if self.donor_seeds is not None and not template:
+            raise ValueError("donor_seeds: given without '{other_seed}' in donor")
+        if self.donor is not None and re.search(r"\{(?!other_seed\})", self.donor):
+            raise ValueError(f"donor: {self.donor!r}: the only placeholder is '{{other_seed}}'")
+        return self
 
 
 def data_block(text: str, label: str) -> str:
@@ -89,8 +106,52 @@ class FailureBreakdown(ContextModule):
     Options: ClassVar[type[BaseModel]] = FailureOptions
     essential: ClassVar[bool] = True
 
+    def donor_dir(self, evidence: Evidence) -> str | None:
+        """The donor run's directory for this run (``{other_seed}`` filled in), None without a donor."""
+        donor = self.options.donor
+        if donor is None or "{other_seed}" not in donor:
+            return donor
+        if evidence.seed is None:
+            raise ConfigError("context.options.F.donor: '{other_seed}' needs the run's seed, and this run recorded none")
+        return donor.replace("{other_seed}", str((evidence.seed + 1) % self.options.donor_seeds))
+
+    def source(self, evidence: Evidence) -> Evidence:
+        """The evidence F renders: this run's, or with a donor its round's validation summary, failing examples
+        and training signal in place of this run's (everything else, e.g. the config and history, is this run's)."""
+        folder = self.donor_dir(evidence)
+        if folder is None:
+            return evidence
+        import dataclasses
+        import json
+
+        from envengineer.fileio import read_jsonl, read_yaml
+        from envengineer.rundir import RunDir
+
+        where = f"context.options.F.donor ({folder})"
+        donor = RunDir(folder)
+        if not donor.run_yaml.exists():
+            raise InputError(f"{where}: no recorded run ({donor.run_yaml} does not exist)")
+        run = read_yaml(donor.run_yaml)
+        task = ((run or {}).get("task") or {}).get("name") if isinstance(run, dict) else None
+        if evidence.task is not None and task != evidence.task.name:
+            raise ConfigError(f"{where}: a run of task {task!r}; this run's task is {evidence.task.name!r}")
+        summary = donor.eval_summary(evidence.round)
+        if not summary.exists():
+            raise InputError(f"{where}: round {evidence.round} has no validation summary ({summary}); the donor must "
+                             f"have finished round {evidence.round} before this run's design step reads it")
+        try:
+            report = json.loads(summary.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InputError(f"{summary}: not valid JSON ({exc})") from None
+        examples_path = donor.eval_examples(evidence.round)
+        examples = read_jsonl(examples_path) if examples_path.exists() else []
+        from envengineer.evidence import load_signal
+
+        return dataclasses.replace(evidence, report=report, examples=examples, signal=load_signal(donor, evidence.round))
+
     def budget_cuts(self, evidence: Evidence) -> list[Cut]:
         """rows: one failing example fewer at a time (the last picked first); compact: no training-signal column."""
+        evidence = self.source(evidence)
         shown = len(_pick_examples(evidence.examples, self.options.examples))
         cuts = [Cut("rows", f"F: {k} failing example(s) of {shown}", {"examples": k}) for k in range(shown - 1, -1, -1)]
         if self.options.signal and evidence.signal:
@@ -98,6 +159,7 @@ class FailureBreakdown(ContextModule):
         return cuts
 
     def render(self, evidence: Evidence) -> str:
+        evidence = self.source(evidence)
         report = evidence.report or {}
         overall = report.get("overall") or {}
         n = overall.get("n", 0)

@@ -274,3 +274,71 @@ def test_run_config_chooses_the_other_reading_of_v4(registry, tmp_path):
 def test_bad_module_option_names_its_path(registry, evidence):
     with pytest.raises(ConfigError, match=r"context\.options\.H\.omit_round0"):
         compose_context(registry, {"preset": "V4", "options": {"H": {"omit_round0": "often"}}}, evidence)
+
+
+# ------------------------------------------------------------------ F's donor (claim b's ablation)
+
+
+def _donor_of(recorded_run, folder, seed=1):
+    """A copy of the recorded run whose round 1 failed differently (other rates, other examples)."""
+    import json
+    import shutil
+
+    shutil.copytree(recorded_run, folder)
+    run = yaml.safe_load((folder / "run.yaml").read_text())
+    (folder / "run.yaml").write_text(yaml.safe_dump({**run, "seed": seed}))
+    summary = next(folder.glob("round-01/eval/summary.json"))
+    report = json.loads(summary.read_text())
+    report["overall"]["valid_rate"], report["overall"]["valid"] = 0.123, 59
+    summary.write_text(json.dumps(report))
+    examples = summary.with_name("examples.jsonl")
+    examples.write_text(json.dumps({"id": "donor-0001", "group": "4x4", "failure": "goal", "prompt": "donor prompt",
+                                    "response": "donor response"}) + "\n")
+    return folder
+
+
+def test_a_donor_replaces_the_failure_evidence_and_nothing_else(registry, recorded_run, evidence):
+    donor = _donor_of(recorded_run, recorded_run.parent / "donor")
+    own = registry.create("context_module", "F", {}).render(evidence)
+    swapped = registry.create("context_module", "F", {"donor": str(donor)}).render(evidence)
+    assert "valid 12.3% (59/" in swapped and "donor-0001" in swapped and "val-0007" not in swapped
+    assert "valid 12.3%" not in own and "val-0007" in own
+    # the text keeps its form: the same headings and tables, only the figures and examples change
+    assert [line.split(":")[0] for line in swapped.splitlines() if line.startswith(("By ", "Validation"))] == \
+        [line.split(":")[0] for line in own.splitlines() if line.startswith(("By ", "Validation"))]
+    # the other modules still read this run's evidence
+    both = compose_context(registry, {"modules": ["F", "H"], "options": {"F": {"donor": str(donor)}}}, evidence)
+    assert both.split("## Configuration–failure history")[1] == compose_context(registry, {"modules": ["H"]}, evidence).split("## Configuration–failure history")[1]
+    assert evidence.report["overall"]["valid_rate"] != 0.123  # the run's own evidence is not changed
+
+
+def test_other_seed_reads_the_next_seeds_run(registry, recorded_run, evidence):
+    suite = recorded_run.parent / "arm"
+    _donor_of(recorded_run, suite / "seed-1")
+    module = registry.create("context_module", "F", {"donor": str(suite / "seed-{other_seed}"), "donor_seeds": 4})
+    assert evidence.seed == 0 and module.donor_dir(evidence) == str(suite / "seed-1")
+    assert "donor-0001" in module.render(evidence)
+    from dataclasses import replace
+
+    with pytest.raises(Exception, match=r"context.options.F.donor .*seed-0.*no recorded run"):
+        module.render(replace(evidence, seed=3))  # (3 + 1) mod 4 = 0: not recorded
+
+
+def test_a_donor_is_refused_by_name_when_it_cannot_stand_in(registry, recorded_run, evidence, tmp_path):
+    from envengineer.errors import EnvEngineerError
+
+    donor = _donor_of(recorded_run, tmp_path / "other-task")
+    run = yaml.safe_load((donor / "run.yaml").read_text())
+    (donor / "run.yaml").write_text(yaml.safe_dump({**run, "task": {"name": "grid-walk"}}))
+    with pytest.raises(EnvEngineerError, match=r"context.options.F.donor .*a run of task 'grid-walk'"):
+        registry.create("context_module", "F", {"donor": str(donor)}).render(evidence)
+    short = _donor_of(recorded_run, tmp_path / "short")
+    import shutil
+
+    shutil.rmtree(next(short.glob("round-01")))
+    with pytest.raises(EnvEngineerError, match=r"round 1 has no validation summary .*must have finished round 1"):
+        registry.create("context_module", "F", {"donor": str(short)}).render(evidence)
+    for bad, field in [({"donor": "x/{other_seed}"}, "donor_seeds"), ({"donor_seeds": 2}, "donor_seeds"),
+                       ({"donor": "x/{seed}"}, "other_seed")]:
+        with pytest.raises(ConfigError, match=field):
+            registry.create("context_module", "F", bad, where="context.options.F")
