@@ -30,6 +30,8 @@ class Manifest(BaseModel):
     table: str | None = Field(None, min_length=1, description="the table the arms are rows of (default: the base's suite.table, else 'runs')")
     baseline: str | None = Field(None, min_length=1, description="the arm the paired tests compare the others against (default: the arm named fixed)")
     launcher: dict[str, Any] | None = Field(None, description="how `envengineer suite` runs the arms on a cluster (docs/cluster.md): name, resources, Slurm and Ray settings")
+    common: Any = Field(
+        None, description="overrides every arm gets before its own ({dotted.key: value} or [KEY=VALUE, ...]), e.g. a shorter budget for the whole suite")
     arms: dict[str, Any] = Field(min_length=1, description="arm name -> {dotted.key: value} or [KEY=VALUE, ...] (null: the base as it is)")
 
 
@@ -57,9 +59,10 @@ def yaml_value(value: Any) -> str:
     return text
 
 
-def arm_overrides(manifest: Path, arm: str, spec: Any) -> tuple[str, ...]:
-    """An arm's overrides as ``KEY=VALUE`` strings; errors name the manifest and the arm's field."""
-    where = f"{manifest}: arms.{arm}"
+def arm_overrides(manifest: Path, arm: str | None, spec: Any) -> tuple[str, ...]:
+    """An arm's overrides (``arm`` None: the manifest's ``common`` ones) as ``KEY=VALUE`` strings; errors name
+    the manifest and the arm's field."""
+    where = f"{manifest}: arms.{arm}" if arm is not None else f"{manifest}: common"
     if spec is None:
         return ()
     if isinstance(spec, dict):
@@ -127,9 +130,10 @@ def read_manifest(path: Path, registry: Any = None) -> list[SuiteEntry]:
         from envengineer.registry import load_registry
 
         registry = load_registry()
+    common = arm_overrides(path, None, manifest.common)
     entries = []
     for order, (arm, spec) in enumerate(manifest.arms.items()):
-        overrides = arm_overrides(path, arm, spec)
+        overrides = common + arm_overrides(path, arm, spec)
         arm_data = copy.deepcopy(base)
         arm_data["name"] = f"{base['name']}-{arm}" if isinstance(base.get("name"), str) else arm
         arm_data["suite"] = {**base_suite, "table": table, "row": arm, "order": order}

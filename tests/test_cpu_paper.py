@@ -107,6 +107,9 @@ def test_the_shipped_manifest_gives_one_arm_per_engineer_and_the_probe(tmp_path)
     ({"fixed": {}}, {"tabel": "x"}, ["tabel: Extra inputs are not permitted"]),
     ({}, {}, ["arms: Dictionary should have at least 1 item"]),
     ({"fixed": {"eval.validation": "mapf-3agentz"}}, {}, ["arm fixed", "eval.validation", "mapf-3agentz"]),
+    ({"fixed": {}}, {"common": {"seed": 2}}, ["common.seed: set by the suite"]),
+    ({"fixed": {}}, {"common": "rounds=2"}, ["common: expected a mapping of dotted fields"]),
+    ({"fixed": {}}, {"common": ["rounds=0"]}, ["arm fixed", "rounds: Input should be greater than or equal to 1"]),
 ])
 def test_a_bad_manifest_or_arm_is_refused_naming_the_file_and_field(tmp_path, capsys, arms, manifest, expected):
     folder = write_suite(tmp_path / "s", tiny_base(tmp_path / "cache"), arms, **manifest)
@@ -116,6 +119,35 @@ def test_a_bad_manifest_or_arm_is_refused_naming_the_file_and_field(tmp_path, ca
     for part in expected:
         assert part in text, (part, text)
     assert not (tmp_path / "out").exists()
+
+
+def test_common_overrides_come_before_each_arms_own(tmp_path):
+    from envengineer.suite import plan
+
+    folder = write_suite(tmp_path / "s", tiny_base(tmp_path / "cache"), {"fixed": {"engineer.name": "fixed"},
+                         "short": {"engineer.name": "fixed", "rounds": 1}}, common={"rounds": 2, "budget": 7})
+    suite = plan([folder], seeds=1, output=tmp_path / "out")
+    assert [(e.arm, e.config.rounds, e.config.budget) for e in suite.entries] == [("fixed", 2, 7), ("short", 1, 7)]
+    assert suite.entries[1].overrides == ("rounds=2", "budget=7", "engineer.name=fixed", "rounds=1")
+
+
+def test_the_llm_engineer_manifests_share_their_engineer_and_set_the_donor_per_seed():
+    """examples/llm-engineer: the SmolLM2 arms are one engineer, the donor arm reads the next seed of smollm2-v6
+    (under the output the manifest's comment names), and the grid-walk arms train at equal optimizer steps."""
+    from envengineer.suite import plan
+
+    for name, out in (("sim", "runs/llm-engineer/sim"), ("gw", "runs/llm-engineer/gw")):
+        suite = plan([REPO / f"examples/llm-engineer/{name}-suite.yaml"], seeds=4, output=out)
+        arms = {e.arm: e.config for e in suite.entries}
+        assert list(arms)[:2] in (["fixed", "learnability"], ["fixed", "heuristic"])
+        llm = [arms[a].engineer for a in ("smollm2-v6", "smollm2-v6-donor", "smollm2-no-f")]
+        assert llm[0] == llm[1] == llm[2] and llm[0]["model_path"] == "smollm2-135m-instruct" and llm[0]["structured"]
+        donor = arms["smollm2-v6-donor"].context["options"]["F"]
+        assert donor == {"donor": f"{out}/smollm2-v6/seed-{{other_seed}}", "donor_seeds": 4}
+        assert f"--output {out}" in (REPO / f"examples/llm-engineer/{name}-suite.yaml").read_text()
+        assert "F" not in arms["smollm2-no-f"].context["modules"]
+        if name == "gw":
+            assert {(c.budget_mode, c.budget, c.rounds) for c in arms.values()} == {("kept_prompts", 96, 6)}
 
 
 def test_a_manifest_without_its_base_or_naming_another_manifest_is_refused(tmp_path, capsys):
