@@ -49,6 +49,9 @@ class Evidence:
     #: prompts, overall and per group of each grouping; {} when the trainer recorded none
     signal: dict[str, Any] = field(default_factory=dict)
     seed: int | None = None  # the run's seed (run.yaml), None when it recorded none
+    #: the starting policy's validation summary (the base evaluation, before any training; the
+    #: same shape as ``report``), {} when the run has none
+    base_report: dict[str, Any] = field(default_factory=dict)
 
 
 def task_from_run(run: dict[str, Any], registry: Any) -> Any:
@@ -156,4 +159,5 @@ def load_evidence(run_dir: str | Path, round: int, registry: Any, *, max_example
         budget=budget,
         signal=load_signal(run_dir_, round),
         seed=run.get("seed") if isinstance(run.get("seed"), int) else None,
+        base_report=_read_json(run_dir_.eval_summary(None)) if run_dir_.eval_summary(None).exists() else {},
     )

@@ -5,8 +5,8 @@ from envengineer.hookspecs import hookimpl
 
 @hookimpl
 def register_engineers(register):
-    from envengineer.plugins.engineers import baselines, checkpoint, llm
+    from envengineer.plugins.engineers import baselines, checkpoint, llm, practice
 
-    for module in (llm, checkpoint, baselines):
+    for module in (llm, checkpoint, baselines, practice):
         for engineer in module.ENGINEERS:
             register(engineer)

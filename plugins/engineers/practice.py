@@ -1,0 +1,303 @@
+"""Baselines practitioners use: fixed-band, window, rlve and learnability-shares.
+
+Like the other baselines (:mod:`envengineer.plugins.engineers.baselines`) they know a task only by
+its declaration: the groups of the knob table in the task's order (read as easy to hard), the budget
+share knob, the difficulty knobs (``harder`` up or down) and each knob's bounds and step. They keep
+no state between design steps: each step replays the recorded rounds (``Evidence.history``, then the
+round just finished), so a resumed run, a replay (``envengineer propose``) and a fresh run decide the
+same, and a run's seed decides rlve's draws.
+
+- ``fixed-band``: shares fixed once, from the base profile, over the groups in the learnable band;
+- ``window``: the frontier group and the next harder ones, advancing when the frontier passes;
+- ``rlve``: RLVE's adaptive difficulty (Zeng et al. 2025, arXiv 2511.07317) on the declared knobs;
+- ``learnability-shares``: ``learnability``'s budget rule with every difficulty knob frozen.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from envengineer.api import DesignRequest, EngineerReply
+from envengineer.components import Knob
+from envengineer.plugins.engineers.baselines import (
+    Baseline,
+    LearnabilityEngineer,
+    LearnabilityOptions,
+    Success,
+    _Options,
+    chosen_knobs,
+    knob_table,
+)
+from envengineer.signal import group_success
+from pydantic import BaseModel, Field
+
+
+@dataclass
+class Recorded:
+    """One finished round as a replay reads it."""
+
+    round: int
+    config: Mapping[str, Any]
+    signal: Mapping[str, Any]
+    report: Mapping[str, Any]
+
+
+def recorded_rounds(request: DesignRequest) -> list[Recorded]:
+    """Every finished round, oldest first: the history, then the round just finished."""
+    ev = request.evidence
+    rounds = [Recorded(r.round, r.config, r.signal or {}, r.report or {}) for r in ev.history]
+    return [*rounds, Recorded(ev.round, ev.config, ev.signal or {}, ev.report or {})]
+
+
+def band_shares(groups: list[str], chosen: list[str], share: Knob) -> dict[str, float]:
+    """Equal shares over ``chosen``, the share knob's floor for every other group (the projection renormalises)."""
+    floor = share.low
+    rest = max(0.0, 1.0 - floor * (len(groups) - len(chosen)))
+    return {g: share.snap(rest / len(chosen)) if g in chosen else share.snap(floor) for g in groups}
+
+
+def _pct(p: float) -> str:
+    return f"{p:.0%}"
+
+
+# -------------------------------------------------------------------- fixed-band
+
+
+class FixedBandOptions(_Options):
+    low: float = Field(0.1, ge=0, le=1, description="a group is in the learnable band when its base success p is at least this")
+    high: float = Field(0.9, ge=0, le=1, description="... and at most this")
+    min_samples: int = Field(16, ge=1, description="a group's base p is its sampled success on round 0's training prompts when round 0's "
+                             "training signal holds at least this many samples of it, else its valid rate in the base evaluation")
+
+
+class FixedBandEngineer(Baseline):
+    name: ClassVar[str] = "fixed-band"
+    description: ClassVar[str] = ("fixed shares, chosen once from the base profile: equal over the groups whose base success is in "
+                                  "[low, high], the share floor elsewhere; never changed, difficulty knobs never moved")
+    Options: ClassVar[type[BaseModel]] = FixedBandOptions
+
+    def propose(self, request: DesignRequest) -> EngineerReply:
+        o = self.options
+        generator = request.generator
+        table = knob_table(request)
+        share = generator.share_knob()
+        if not table or share is None or not all(share.name in v for v in table.values()):
+            return self.reply({}, "fixed-band: the task declares no budget share in a per-group knob table; keeping the configuration.")
+        groups = list(table)
+        first = recorded_rounds(request)[0]  # round 0: trained on the initial config, sampled by the starting policy
+        base = request.evidence.base_report or first.report
+        success = Success(request, groups, o.min_samples, signal=first.signal, report=base)
+        p = success.p
+        band = [g for g in groups if g in p and o.low <= p[g] <= o.high]
+        if band:
+            why = f"base success in [{_pct(o.low)}, {_pct(o.high)}]: {', '.join(band)}"
+        elif p:
+            best = max((g for g in groups if g in p), key=lambda g: (p[g] * (1 - p[g]), -groups.index(g)))
+            band, why = [best], f"no group's base success in [{_pct(o.low)}, {_pct(o.high)}]: the nearest to 50%, {best}"
+        else:
+            return self.reply({}, f"fixed-band: round {first.round} recorded no per-group success (no training signal, "
+                                  "no validation rates); keeping the configuration.")
+        source = success.describe() + ("; validation: the base evaluation" if request.evidence.base_report else
+                                       "; validation: round 0's (no base evaluation recorded)")
+        profile = ", ".join(f"{g} {success.label(g)}" for g in groups if g in p)
+        shares = band_shares(groups, band, share)
+        note = (f"fixed-band: the base profile ({source}): {profile}; {why}; shares fixed at "
+                f"{', '.join(f'{g} {shares[g]:g}' for g in band)}, {share.low:g} elsewhere; difficulty knobs kept.")
+        return self.reply(generator.knob_proposal({g: {share.name: v} for g, v in shares.items()}), note)
+
+
+# ------------------------------------------------------------------------ window
+
+
+class WindowOptions(_Options):
+    threshold: float = Field(0.8, ge=0, le=1, description="the window advances one group when the frontier group's success reaches this")
+    width: int = Field(2, ge=1, description="groups trained: the frontier group and the next width - 1 harder ones (in the task's group order)")
+    min_samples: int = Field(16, ge=1, description="a group's p is its sampled success on the round's training prompts when the training "
+                             "signal holds at least this many samples of it, else its greedy validation valid rate")
+
+
+class WindowEngineer(Baseline):
+    name: ClassVar[str] = "window"
+    description: ClassVar[str] = ("a moving window: equal shares on the frontier group and the next harder one (width), the floor "
+                                  "elsewhere; the window advances a group when the frontier's success reaches threshold")
+    Options: ClassVar[type[BaseModel]] = WindowOptions
+
+    def frontier(self, request: DesignRequest, groups: list[str]) -> tuple[int, list[str]]:
+        """The frontier's index after the round just finished, and how it got there (one line per round)."""
+        o = self.options
+        trace: list[str] = []
+        index: int | None = None
+        for rec in recorded_rounds(request):
+            success = Success(request, groups, o.min_samples, signal=rec.signal, report=rec.report)
+            p = success.p
+            if index is None:  # round 0: the first group in order whose success is below the threshold
+                index = next((i for i, g in enumerate(groups) if not (g in p and p[g] >= o.threshold)), len(groups) - 1)
+                passed = [f"{g} {success.label(g)}" for g in groups[:index]]
+                trace.append(f"round {rec.round}: " + (f"{', '.join(passed)} ≥ {_pct(o.threshold)}; " if passed else "")
+                             + f"frontier {groups[index]}" + (f" ({success.label(groups[index])})" if groups[index] in p else " (no evidence)"))
+                continue
+            g = groups[index]
+            if g in p and p[g] >= o.threshold and index < len(groups) - 1:
+                index += 1
+                trace.append(f"round {rec.round}: {g} {success.label(g)} ≥ {_pct(o.threshold)}: advanced to {groups[index]}")
+            else:
+                said = success.label(g) if g in p else "no evidence"
+                trace.append(f"round {rec.round}: {g} {said}" + (" (the last group)" if index == len(groups) - 1 and g in p
+                                                                 and p[g] >= o.threshold else f" < {_pct(o.threshold)}: stays"))
+        return index or 0, trace
+
+    def propose(self, request: DesignRequest) -> EngineerReply:
+        o = self.options
+        generator = request.generator
+        table = knob_table(request)
+        share = generator.share_knob()
+        if not table or share is None or not all(share.name in v for v in table.values()):
+            return self.reply({}, "window: the task declares no budget share in a per-group knob table; keeping the configuration.")
+        groups = list(table)
+        index, trace = self.frontier(request, groups)
+        window = groups[index:index + o.width]
+        shares = band_shares(groups, window, share)
+        note = f"window: {'; '.join(trace)}; training on {', '.join(window)} ({shares[window[0]]:g} each), {share.low:g} elsewhere."
+        return self.reply(generator.knob_proposal({g: {share.name: v} for g, v in shares.items()}), note)
+
+
+# -------------------------------------------------------------------------- rlve
+
+
+class RlveOptions(_Options):
+    window: int = Field(4, ge=1, description="levels are drawn uniformly from [h - window + 1, h] (RLVE's difficulty_sliding_window_size, 4)")
+    threshold: float = Field(0.9, ge=0, le=1, description="h rises by one level when the accuracy at h reaches this "
+                             "(RLVE's min_metric_to_increase_difficulty, 0.9)")
+    min_samples: int = Field(128, ge=1, description="samples at level h before the accuracy is checked (RLVE: min_prompts_before_difficulty_check "
+                             "8 x n_samples_per_prompt 16 = 128); the count restarts after every check")
+    initial_level: int = Field(0, ge=0, description="every group's starting ceiling h (RLVE's initial_difficulty, 0: the easy bound)")
+    levels: int = Field(11, ge=2, description="levels a non-integer difficulty knob's range is cut into, from its easy bound (level 0) to its "
+                        "hard bound; an integer knob's levels are its own values")
+    difficulty_knobs: list[str] | None = Field(None, description="knobs that make a group harder (default: every knob the task declares harder up or down)")
+
+
+def knob_levels(knob: Knob, levels: int) -> list[float | int]:
+    """The knob's values from level 0 (its easy bound) to its hard bound: an integer knob's own values, else ``levels`` evenly spaced."""
+    easy, hard = float(knob.easy_end), float(knob.hard_end)  # type: ignore[arg-type]
+    if knob.integer:
+        n = round((knob.high - knob.low) / knob.step)
+        return [knob.snap(easy + (hard - easy) * i / n) for i in range(n + 1)] if n else [knob.snap(easy)]
+    return [knob.snap(easy + (hard - easy) * i / (levels - 1)) for i in range(levels)]
+
+
+class RlveEngineer(Baseline):
+    """RLVE's adaptive environments, each group of the knob table an environment.
+
+    RLVE draws each problem's difficulty uniformly from [h - w + 1, h] and counts only the rollouts
+    at h; here a round's config holds one value per group, so each design step draws the level of
+    the next round, and only the rounds a group trained at its ceiling add to its count."""
+
+    name: ClassVar[str] = "rlve"
+    description: ClassVar[str] = ("RLVE's adaptive difficulty (Zeng et al. 2025): per group a ceiling level h, each round's level drawn "
+                                  "from [h - window + 1, h], h raised when the sampled accuracy at h reaches threshold over min_samples")
+    Options: ClassVar[type[BaseModel]] = RlveOptions
+
+    def ladder(self, request: DesignRequest, notes: list[str]) -> dict[str, list[float | int]]:
+        """``{knob: values by level}`` of the difficulty knobs used."""
+        knobs = chosen_knobs(request, self.options.difficulty_knobs, request.generator.difficulty_knobs(), notes)
+        return {k.name: knob_levels(k, self.options.levels) for k in knobs if k.easy_end is not None}
+
+    @staticmethod
+    def level_of(values: Mapping[str, Any], ladder: dict[str, list[float | int]], top: int) -> int | None:
+        """The level whose every knob value is the group's (None: the group is at no level)."""
+        names = [k for k in ladder if k in values]
+        if not names:
+            return None
+        for level in range(top + 1):
+            if all(abs(float(values[k]) - float(ladder[k][min(level, len(ladder[k]) - 1)])) <= 1e-9 for k in names):
+                return level
+        return None
+
+    def ceilings(self, request: DesignRequest, groups: list[str], ladder: dict[str, list[float | int]],
+                 top: int) -> tuple[dict[str, int], dict[str, list[str]]]:
+        """Each group's ceiling h after the round just finished, replayed from round 0, and each group's trace."""
+        o = self.options
+        h = {g: min(o.initial_level, top) for g in groups}
+        count = {g: [0, 0] for g in groups}  # samples, valid at h since the last check
+        trace: dict[str, list[str]] = {g: [] for g in groups}
+        for rec in recorded_rounds(request):
+            values = request.generator.knob_values(rec.config)
+            cells = group_success(rec.signal)
+            for g in groups:
+                level = self.level_of(values.get(g) or {}, ladder, top)
+                if level != h[g]:
+                    continue  # trained below its ceiling (or at no level): RLVE counts only the rollouts at h
+                cell = cells.get(g) or {}
+                count[g][0] += int(cell.get("samples") or 0)
+                count[g][1] += int(cell.get("valid") or 0)
+                n, v = count[g]
+                if n < o.min_samples:
+                    trace[g].append(f"r{rec.round} at h={h[g]}: {n} samples < {o.min_samples}")
+                    continue
+                accuracy = v / n
+                if accuracy >= o.threshold and h[g] < top:
+                    h[g] += 1
+                    trace[g].append(f"r{rec.round} at h={h[g] - 1}: {v}/{n} = {accuracy:.0%} ≥ {o.threshold:.0%}: h→{h[g]}")
+                else:
+                    trace[g].append(f"r{rec.round} at h={h[g]}: {v}/{n} = {accuracy:.0%}"
+                                    + (" (h at the top level)" if accuracy >= o.threshold else f" < {o.threshold:.0%}"))
+                count[g] = [0, 0]
+        return h, trace
+
+    def propose(self, request: DesignRequest) -> EngineerReply:
+        o = self.options
+        generator = request.generator
+        table = knob_table(request)
+        notes: list[str] = []
+        ladder = self.ladder(request, notes)
+        if not table or not ladder:
+            return self.reply({}, "rlve: the task declares no difficulty knob (harder up or down) in a per-group knob table; "
+                                  "keeping the configuration.")
+        groups = list(table)
+        top = max(len(values) for values in ladder.values()) - 1
+        h, trace = self.ceilings(request, groups, ladder, top)
+        update: dict[str, dict[str, Any]] = {}
+        said = []
+        for g in groups:
+            low = max(0, h[g] - o.window + 1)
+            level = random.Random(f"rlve|{request.seed}|{g}").randint(low, h[g])
+            update[g] = {k: values[min(level, len(values) - 1)] for k, values in ladder.items() if k in table[g]}
+            knobs = ", ".join(f"{k} {v:g}" for k, v in update[g].items())
+            said.append(f"{g}: {'; '.join(trace[g]) + '; ' if trace[g] else ''}h={h[g]}, window [{low}, {h[g]}], drew {level} ({knobs})")
+        if not any(group_success(rec.signal) for rec in recorded_rounds(request)):
+            notes.append("no training signal: the ceilings cannot rise")
+        note = "rlve: " + "; ".join([*notes, *said]) + "; shares kept."
+        return self.reply(generator.knob_proposal(update), note)
+
+
+# ----------------------------------------------------------- learnability-shares
+
+
+class LearnabilitySharesOptions(_Options):
+    mix: float = Field(0.8, ge=0, le=1, description="weight of the learnability allocation against the current shares")
+    epsilon: float = Field(0.01, ge=0, le=0.25, description="added to every group's p(1-p) so no group's weight is zero")
+    min_samples: int = Field(16, ge=1, description="a group's p is its sampled success on the round's training prompts when the training "
+                             "signal holds at least this many samples of it, else its greedy validation valid rate")
+
+
+class LearnabilitySharesEngineer(Baseline):
+    """``learnability``'s budget rule alone: the same shares, every difficulty knob left where it is
+    (``learnability`` with ``difficulty_knobs: []``)."""
+
+    name: ClassVar[str] = "learnability-shares"
+    description: ClassVar[str] = "learnability's budget (shares in proportion to p(1-p)) with every difficulty knob frozen"
+    Options: ClassVar[type[BaseModel]] = LearnabilitySharesOptions
+
+    def propose(self, request: DesignRequest) -> EngineerReply:
+        inner = LearnabilityEngineer(LearnabilityOptions(**self.options.model_dump(), difficulty_knobs=[]))
+        reply = inner.propose(request)
+        note = reply.text.split("\n\n```yaml", 1)[0].removeprefix("learnability: ")
+        note = re.sub(r": (easier|harder) \(no difficulty knob\)", "", note)
+        return self.reply(reply.proposal or {}, f"learnability-shares (difficulty knobs frozen): {note}")
+
+
+ENGINEERS = (FixedBandEngineer, WindowEngineer, RlveEngineer, LearnabilitySharesEngineer)
