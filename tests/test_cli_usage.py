@@ -60,3 +60,18 @@ def test_an_error_naming_a_long_path_prints_the_path_whole(tmp_path, monkeypatch
     result = subprocess.run([sys.executable, "-c", code, str(deep)], capture_output=True, text=True,
                             env={**os.environ, "COLUMNS": "80"})
     assert result.returncode == 2 and str(deep) in result.stderr
+
+
+def test_the_readme_lists_every_command():
+    """README's `## Commands` block names every top-level command `envengineer --help` lists (and no other)."""
+    import re
+    from pathlib import Path
+
+    import typer
+
+    from envengineer.cli import app
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("## Commands", 1)[1].split("```", 2)[1]
+    listed = set(re.findall(r"^envengineer ([a-z-]+)", block, flags=re.M))
+    assert listed == set(typer.main.get_command(app).commands)
