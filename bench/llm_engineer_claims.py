@@ -1,0 +1,159 @@
+"""The pre-registered tests of docs/results-llm-engineer.md, computed from a suite's run directories.
+
+    python bench/llm_engineer_claims.py runs/llm-engineer/sim --primary bench:mapf-2agents-test
+    python bench/llm_engineer_claims.py runs/llm-engineer/gw --primary eval --secondary bench:grid-walk-target
+
+For every arm (a folder of seed-N runs under the suite's output) and seed: the primary outcome after the
+last round (``eval``: the validation set's greedy valid rate; ``bench:NAME``: that benchmark's), the design
+steps applied and fallen back, and the prompts trained on per round. Then the two families of the
+pre-registration, each comparison the paired sign test over instances seed by seed against the same seed,
+pooled over the seeds, Holm-adjusted within its family, and the rule "A beats B": higher at every seed and
+adjusted p < 0.05. Family (a): smollm2-v6 against fixed and against the strongest rule-based arm (the
+higher mean primary outcome among the arms given by --rule-arms); family (b): smollm2-v6 against
+smollm2-v6-donor and against smollm2-no-f. Writes claims.json beside the runs (atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from envengineer.comparison_stats import holm
+from envengineer.fileio import read_jsonl, write_text
+from envengineer.metrics import sign_test
+from envengineer.rundir import RunDir
+
+LLM, DONOR, NO_F, FIXED = "smollm2-v6", "smollm2-v6-donor", "smollm2-no-f", "fixed"
+
+
+def verdicts(run: Path, where: str) -> dict[str, bool]:
+    """Instance id -> valid, after the run's last round, for ``eval`` or ``bench:NAME``."""
+    folder = RunDir(run)
+    rounds = sorted(p for p in run.glob("round-*") if p.is_dir())
+    if not rounds:
+        raise SystemExit(f"{run}: no rounds")
+    last = rounds[-1]
+    path = last / "eval" / "verdicts.jsonl" if where == "eval" else last / "bench" / where.split(":", 1)[1] / "verdicts.jsonl"
+    if not path.exists():
+        raise SystemExit(f"{path}: missing (is {folder.path} finished, and was {where} evaluated after its last round?)")
+    return {r["id"]: bool(r["valid"]) for r in read_jsonl(path)}
+
+
+def design_steps(run: Path) -> tuple[int, int]:
+    """(design steps, of which fell back) over the run's rounds."""
+    import yaml
+
+    steps = fallbacks = 0
+    for projection in sorted(run.glob("round-*/engineer/projection.yaml")):
+        data = yaml.safe_load(projection.read_text(encoding="utf-8")) or {}
+        steps += 1
+        fallbacks += bool(data.get("fallback"))
+    return steps, fallbacks
+
+
+def trained_prompts(run: Path) -> list[int]:
+    rows = [json.loads(line) for line in (run / "history.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [int(r.get("trained_prompts") or r.get("prompts_used") or 0) for r in rows if r.get("step") == "train"]
+
+
+def arm_runs(output: Path) -> dict[str, dict[int, Path]]:
+    arms: dict[str, dict[int, Path]] = {}
+    for arm in sorted(p for p in output.iterdir() if p.is_dir()):
+        seeds = {int(s.name.split("-", 1)[1]): s for s in arm.glob("seed-*") if s.is_dir() and (s / "history.jsonl").exists()}
+        if seeds:
+            arms[arm.name] = dict(sorted(seeds.items()))
+    return arms
+
+
+def compare(a: dict[int, dict[str, bool]], b: dict[int, dict[str, bool]]) -> dict[str, Any]:
+    """A against B seed by seed on the instances both answered: per-seed rate differences, pooled +/-."""
+    seeds = sorted(set(a) & set(b))
+    per_seed, gained, lost = [], 0, 0
+    for s in seeds:
+        common = [i for i in b[s] if i in a[s]]
+        g = sum(1 for i in common if a[s][i] and not b[s][i])
+        l_ = sum(1 for i in common if b[s][i] and not a[s][i])
+        gained, lost = gained + g, lost + l_
+        per_seed.append({"seed": s, "diff": (sum(a[s][i] for i in common) - sum(b[s][i] for i in common)) / max(1, len(common)),
+                         "gained": g, "lost": l_})
+    return {"seeds": seeds, "per_seed": per_seed, "gained": gained, "lost": lost, "p": sign_test(gained, lost)}
+
+
+def family(name: str, pairs: list[tuple[str, str]], outcomes: dict[str, dict[int, dict[str, bool]]]) -> list[dict[str, Any]]:
+    rows = [{"family": name, "a": a, "b": b, **compare(outcomes[a], outcomes[b])} for a, b in pairs if a in outcomes and b in outcomes]
+    for row, adjusted in zip(rows, holm([r["p"] for r in rows])):
+        row["p_holm"] = adjusted
+        every = bool(row["per_seed"]) and all(s["diff"] > 0 for s in row["per_seed"])
+        row["beats"] = every and adjusted is not None and adjusted < 0.05
+        diffs = [s["diff"] for s in row["per_seed"]]
+        row["mean_diff"] = statistics.fmean(diffs) if diffs else None
+        if len(diffs) > 1:
+            from envengineer.comparison_stats import t_quantile
+
+            half = t_quantile(0.975, len(diffs) - 1) * statistics.stdev(diffs) / len(diffs) ** 0.5
+            row["interval"] = [row["mean_diff"] - half, row["mean_diff"] + half]
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("output", type=Path, help="the suite's output folder (ARM/seed-N runs)")
+    parser.add_argument("--primary", default="eval", help="eval (validation) or bench:NAME")
+    parser.add_argument("--secondary", default=None, help="another outcome reported the same way, not tested")
+    parser.add_argument("--rule-arms", nargs="+", default=["learnability", "heuristic"], help="the rule-based arms")
+    args = parser.parse_args()
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    runs = arm_runs(args.output)
+    if not runs:
+        raise SystemExit(f"{args.output}: no finished runs (ARM/seed-N with history.jsonl)")
+    result: dict[str, Any] = {"output": str(args.output), "primary": args.primary, "secondary": args.secondary, "arms": {}}
+    outcomes: dict[str, dict[int, dict[str, bool]]] = {}
+    table = Table(title=f"{args.output}: {args.primary} after the last round", title_justify="left")
+    for column in ("arm", "per seed (valid %)", "mean", "design steps (fell back)", "prompts trained / round",
+                   *([f"{args.secondary} per seed"] if args.secondary else [])):
+        table.add_column(column)
+    for arm, seeds in runs.items():
+        outcomes[arm] = {s: verdicts(run, args.primary) for s, run in seeds.items()}
+        rates = {s: sum(v.values()) / len(v) for s, v in outcomes[arm].items()}
+        design = [design_steps(run) for run in seeds.values()]
+        prompts = [p for run in seeds.values() for p in trained_prompts(run)]
+        entry = {"seeds": list(seeds), "rates": rates, "mean": statistics.fmean(rates.values()),
+                 "design_steps": sum(d[0] for d in design), "fallbacks": sum(d[1] for d in design),
+                 "trained_prompts_mean": statistics.fmean(prompts) if prompts else None}
+        if args.secondary:
+            entry["secondary"] = {s: statistics.fmean(verdicts(run, args.secondary).values()) for s, run in seeds.items()}
+        result["arms"][arm] = entry
+        table.add_row(arm, " ".join(f"{100 * r:.1f}" for r in rates.values()), f"{100 * entry['mean']:.1f}",
+                      f"{entry['design_steps']} ({entry['fallbacks']})",
+                      f"{entry['trained_prompts_mean']:.1f}" if prompts else "—",
+                      *([" ".join(f"{100 * r:.1f}" for r in entry["secondary"].values())] if args.secondary else []))
+    console.print(table)
+    rule = [a for a in args.rule_arms if a in result["arms"]]
+    strongest = max(rule, key=lambda a: result["arms"][a]["mean"]) if rule else None
+    rows = family("a", [(LLM, FIXED)] + ([(LLM, strongest)] if strongest else []), outcomes)
+    rows += family("b", [(LLM, DONOR), (LLM, NO_F)], outcomes)
+    rows += family("control", [(a, FIXED) for a in rule], outcomes)
+    result["strongest_rule_arm"], result["tests"] = strongest, rows
+    tests = Table(title="pre-registered tests: paired sign test over instances, pooled over seeds, Holm within the family",
+                  title_justify="left")
+    for column in ("family", "A vs B", "per seed diff (points)", "mean [95%]", "+ / −", "p", "p (Holm)", "A beats B"):
+        tests.add_column(column)
+    for r in rows:
+        interval = f" [{100 * r['interval'][0]:+.1f}, {100 * r['interval'][1]:+.1f}]" if "interval" in r else ""
+        tests.add_row(r["family"], f"{r['a']} vs {r['b']}", " ".join(f"{100 * s['diff']:+.1f}" for s in r["per_seed"]),
+                      (f"{100 * r['mean_diff']:+.1f}" if r["mean_diff"] is not None else "—") + interval,
+                      f"+{r['gained']} −{r['lost']}", f"{r['p']:.3g}", f"{r['p_holm']:.3g}", "yes" if r["beats"] else "no")
+    console.print(tests)
+    write_text(args.output / "claims.json", json.dumps(result, indent=2, default=str) + "\n")
+    console.print(f"wrote {args.output / 'claims.json'}")
+
+
+if __name__ == "__main__":
+    main()
