@@ -2,12 +2,13 @@
 training signal must beat the fixed environment at every seed, and a broken engineer (its proposals
 ignored or projected away) must not. Seconds on 2 cores, so a broken engineer is caught in CI."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from envengineer import hookimpl
-from envengineer.plugins.engineers.baselines import Baseline
+from envengineer.plugins.engineers.baselines import Baseline, LearnabilityEngineer
 from envengineer.suite_arms import read_verdicts
 from envengineer.suite_paired import paired
 
@@ -37,11 +38,29 @@ class ProjectedAwayEngineer(Baseline):
         return self.reply(request.generator.knob_proposal({g: {k: "n/a" for k in knobs} for g, knobs in table.items()}), "projected away.")
 
 
+class StaleLearnabilityEngineer(LearnabilityEngineer):
+    """learnability on the evidence of the round before the one just finished (stale by one round), applied to
+    the current config; nothing at the first design step, which has no earlier round."""
+
+    name = "stale-learnability"
+    description = "a broken engineer: learnability computed from the previous round's evidence"
+
+    def propose(self, request):
+        ev = request.evidence
+        if not ev.history:
+            return self.reply({}, "stale: no earlier round to read yet.")
+        last = ev.history[-1]
+        stale = dataclasses.replace(ev, round=last.round, config=last.config, report=last.report, signal=last.signal,
+                                    history=ev.history[:-1])
+        return super().propose(dataclasses.replace(request, evidence=stale))
+
+
 class Broken:
     @hookimpl
     def register_engineers(self, register):
         register(IgnoredEngineer)
         register(ProjectedAwayEngineer)
+        register(StaleLearnabilityEngineer)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +74,7 @@ def runs(tmp_path_factory):
     registry = Registry(pm)
     root = tmp_path_factory.mktemp("sim-student")
     out = {}
-    for engineer in ("fixed", "learnability", "ignored", "projected-away"):
+    for engineer in ("fixed", "learnability", "ignored", "projected-away", "stale-learnability", "inverted"):
         for seed in SEEDS:
             folder = root / f"{engineer}-{seed}"
             run(BASE, registry=registry, output=str(folder), overrides=[f"engineer.name={engineer}", f"seed={seed}", "eval.sampled=0"])
@@ -67,10 +86,14 @@ def _last_round(folder: Path) -> Path:
     return sorted(folder.glob("round-*"))[-1]
 
 
-def _against_fixed(runs, engineer, seed, where="eval"):
+def _against(runs, engineer, seed, where="eval", reference="fixed"):
     arm = read_verdicts(_last_round(runs[engineer, seed]) / where / "verdicts.jsonl")
-    base = read_verdicts(_last_round(runs["fixed", seed]) / where / "verdicts.jsonl")
+    base = read_verdicts(_last_round(runs[reference, seed]) / where / "verdicts.jsonl")
     return paired(arm, base, "valid")
+
+
+def _against_fixed(runs, engineer, seed, where="eval"):
+    return _against(runs, engineer, seed, where)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -88,3 +111,13 @@ def test_a_broken_engineer_does_not_pass_the_control(runs, engineer):
         assert not (result.gained > result.lost and result.p < 0.01), (engineer, seed, str(result))
         config = (runs[engineer, seed] / "round-05" / "config.yaml").read_text()
         assert config == (runs["fixed", seed] / "round-05" / "config.yaml").read_text()
+
+
+@pytest.mark.parametrize("engineer", ["stale-learnability", "inverted"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_stale_and_inverted_learnability_lose_to_learnability_at_every_seed(runs, engineer, seed):
+    """The control tightened: reading the evidence one round late, or turning learnability's rule around, must
+    show as a loss to learnability, paired on the same instances, at every seed (validation and held-out test)."""
+    for where in ("eval", "bench/mapf-2agents-test"):
+        result = _against(runs, "learnability", seed, where, reference=engineer)
+        assert result.gained > result.lost and result.p < 0.01, (engineer, seed, where, str(result))
