@@ -192,3 +192,24 @@ def test_the_shortest_paths_shortcut_changes_no_instance(monkeypatch):
     fast = generator.generate(config, n=24, seed=4).records
     monkeypatch.setattr(generator_module, "shortest_paths_suffice", lambda *args, **kwargs: (None, None))
     assert generator.generate(config, n=24, seed=4).records == fast
+
+
+def test_a_time_limit_never_changes_the_data_it_stops_generation():
+    """No wall-clock budget decides the data: by default there is none (the work limit bounds every
+    solve), and a time limit that a config sets and that fires stops generation with an error naming
+    the option instead of discarding the draw (which would make the data depend on the machine)."""
+    import inspect
+
+    from envengineer.tasks.mapf_frozenlake import generator
+    from envengineer.tasks.mapf_frozenlake.generator import GenerationError
+    from envengineer.tasks.mapf_frozenlake.plugin import MapfOptions
+
+    assert generator.TIME_LIMIT is None and MapfOptions().solver_time_limit is None
+    assert inspect.signature(generate).parameters["time_limit"].default is None
+    config = uniform_config(wait_ratio=1.0)
+    with pytest.raises(GenerationError, match=r"task\.solver_time_limit: 0 s.*depend on this machine's speed"):
+        generate(config, n=8, seed=0, agents=4, time_limit=0.0)
+    unlimited, discarded = generate(config, n=8, seed=0, agents=4)
+    generous, again = generate(config, n=8, seed=0, agents=4, time_limit=3600.0)
+    assert [i.to_record() for i in unlimited] == [i.to_record() for i in generous] and discarded == again
+    assert "solver_timed_out" not in discarded

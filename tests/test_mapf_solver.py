@@ -517,3 +517,42 @@ def test_work_limit_gives_up_the_same_way_on_any_machine():
     second = solve(grid, agents, time_limit=600, work_limit=300)
     assert first.status == second.status == "gave_up"
     assert first.reason.startswith("work limit") and first.nodes == second.nodes
+
+
+def test_work_cap_gives_up_by_work_with_every_search_on():
+    """``work_cap``: a give-up in work units (the same on every machine) that, unlike ``work_limit``,
+    leaves the fallback searches of three or more agents on; ``Solution.work`` counts the units."""
+    grid, agents = HARD_5X5
+    first = solve(grid, agents, work_cap=300)
+    second = solve(grid, agents, work_cap=300)
+    assert first.status == second.status == "gave_up" and first.reason.startswith("work limit of 300")
+    assert first.work == second.work and 300 < first.work <= 300 + 16 and first.nodes == second.nodes
+    # the fallbacks start after 40,000 units, so within 300 the search is work_limit's own
+    limited = solve(grid, agents, work_limit=300)
+    assert limited.status == "gave_up" and (limited.work, limited.nodes) == (first.work, first.nodes)
+    # a solve that finishes reports its work; no time limit by default
+    rng = random.Random(7)
+    grid, agents = random_instance(rng, 8, 0.2, 3)
+    done = solve(grid, agents)
+    assert done.status in ("optimal", "unsolvable") and done == solve(grid, agents, work_cap=10**9)
+    with pytest.raises(ValueError, match="work_cap"):
+        solve(grid, agents, work_cap=0)
+
+
+def test_the_throughput_bench_gives_up_by_work_not_seconds():
+    """bench/solver_throughput.py (docs/performance.md, "The solver"): its give-up is --work-cap units, so
+    its statuses and work maximum are the same on every run and machine; a cap below 1 is refused."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "solver_throughput.py"
+    args = [sys.executable, str(script), "--agents", "5", "--n", "300", "--seed", "5", "--work-cap", "5"]
+    runs = [subprocess.run(args, capture_output=True, text=True, timeout=300) for _ in range(2)]
+    for done in runs:
+        assert done.returncode == 0, done.stderr
+    tails = [re.search(r" ms \| ((?:gave_up|optimal)=.*)$", done.stdout.splitlines()[0]).group(1) for done in runs]
+    assert tails[0] == tails[1] and "gave_up=" in tails[0] and "of cap 5" in tails[0]
+    bad = subprocess.run([*args[:-1], "0"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--work-cap" in bad.stderr

@@ -36,11 +36,14 @@ from envengineer.tasks.mapf_frozenlake.solver import shortest_paths_suffice, sol
 MAX_ATTEMPTS = 2000
 #: Solver work (units of search, not seconds) before a draw is discarded: a give-up that
 #: does not depend on the machine's speed, so the same config and seed give the same data
-#: everywhere. About 5-15 s on one core of a small VM. The time limit is only a safety net.
+#: everywhere. About 5-15 s on one core of a small VM.
 WORK_LIMIT = 40_000
 #: search steps for the shortest-paths check before a draw goes to the full solve
 SHORTCUT_WORK = 100_000
-TIME_LIMIT = 120.0
+#: No wall-clock limit by default: the work limit bounds every solve. A time limit the caller sets
+#: stops generation with an error when it fires (a draw it cut short is never discarded, which
+#: would make the data depend on the machine's speed).
+TIME_LIMIT: float | None = None
 MAX_DUPLICATE_RETRIES = 200
 
 #: How a training instance's seed is derived: from the size's hole count (the default), or from
@@ -66,7 +69,6 @@ class Job:
 class Made:
     instance: Instance
     gave_up: int  # draws discarded at the solver's work limit (deterministic)
-    timed_out: int = 0  # draws discarded at the time limit (machine-dependent: should stay 0)
 
 
 def derive_seed(*parts: object) -> int:
@@ -164,7 +166,7 @@ def _crossing_placement(rng: random.Random, size: int, free: list[bool], agents:
 
 
 def make_instance(
-    job: Job, *, time_limit: float = TIME_LIMIT, work_limit: int = WORK_LIMIT, max_attempts: int = MAX_ATTEMPTS
+    job: Job, *, time_limit: float | None = TIME_LIMIT, work_limit: int = WORK_LIMIT, max_attempts: int = MAX_ATTEMPTS
 ) -> Made:
     """Draw maps and placements from the job's own stream until the solver certifies one."""
     rng = random.Random(job.seed)
@@ -172,7 +174,6 @@ def make_instance(
     n_cells = size * size
     n_holes = hole_count(size, job.hole_ratio)
     gave_up = 0
-    timed_out = 0
     for _ in range(max_attempts):
         holes = set(rng.sample(range(n_cells), n_holes))
         free = [i not in holes for i in range(n_cells)]
@@ -195,10 +196,14 @@ def make_instance(
         if suffice is None or job.wants_wait:
             solution = solve(grid, pairs, time_limit=time_limit, work_limit=work_limit)
             if solution.status == "gave_up":
-                if solution.reason.startswith("work limit"):
-                    gave_up += 1
-                else:
-                    timed_out += 1
+                if not solution.reason.startswith("work limit"):
+                    raise GenerationError(
+                        f"sizes.{size}x{size}: the solver's time limit (task.solver_time_limit: {time_limit:g} s) cut a "
+                        f"{job.agents}-agent draw short after {solution.work} of its {work_limit} work units ({solution.reason}); "
+                        "the data would depend on this machine's speed: unset task.solver_time_limit (the work limit "
+                        "bounds every solve) or raise it"
+                    )
+                gave_up += 1
                 continue
             if solution.status != "optimal" or solution.requires_wait != job.wants_wait:
                 continue
@@ -213,7 +218,7 @@ def make_instance(
             seed=job.seed,
             id=instance_id(size, grid, agents),
         )
-        return Made(instance, gave_up, timed_out)
+        return Made(instance, gave_up)
     kind = "that need a WAIT" if job.wants_wait else "that need no WAIT"
     raise GenerationError(
         f"sizes.{size}x{size}: found no solvable {job.agents}-agent instance {kind} at "
@@ -279,7 +284,7 @@ def generate(
     seed: int,
     agents: int = 2,
     workers: int = 1,
-    time_limit: float = TIME_LIMIT,
+    time_limit: float | None = TIME_LIMIT,
     work_limit: int = WORK_LIMIT,
     progress: Callable[[int], None] | None = None,
     seed_scheme: SeedScheme = "holes",
@@ -317,7 +322,6 @@ def generate(
     discarded: Counter[str] = Counter()
     for job, item in zip(jobs, made):
         discarded["solver_gave_up"] += item.gave_up
-        discarded["solver_timed_out"] += item.timed_out
         instance = item.instance
         retry = 0
         while instance.id in seen:
@@ -334,7 +338,6 @@ def generate(
                 work_limit=work_limit,
             )
             discarded["solver_gave_up"] += again.gave_up
-            discarded["solver_timed_out"] += again.timed_out
             instance = again.instance
         seen.add(instance.id)
         instances.append(instance)

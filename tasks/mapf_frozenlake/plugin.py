@@ -27,7 +27,11 @@ class MapfOptions(BaseModel):
     agents: int = Field(2, ge=1, le=16, description="agents per training instance")
     prompt_style: Literal["full", "compact"] = Field("full", description="prompt rendering for the policy")
     solver_work_limit: int = Field(gen.WORK_LIMIT, ge=100, description="solver work units before a generated draw is discarded (deterministic)")
-    solver_time_limit: float = Field(gen.TIME_LIMIT, gt=0, description="seconds before the solver gives up (a safety net; machine-dependent)")
+    solver_time_limit: float | None = Field(
+        gen.TIME_LIMIT, gt=0,
+        description="optional wall-clock limit of one solve, in seconds (default none: the work limit bounds every solve); "
+                    "when it fires, generation stops with an error instead of discarding the draw, so it never changes the data",
+    )
     workers: int = Field(1, ge=1, description="processes used to generate a training set")
     seed_scheme: Literal["holes", "ratio"] = Field(
         "holes", description="what seeds a training instance: holes (each size's hole count, so a hole_ratio move smaller "

@@ -78,6 +78,7 @@ class Solution:
     requires_wait: bool | None  # None unless optimal
     nodes: int  # high-level search nodes expanded
     reason: str = ""  # why unsolvable / gave up
+    work: int = 0  # units of search work done (the unit of work_limit and work_cap; the same on every machine)
 
 
 # The joint search runs where the number of joint positions stays below _JOINT_MAX,
@@ -89,7 +90,7 @@ _JOINT_UNIT = 4
 _JOINT_STATES = 1_000_000  # memory cap of the joint search (states kept)
 _HEAD_START = 32  # units of CBS before the joint search gets its turns
 _SLICE = 16  # units per turn
-# Without a work limit (a time limit only), instances with three or more agents that
+# Without a work limit (a work cap, a time limit or no limit at all), instances with three or more agents that
 # the CBS has not settled within the generator's work budget get a second CBS, run in
 # turns with the first: whatever the first settles within that budget comes out
 # exactly as before (paths included).
@@ -102,27 +103,39 @@ def solve(
     grid: Sequence[str],
     agents: Sequence[tuple[Cell, Cell]],
     *,
-    time_limit: float = 10.0,
+    time_limit: float | None = None,
     work_limit: int | None = None,
+    work_cap: int | None = None,
 ) -> Solution:
     """Optimal sum-of-costs solution of a MAPF-FrozenLake instance.
 
     ``agents`` are (start, goal) pairs. Raises ``ValueError`` on a malformed grid or a
     start/goal off the map or on a hole; everything else is a verdict.
+
+    Budgets: ``work_limit`` gives up after that many units of work (``Solution.work``) with the
+    first CBS and the joint search only (the generator's budget: what they settle within it is
+    settled exactly so without a limit too); ``work_cap`` gives up after that many units with
+    every search on (the fallbacks of three or more agents included). Both are work, so a
+    give-up is the same on every machine. ``time_limit`` (seconds, default none) is a wall-clock
+    give-up whose verdict depends on the machine's speed: for interactive use, never for data.
     """
     # The searches allocate many small acyclic objects; the cyclic garbage collector
     # would repeatedly walk them for nothing (it costs up to half the time).
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _solve(grid, agents, time_limit, work_limit)
+        return _solve(grid, agents, time_limit, work_limit, work_cap)
     finally:
         if enabled:
             gc.enable()
 
 
-def _solve(grid: Sequence[str], agents: Sequence[tuple[Cell, Cell]], time_limit: float, work_limit: int | None) -> Solution:
-    deadline = time.perf_counter() + time_limit
+def _solve(grid: Sequence[str], agents: Sequence[tuple[Cell, Cell]], time_limit: float | None, work_limit: int | None,
+           work_cap: int | None = None) -> Solution:
+    for name, value in (("work_limit", work_limit), ("work_cap", work_cap)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name}: a positive whole number of work units or None, got {value!r}")
+    deadline = float("inf") if time_limit is None else time.perf_counter() + time_limit
     G = _Grid(grid)
     starts = [G.index(s, f"agents[{i}].start") for i, (s, _) in enumerate(agents)]
     goals = [G.index(g, f"agents[{i}].goal") for i, (_, g) in enumerate(agents)]
@@ -158,19 +171,21 @@ def _solve(grid: Sequence[str], agents: Sequence[tuple[Cell, Cell]], time_limit:
         weight = 4.0 if size <= 50_000 else 2.0 if size <= 500_000 else 1.0
         joint = _joint_search(G, starts, goals, dists, _JOINT_STATES)
         runs.append([joint, _JOINT_UNIT, weight, _HEAD_START * weight])
+    limit = min((w for w in (work_limit, work_cap) if w is not None), default=None)
+    spent = [0]
     try:
-        which, result = _portfolio(runs, deadline, work_limit)
+        which, result = _portfolio(runs, deadline, limit, spent)
     except _Unsolvable as exc:
-        return Solution("unsolvable", None, None, lb, None, _nodes(cbs, second), str(exc))
+        return Solution("unsolvable", None, None, lb, None, _nodes(cbs, second), str(exc), spent[0])
     except _GiveUp as exc:
-        return Solution("gave_up", None, None, lb, None, _nodes(cbs, second), str(exc))
+        return Solution("gave_up", None, None, lb, None, _nodes(cbs, second), str(exc), spent[0])
     if result is None:
         why = "joint search exhausted" if runs[which][1] == _JOINT_UNIT else "every branch of the search is infeasible"
-        return Solution("unsolvable", None, None, lb, None, _nodes(cbs, second), why)
+        return Solution("unsolvable", None, None, lb, None, _nodes(cbs, second), why, spent[0])
     raw = [p.path for p in result.plans] if isinstance(result, _Node) else result
     paths = tuple(tuple(G.cell(i) for i in p) for p in raw)
     cost = sum(len(p) - 1 for p in raw)
-    return Solution("optimal", paths, cost, lb, cost > lb, _nodes(cbs, second))
+    return Solution("optimal", paths, cost, lb, cost > lb, _nodes(cbs, second), "", spent[0])
 
 
 def shortest_paths_suffice(
@@ -261,12 +276,14 @@ def _group_bounds(G: _Grid, starts, goals, dists, deadline: float, tables: dict,
     return bounds
 
 
-def _portfolio(runs: list[list], deadline: float, work_limit: int | None = None):
+def _portfolio(runs: list[list], deadline: float, work_limit: int | None = None, spent: list[int] | None = None):
     """Run the searches in turns, each getting work in proportion to its weight;
     return (index, result) of the first to finish. A search that runs out of room
     (returns False) leaves the others to it. ``work_limit`` caps the units of work
-    done in all (a give-up that does not depend on the machine's speed)."""
+    done in all (a give-up that does not depend on the machine's speed); ``spent[0]``
+    is kept at the units done."""
     done_units = 0
+    spent = [0] if spent is None else spent
     while True:
         live = [r for r in runs if r[0] is not None]
         if not live:
@@ -278,6 +295,7 @@ def _portfolio(runs: list[list], deadline: float, work_limit: int | None = None)
                 next(gen)
                 run[3] += unit
                 done_units += unit
+                spent[0] = done_units
         except StopIteration as done:
             if done.value is False:
                 run[0] = None
