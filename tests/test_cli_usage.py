@@ -75,3 +75,25 @@ def test_the_readme_lists_every_command():
     block = readme.split("## Commands", 1)[1].split("```", 2)[1]
     listed = set(re.findall(r"^envengineer ([a-z-]+)", block, flags=re.M))
     assert listed == set(typer.main.get_command(app).commands)
+
+
+def test_run_configs_override_examples_name_files_that_exist(tmp_path):
+    """docs/run-config.md's override commands, as written, from a clone's root: each names a config
+    the repository has, and each passes `run --dry-run` (the overrides are valid fields)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "run-config.md").read_text()
+    block = page.split("## Overrides on the command line", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line) for line in block.splitlines() if line.startswith("envengineer run ")]
+    assert len(commands) == 2
+    (tmp_path / "examples").symlink_to(root / "examples")
+    for command in commands:
+        assert (root / command[2]).is_file(), command[2]
+        code = "import sys; from envengineer.cli import main; sys.argv = sys.argv[1:]; main()"
+        done = subprocess.run([sys.executable, "-c", code, *command, "--dry-run"], capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, (command, (done.stdout + done.stderr)[-2000:])
+    assert re.search(r"output=runs/\S+", block)

@@ -396,3 +396,30 @@ def test_report_without_a_validation_aggregate_adds_no_column(tmp_path):
     assert runner.invoke(app, ["report", str(run)]).exit_code == 0
     page = (run / "report.html").read_text()
     assert "Σ valid" not in _section(page, "validation") and "the validation set" not in page
+
+
+def test_the_pages_commands_run_as_written(tmp_path, monkeypatch):
+    """docs/reports.md's shell blocks, run in order from a clone's root (here: the runs go to tmp_path):
+    they make the runs they report on and compare, and what they print is what the page says."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "reports.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", page, flags=re.S)
+    commands = [line for block in blocks for line in block.splitlines() if line.startswith("envengineer ")]
+    assert [c.split()[1] for c in commands] == ["run", "report", "run", "run", "compare"]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "examples").symlink_to(root / "examples")
+    runner = CliRunner()
+    for command in commands:
+        done = runner.invoke(app, shlex.split(command)[1:])
+        assert done.exit_code == 0, (command, done.output[-2000:])
+        if command.startswith("envengineer report"):
+            assert "wrote runs/sim-heuristic/report.html and 6 plots in runs/sim-heuristic/report" in " ".join(done.output.split())
+    table = (tmp_path / "results.md").read_text()
+    for row, figures in {"sim-heuristic": ("24.4", "24.2"), "sim-fixed": ("21.5", "21.2"), "sim-random": ("21.2", "21.5")}.items():
+        cells = next(line for line in table.splitlines() if line.startswith(f"| {row} |")).split(" | ")
+        assert (cells[4], cells[6]) == figures, cells  # mapf-2agents-test valid %, validation valid %
+        assert f"`{row}` {figures[1]}% and {figures[0]}%" in page
