@@ -1,6 +1,9 @@
 """The positive control: on the simulated student (examples/sim-student) an engineer that reads the
 training signal must beat the fixed environment at every seed, and a broken engineer (its proposals
-ignored or projected away) must not. Seconds on 2 cores, so a broken engineer is caught in CI."""
+ignored or projected away) must not; learnability computed from the previous round's evidence (stale by
+one round, which still beats fixed) and the inverted engineer must lose to learnability at every seed.
+About a minute on 2 cores, so a broken engineer is caught in CI (docs/simulated-student.md#in-ci says what
+the control can and cannot catch)."""
 
 import dataclasses
 from pathlib import Path
