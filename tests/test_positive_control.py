@@ -124,3 +124,26 @@ def test_stale_and_inverted_learnability_lose_to_learnability_at_every_seed(runs
     for where in ("eval", "bench/mapf-2agents-test"):
         result = _against(runs, "learnability", seed, where, reference=engineer)
         assert result.gained > result.lost and result.p < 0.01, (engineer, seed, where, str(result))
+
+
+def test_the_pages_commands_write_to_folders_of_their_own():
+    """docs/simulated-student.md: every `run` and `suite` command of the page writes its own folder (a run
+    whose output is the suite's folder would mix its round folders with the suite's tables)."""
+    import re
+    import shlex
+
+    import yaml
+
+    page = (REPO / "docs" / "simulated-student.md").read_text()
+    lines = [line for block in re.findall(r"```bash\n(.*?)```", page, flags=re.S) for line in block.replace("\\\n", " ").splitlines()]
+    outputs = []
+    for line in lines:
+        words = shlex.split(line)
+        if words[:2] == ["envengineer", "suite"]:
+            outputs.append(words[words.index("--output") + 1])
+        elif words[:2] == ["envengineer", "run"]:
+            config = yaml.safe_load((REPO / words[2]).read_text())
+            overrides = dict(w.split("=", 1) for w in words[3:] if "=" in w and not w.startswith("-"))
+            outputs.append(overrides.get("output") or config.get("output") or f"runs/{overrides.get('name', config['name'])}")
+    assert len(outputs) >= 3 and "runs/sim-student" in outputs
+    assert len(set(outputs)) == len(outputs), outputs
