@@ -529,3 +529,22 @@ def test_a_record_without_optimal_cost_is_certified_on_demand():
     slow = format_answer([[(0, 0), (0, 0), (0, 1), (0, 2)], [(0, 2), (1, 2), (2, 2), (2, 1), (2, 0), (1, 0), (0, 0)]])
     verdict = validator.score(record, slow)
     assert verdict.valid and verdict.cost == 9 and not verdict.optimal
+
+
+def test_a_record_without_optimal_cost_is_certified_within_a_work_budget(monkeypatch):
+    """The validator certifies a foreign record's optimum on demand within CERTIFY_WORK solver units (not
+    seconds): the same verdict on every machine; past the budget the answer is valid but not optimal."""
+    from envengineer.tasks.mapf_frozenlake import validator as validator_module
+    from envengineer.tasks.mapf_frozenlake.solver import solve
+
+    grid = ["FFFFFFFFFF", "FHFHFHHFFH", "FFFFHFFFFF", "HFFHFFFHHF", "FFFFHFFFFF",
+            "FFFFHFHFFF", "FFFFHFFFFF", "FFFHFFFFFF", "HFFHFFFHFH", "FFFHFFFFFF"]
+    agents = [((4, 9), (9, 0)), ((3, 6), (4, 9)), ((7, 9), (9, 4)), ((8, 8), (4, 0)), ((8, 1), (5, 5))]
+    solution = solve(grid, agents)
+    assert solution.status == "optimal" and 16 < solution.work < validator_module.CERTIFY_WORK
+    answer = format_answer([list(p) for p in solution.paths])
+    v = verdict(record(agents, grid=grid, id="foreign"), answer)
+    assert v.valid and v.optimal and v.cost == solution.cost
+    monkeypatch.setattr(validator_module, "CERTIFY_WORK", 16)
+    v = verdict(record(agents, grid=grid, id="foreign-2"), answer)
+    assert v.valid and not v.optimal and v.cost == solution.cost

@@ -40,6 +40,10 @@ FAILURE_TYPES: tuple[str, ...] = (
     "goal",
 )
 
+#: Work budget (solver work units, the same on every machine) of certifying the optimum of a record
+#: that comes without ``optimal_cost``: past it the response is judged valid or not, never optimal.
+CERTIFY_WORK = 200_000
+
 _PARSE_FAILURE = Verdict(valid=False, optimal=False, failure="parse", failed_checks=("parse",), cost=None)
 
 
@@ -166,12 +170,13 @@ def _score(prep: _Prepared, response: str) -> Verdict:
 
 
 def _certify(prep: _Prepared) -> None:
-    """A record without ``optimal_cost`` (from another tool, say): solve it once, on demand."""
+    """A record without ``optimal_cost`` (from another tool, say): solve it once, on demand, within
+    :data:`CERTIFY_WORK` units of work (never a number of seconds: the verdict is the same everywhere)."""
     from envengineer.tasks.mapf_frozenlake.solver import solve
 
     prep.solved = True
     instance = prep.instance
-    solution = solve(instance.grid, [(a.start, a.goal) for a in instance.agents])
+    solution = solve(instance.grid, [(a.start, a.goal) for a in instance.agents], work_cap=CERTIFY_WORK)
     prep.optimal_cost = solution.cost if solution.status == "optimal" else None
 
 
