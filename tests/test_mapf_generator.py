@@ -213,3 +213,21 @@ def test_a_time_limit_never_changes_the_data_it_stops_generation():
     generous, again = generate(config, n=8, seed=0, agents=4, time_limit=3600.0)
     assert [i.to_record() for i in unlimited] == [i.to_record() for i in generous] and discarded == again
     assert "solver_timed_out" not in discarded
+
+
+def test_reference_answers_are_budgeted_by_work(monkeypatch):
+    """The reference solver's answer (`envengineer solve`, warm starts) is solved within REFERENCE_WORK units,
+    never seconds: a record past it is an error naming the give-up, the same on every machine."""
+    from envengineer.registry import load_registry
+    from envengineer.tasks.mapf_frozenlake import plugin
+
+    generator, validator = load_registry(entry_points=False).task("mapf-frozenlake", {"agents": 5})
+    grid = ["FFFFFFFFFF", "FHFHFHHFFH", "FFFFHFFFFF", "HFFHFFFHHF", "FFFFHFFFFF",
+            "FFFFHFHFFF", "FFFFHFFFFF", "FFFHFFFFFF", "HFFHFFFHFH", "FFFHFFFFFF"]
+    agents = [((4, 9), (9, 0)), ((3, 6), (4, 9)), ((7, 9), (9, 4)), ((8, 8), (4, 0)), ((8, 1), (5, 5))]
+    record = {"id": "foreign", "size": 10, "grid": grid, "hole_ratio": 0.2, "optimal_cost": 82,
+              "agents": [{"start": list(s), "goal": list(g)} for s, g in agents]}
+    assert validator.score(record, generator.reference_answer(record)).optimal  # 47 units
+    monkeypatch.setattr(plugin, "REFERENCE_WORK", 16)
+    with pytest.raises(ValueError, match=r"instance foreign: gave_up \(work limit of 16 units reached\)"):
+        generator.reference_answer(record)

@@ -17,6 +17,10 @@ from envengineer.tasks.mapf_frozenlake import projection, prompts
 from envengineer.tasks.mapf_frozenlake.instance import from_record
 from envengineer.tasks.mapf_frozenlake.validator import MapfValidator
 
+#: Solver work units (the same on every machine) of a reference answer: an instance the generator made
+#: needs at most its work limit (40,000); past this budget a foreign record gets an error, not an answer.
+REFERENCE_WORK = 1_000_000
+
 
 class MapfOptions(BaseModel):
     """The ``task:`` section of a run config for mapf-frozenlake."""
@@ -227,7 +231,8 @@ class MapfGenerator(Generator):
         from envengineer.tasks.mapf_frozenlake.solver import solve
 
         instance = from_record(record)
-        solution = solve(instance.grid, [(a.start, a.goal) for a in instance.agents], time_limit=self.options.solver_time_limit)
+        solution = solve(instance.grid, [(a.start, a.goal) for a in instance.agents],
+                         time_limit=self.options.solver_time_limit, work_cap=REFERENCE_WORK)
         if solution.status != "optimal" or solution.paths is None:
             raise ValueError(f"instance {instance.id}: {solution.status} ({solution.reason})")
         return format_answer(solution.paths)
@@ -240,7 +245,8 @@ class MapfGenerator(Generator):
         from envengineer.tasks.mapf_frozenlake.solver import solve
 
         instance = from_record(record)
-        solution = solve(instance.grid, [(a.start, a.goal) for a in instance.agents], time_limit=self.options.solver_time_limit)
+        solution = solve(instance.grid, [(a.start, a.goal) for a in instance.agents],
+                         time_limit=self.options.solver_time_limit, work_cap=REFERENCE_WORK)
         if solution.status != "optimal" or solution.paths is None:
             raise ValueError(f"instance {instance.id}: {solution.status} ({solution.reason})")
         return prompts.compact_answer(solution.paths)
