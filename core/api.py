@@ -7,9 +7,21 @@ A task family, an engineer, a context module, a trainer, a policy or a tracker n
 Names here are stable across minor releases; the modules they come from may move. The
 extension points themselves (the hooks a plugin implements) are documented in
 :mod:`envengineer.hookspecs`.
+
+The built-in plugins and tasks (``plugins/``, ``tasks/``) import the core through this module
+only (``tests/test_import_layers.py`` holds them to it), so what they use is what a third-party
+plugin can use too.
+
+Importing this module stays light (no torch, transformers, ...; no plugin). The names in
+:data:`_LAZY` come from modules this import does not otherwise load: each is looked up in its
+module when it is imported from here (PEP 562 ``__getattr__``), at every import, never cached,
+so the module's current attribute is what a caller gets (a test's ``monkeypatch`` of
+``envengineer.registry.load_registry`` reaches ``from envengineer.api import load_registry``).
 """
 
-from envengineer.benchmarks import read_checksums
+from typing import TYPE_CHECKING, Any
+
+from envengineer.benchmarks import SUMS, read_checksums, sha256_file
 from envengineer.components import (
     Aggregate,
     Benchmark,
@@ -31,25 +43,154 @@ from envengineer.components import (
     retired_options,
 )
 from envengineer.contract import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply
-from envengineer.doctor import Check
+from envengineer.display import stage_progress
+from envengineer.doctor import Check, package_check, torch_check, version
 from envengineer.errors import ConfigError, EnvEngineerError, InputError
-from envengineer.evidence import Evidence, RoundRecord
-from envengineer.fileio import atomic_open, read_jsonl, write_json, write_jsonl, write_text, write_yaml
+from envengineer.evidence import Evidence, RoundRecord, load_signal
+from envengineer.fileio import (
+    atomic_open,
+    cache_root,
+    fsync_dir,
+    read_jsonl,
+    read_yaml,
+    write_json,
+    write_jsonl,
+    write_text,
+    write_yaml,
+)
+from envengineer.gpus import Gpu, GpuProcess, driver_problem, read_gpus, read_processes, visible_gpus
 from envengineer.hookspecs import hookimpl
+from envengineer.knobs import number, split_budget, toward
 from envengineer.memory import Fix, MemoryEstimate
-from envengineer.model_shape import ModelShape
+from envengineer.model_shape import GB, ModelShape
 from envengineer.prompts import build_request, factual_note, load_prompt, summary_prompt
 from envengineer.proposals import UnusableProposal, extract_yaml_block, parse_proposal
 from envengineer.rundir import RunDir
-from envengineer.trackers import Tracker, TrackerUnavailable
-from envengineer.training import CURVE_KEYS, TrainRequest, TrainResult
+from envengineer.trackers import (
+    Tracker,
+    TrackerUnavailable,
+    benchmark_scalars,
+    benchmark_step,
+    curve_points,
+    design_scalars,
+    display_name,
+    group_name,
+    hyperparameters,
+    missing_package,
+    needs_curves,
+    notes_text,
+    read_state,
+    redact,
+    redacted,
+    round_scalars,
+    write_state,
+)
+from envengineer.training import (
+    CURVE_KEYS,
+    REWARDS,
+    ROLLOUTS_FILE,
+    Drawn,
+    TrainRequest,
+    TrainResult,
+    fill_kept,
+    reward_text,
+    reward_value,
+    screening_samples,
+)
+
+#: Names looked up in their module at each import from here (see the module's docstring), each -> that module.
+_LAZY: dict[str, str] = {
+    # prompt budgets (context modules, engineers)
+    "Cut": "envengineer.budget",
+    "PromptBudgetOptions": "envengineer.budget",
+    # structured replies (engineers: docs/engineers.md#structured-replies)
+    "ANALYSIS_DESCRIPTION": "envengineer.structured",
+    "SCHEMA_NAME": "envengineer.structured",
+    "block_token_limit": "envengineer.structured",
+    "config_schema": "envengineer.structured",
+    "reply_schema": "envengineer.structured",
+    "structured_reply": "envengineer.structured",
+    "with_instruction": "envengineer.structured",
+    # per-group success and rollout lines (engineers, trainers)
+    "group_success": "envengineer.signal",
+    "rollout_line": "envengineer.signal",
+    # scoring and evaluation sets (trainers, commands)
+    "score_response": "envengineer.evaluation",
+    "spread": "envengineer.evaluation",
+    # model folders (policies, trainers)
+    "folder_problem": "envengineer.model_folder",
+    "missing_files": "envengineer.model_folder",
+    # the registry and run configs (commands a plugin adds); load_registry is also ``envengineer.load_registry``
+    "load_registry": "envengineer.registry",
+    "only_task": "envengineer.runconfig",
+}
+
+if TYPE_CHECKING:  # what static tools see; at run time these come through __getattr__
+    from envengineer.budget import Cut, PromptBudgetOptions
+    from envengineer.evaluation import score_response, spread
+    from envengineer.model_folder import folder_problem, missing_files
+    from envengineer.registry import load_registry
+    from envengineer.runconfig import only_task
+    from envengineer.signal import group_success, rollout_line
+    from envengineer.structured import (
+        ANALYSIS_DESCRIPTION,
+        SCHEMA_NAME,
+        block_token_limit,
+        config_schema,
+        reply_schema,
+        structured_reply,
+        with_instruction,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
-    "Aggregate", "Benchmark", "CURVE_KEYS", "Change", "Check", "Component", "ConfigError", "ContextModule", "DesignOutcome",
-    "DesignRequest", "EnvEngineerError", "Engineer", "EngineerCallError", "EngineerReply", "Evidence", "GenerationResult",
-    "Fix", "Generator", "Grouping", "InputError", "Knob", "MemoryEstimate", "ModelShape", "NoOptions", "Policy", "Projection", "Resources",
-    "RoundRecord", "RunDir",
-    "Tracker", "TrackerUnavailable", "TrainRequest", "TrainResult", "Trainer", "UnusableProposal", "Validator", "Verdict", "atomic_open", "build_request",
-    "extract_yaml_block", "factual_note", "hookimpl", "load_prompt", "parse_proposal", "read_checksums", "read_jsonl", "retired_options",
-    "summary_prompt", "write_json", "write_jsonl", "write_text", "write_yaml",
+    # base classes of the components a plugin registers
+    "Component", "ContextModule", "Engineer", "Generator", "Policy", "Tracker", "Trainer", "Validator",
+    "NoOptions", "retired_options",
+    # task declarations and value types
+    "Aggregate", "Benchmark", "Change", "GenerationResult", "Grouping", "Knob", "Projection", "Resources", "Verdict",
+    # knob arithmetic (task families, engineers)
+    "number", "split_budget", "toward",
+    # errors
+    "ConfigError", "EnvEngineerError", "InputError", "TrackerUnavailable",
+    # the plugin hooks
+    "hookimpl",
+    # the engineer contract: requests, replies, prompts, proposals
+    "DesignOutcome", "DesignRequest", "EngineerCallError", "EngineerReply", "UnusableProposal",
+    "build_request", "extract_yaml_block", "factual_note", "load_prompt", "parse_proposal", "summary_prompt",
+    # structured replies (engineers)
+    "ANALYSIS_DESCRIPTION", "SCHEMA_NAME", "block_token_limit", "config_schema", "reply_schema", "structured_reply",
+    "with_instruction",
+    # prompt budgets and evidence (context modules, engineers)
+    "Cut", "Evidence", "PromptBudgetOptions", "RoundRecord", "group_success", "load_signal",
+    # training: requests, results, rewards, rollouts (trainers)
+    "CURVE_KEYS", "Drawn", "REWARDS", "ROLLOUTS_FILE", "TrainRequest", "TrainResult", "fill_kept", "reward_text",
+    "reward_value", "rollout_line", "score_response", "screening_samples", "spread",
+    # memory plans and model folders (trainers, policies)
+    "Fix", "GB", "MemoryEstimate", "ModelShape", "folder_problem", "missing_files",
+    # machine checks (envengineer doctor) and GPUs
+    "Check", "Gpu", "GpuProcess", "driver_problem", "package_check", "read_gpus", "read_processes", "torch_check",
+    "version", "visible_gpus",
+    # trackers' helpers (docs/trackers.md)
+    "benchmark_scalars", "benchmark_step", "curve_points", "design_scalars", "display_name", "group_name",
+    "hyperparameters", "missing_package", "needs_curves", "notes_text", "read_state", "redact", "redacted",
+    "round_scalars", "write_state",
+    # run directories, files, checksums, caches
+    "RunDir", "SUMS", "atomic_open", "cache_root", "fsync_dir", "read_checksums", "read_jsonl", "read_yaml",
+    "sha256_file", "write_json", "write_jsonl", "write_text", "write_yaml",
+    # commands a plugin adds (register_commands)
+    "load_registry", "only_task", "stage_progress",
 ]
