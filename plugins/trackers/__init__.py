@@ -4,7 +4,7 @@ Each is chosen per run by the run config's ``trackers`` list and imports its pac
 run starts it, so ``import envengineer`` stays light.
 """
 
-from envengineer.hookspecs import hookimpl
+from envengineer.api import hookimpl
 
 
 @hookimpl

@@ -24,8 +24,7 @@ from typing import Any, ClassVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from envengineer.hookspecs import hookimpl
-from envengineer.trackers import (
+from envengineer.api import (
     Tracker,
     benchmark_scalars,
     benchmark_step,
@@ -33,6 +32,7 @@ from envengineer.trackers import (
     design_scalars,
     display_name,
     group_name,
+    hookimpl,
     hyperparameters,
     missing_package,
     needs_curves,

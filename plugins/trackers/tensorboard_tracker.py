@@ -16,14 +16,14 @@ from typing import Any, ClassVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from envengineer.hookspecs import hookimpl
-from envengineer.trackers import (
+from envengineer.api import (
     Tracker,
     benchmark_scalars,
     benchmark_step,
     curve_points,
     design_scalars,
     display_name,
+    hookimpl,
     hyperparameters,
     missing_package,
     needs_curves,

@@ -21,8 +21,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envengineer.hookspecs import hookimpl
-from envengineer.trackers import (
+from envengineer.api import (
     Tracker,
     TrackerUnavailable,
     benchmark_scalars,
@@ -31,6 +30,7 @@ from envengineer.trackers import (
     design_scalars,
     display_name,
     group_name,
+    hookimpl,
     missing_package,
     needs_curves,
     read_state,
