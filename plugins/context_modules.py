@@ -15,11 +15,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from envengineer.budget import Cut
-from envengineer.components import ContextModule, Generator
-from envengineer.errors import ConfigError, InputError
-from envengineer.evidence import Evidence, RoundRecord
-from envengineer.hookspecs import hookimpl
+from envengineer.api import ConfigError, ContextModule, Cut, Evidence, Generator, InputError, RoundRecord, hookimpl
 
 
 def pct(rate: Any) -> str:
@@ -124,8 +120,7 @@ class FailureBreakdown(ContextModule):
         import dataclasses
         import json
 
-        from envengineer.fileio import read_jsonl, read_yaml
-        from envengineer.rundir import RunDir
+        from envengineer.api import RunDir, read_jsonl, read_yaml
 
         where = f"context.options.F.donor ({folder})"
         donor = RunDir(folder)
@@ -145,7 +140,7 @@ class FailureBreakdown(ContextModule):
             raise InputError(f"{summary}: not valid JSON ({exc})") from None
         examples_path = donor.eval_examples(evidence.round)
         examples = read_jsonl(examples_path) if examples_path.exists() else []
-        from envengineer.evidence import load_signal
+        from envengineer.api import load_signal
 
         return dataclasses.replace(evidence, report=report, examples=examples, signal=load_signal(donor, evidence.round))
 

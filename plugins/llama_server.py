@@ -35,8 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envengineer.errors import ConfigError
-from envengineer.fileio import cache_root, fsync_dir, write_json
+from envengineer.api import ConfigError, cache_root, fsync_dir, write_json
 
 ENV = "ENVENGINEER_LLAMA_SERVER"
 BINARY = "llama-server"

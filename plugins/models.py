@@ -33,8 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envengineer.errors import ConfigError
-from envengineer.fileio import cache_root, fsync_dir, write_json
+from envengineer.api import ConfigError, cache_root, fsync_dir, write_json
 
 #: Bump when the conversion writes a different folder (a folder made before is then made again).
 CONVERSION_VERSION = 1

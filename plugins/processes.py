@@ -1,6 +1,6 @@
 """Moved to :mod:`envengineer.processes` (the suite's runs use it too); this name keeps working."""
 
-from envengineer.processes import (  # noqa: F401
+from envengineer.processes import (  # noqa: F401  core-internal: this module is the old name of envengineer.processes
     KILL_GRACE_S,
     Stalled,
     end_group,

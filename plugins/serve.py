@@ -20,7 +20,7 @@ import shutil
 import sys
 from typing import Any
 
-from envengineer.hookspecs import hookimpl
+from envengineer.api import hookimpl
 
 
 def serve_command(model: str, port: int = 8011, host: str = "127.0.0.1", device: str = "cpu") -> list[str]:
@@ -30,7 +30,7 @@ def serve_command(model: str, port: int = 8011, host: str = "127.0.0.1", device:
     folder = resolve_model(model)
     exe = shutil.which("transformers")
     if exe is None:
-        from envengineer.errors import ConfigError
+        from envengineer.api import ConfigError
 
         raise ConfigError("envengineer serve needs the `transformers` command (pip install \"transformers[serving]\")")
     return [exe, "serve", str(folder), "--host", host, "--port", str(port), "--device", device]
@@ -57,7 +57,7 @@ def register(cli: Any) -> None:
         print_only: bool = typer.Option(False, "--print", help="print the command and exit"),
     ) -> None:
         """Serve a model with an OpenAI-compatible API (transformers serve or llama.cpp's llama-server) for the openai-compatible engineer."""
-        from envengineer.errors import ConfigError
+        from envengineer.api import ConfigError
 
         if server not in SERVERS:
             raise ConfigError(f"serve --server: {server!r} is not one of {', '.join(SERVERS)}")
@@ -127,7 +127,7 @@ def register_models(cli: Any) -> None:
         """The models known by name (`smollm2-135m-instruct`), or one model's folder, converted on first use."""
         from rich.console import Console
 
-        from envengineer.errors import ConfigError
+        from envengineer.api import ConfigError
         from envengineer.plugins.models import MODELS, resolve_model
 
         if name is None:

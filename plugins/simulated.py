@@ -45,13 +45,23 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envengineer.components import Policy, Trainer
-from envengineer.errors import ConfigError, InputError
-from envengineer.fileio import cache_root, write_json, write_jsonl
-from envengineer.hookspecs import hookimpl
-from envengineer.signal import rollout_line
-from envengineer.evaluation import score_response
-from envengineer.training import ROLLOUTS_FILE, TrainRequest, TrainResult, fill_kept, screening_samples
+from envengineer.api import (
+    ROLLOUTS_FILE,
+    ConfigError,
+    InputError,
+    Policy,
+    TrainRequest,
+    TrainResult,
+    Trainer,
+    cache_root,
+    fill_kept,
+    hookimpl,
+    rollout_line,
+    score_response,
+    screening_samples,
+    write_json,
+    write_jsonl,
+)
 
 STUDENT_FILE = "student.json"
 

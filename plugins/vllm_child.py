@@ -56,9 +56,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envengineer.errors import EnvEngineerError
-from envengineer.gpus import Gpu, GpuProcess, read_processes, visible_gpus
-from envengineer.processes import Stalled, end_group, sigterm_as_interrupt, start, watch
+from envengineer.api import EnvEngineerError, Gpu, GpuProcess, read_processes, visible_gpus
+from envengineer.processes import Stalled, end_group, sigterm_as_interrupt, start, watch  # core-internal: process groups
 
 INSTALL_HINT = 'pip install "envengineer[vllm]" (or "envengineer[train,verl]", which includes vLLM); vLLM needs a CUDA GPU'
 TAIL_LINES = 40
@@ -177,7 +176,7 @@ TESTED_VLLM = "0.24.0"
 
 def vllm_check() -> Any:
     """``envengineer doctor``'s line for vLLM in this Python (the one the child runs)."""
-    from envengineer.doctor import package_check, version
+    from envengineer.api import package_check, version
 
     return package_check("vllm", version("vllm"), tested=TESTED_VLLM, install=INSTALL_HINT)
 

@@ -19,7 +19,7 @@ PROFILE_SEQUENCES = 256
 def vllm_rows(estimate: Any, phase: str, model: Any, gpu_bytes: float, utilization: float, tensor_parallel: int,
               max_model_len: int, label: str = "vLLM", profile_tokens: int = PROFILE_TOKENS) -> float:
     """Add vLLM's rows to ``estimate`` in ``phase``; a problem when its KV cache holds no whole sequence. Returns its share."""
-    from envengineer.model_shape import GB
+    from envengineer.api import GB
 
     share = utilization * gpu_bytes
     weights = model.weights("bf16") / tensor_parallel
@@ -47,7 +47,7 @@ DEFAULT_PROMPT_TOKENS = 1536
 def policy_memory(policy: Any, model: Any, gpu_bytes: float, prompt_tokens: int | None) -> Any:
     """The evaluation phase of the ``vllm`` and ``transformers`` policies (each evaluates after the round's training
     has ended, so it is a phase of its own)."""
-    from envengineer.memory import MemoryEstimate
+    from envengineer.api import MemoryEstimate
 
     o = policy.options
     e = MemoryEstimate()
@@ -69,6 +69,6 @@ def policy_memory(policy: Any, model: Any, gpu_bytes: float, prompt_tokens: int 
 
 
 def _fix(override: str, what: str) -> Any:
-    from envengineer.memory import Fix
+    from envengineer.api import Fix
 
     return Fix((override,), what)

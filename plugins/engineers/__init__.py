@@ -1,6 +1,6 @@
 """Built-in engineers: API LLMs, the policy checkpoint, and non-LLM baselines."""
 
-from envengineer.hookspecs import hookimpl
+from envengineer.api import hookimpl
 
 
 @hookimpl

@@ -18,10 +18,17 @@ from typing import Any, ClassVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from envengineer.components import Engineer, Knob, retired_options
-from envengineer.api import DesignOutcome, DesignRequest, EngineerReply, factual_note
-from envengineer.knobs import toward
-from envengineer.signal import group_success
+from envengineer.api import (
+    DesignOutcome,
+    DesignRequest,
+    Engineer,
+    EngineerReply,
+    Knob,
+    factual_note,
+    group_success,
+    retired_options,
+    toward,
+)
 
 
 class _Options(BaseModel):

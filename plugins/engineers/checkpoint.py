@@ -18,9 +18,18 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envengineer.budget import PromptBudgetOptions
-from envengineer.components import Engineer, retired_options
-from envengineer.api import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply, factual_note, load_prompt, summary_prompt
+from envengineer.api import (
+    DesignOutcome,
+    DesignRequest,
+    Engineer,
+    EngineerCallError,
+    EngineerReply,
+    PromptBudgetOptions,
+    factual_note,
+    load_prompt,
+    retired_options,
+    summary_prompt,
+)
 from envengineer.plugins.vllm_child import ChildLimits
 
 
@@ -76,7 +85,7 @@ class CheckpointEngineer(Engineer):
         path = self.options.model_path or getattr(request, self.which, None)
         if not path:
             raise EngineerCallError(f"engineer.{self.name}: no model_path option and the loop passed no {self.which}")
-        from envengineer.errors import ConfigError
+        from envengineer.api import ConfigError
         from envengineer.plugins.models import resolve_model
 
         try:
@@ -127,7 +136,7 @@ class CheckpointEngineer(Engineer):
         )
         whole = None
         if schema is not None:
-            from envengineer.structured import ANALYSIS_DESCRIPTION, with_instruction
+            from envengineer.api import ANALYSIS_DESCRIPTION, with_instruction
 
             whole = {"type": "object", "properties": {"analysis": {"type": "string", "description": ANALYSIS_DESCRIPTION}, "config": schema},
                      "required": ["analysis", "config"], "additionalProperties": False}
@@ -178,7 +187,7 @@ class CheckpointEngineer(Engineer):
     def prompt_token_counter(self, request: DesignRequest) -> tuple[str, Any]:
         """The model's own tokenizer (transformers, loaded here only when a budget is set): the prompt's tokens
         without the chat template's few."""
-        from envengineer.errors import ConfigError
+        from envengineer.api import ConfigError
 
         try:
             path = self.model_path(request)
@@ -208,7 +217,7 @@ class CheckpointEngineer(Engineer):
     def propose(self, request: DesignRequest) -> EngineerReply:
         if not self.options.structured:
             return self._run(request, request.messages)
-        from envengineer.structured import config_schema, structured_reply
+        from envengineer.api import config_schema, structured_reply
 
         try:
             schema = config_schema(request.generator, request.current_config)
@@ -271,7 +280,7 @@ def _forced_block(model: Any, tokenizer: Any, text: str, inputs: Any, schema: di
 
     import torch
 
-    from envengineer.structured import block_token_limit
+    from envengineer.api import block_token_limit
 
     try:
         import xgrammar

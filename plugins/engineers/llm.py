@@ -20,10 +20,18 @@ from typing import Any, Callable, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from envengineer.budget import PromptBudgetOptions
-from envengineer.components import Engineer
-from envengineer.api import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply, factual_note, load_prompt, summary_prompt
-from envengineer.errors import ConfigError
+from envengineer.api import (
+    ConfigError,
+    DesignOutcome,
+    DesignRequest,
+    Engineer,
+    EngineerCallError,
+    EngineerReply,
+    PromptBudgetOptions,
+    factual_note,
+    load_prompt,
+    summary_prompt,
+)
 from envengineer.plugins.api_params import TokenField, chat_sampling, gemini_thinking_problem, sends_temperature
 
 SYSTEM_PROMPT = (
@@ -264,7 +272,7 @@ class APIEngineer(Engineer):
     def propose(self, request: DesignRequest) -> EngineerReply:
         if not self.options.structured:
             return self._run(request.messages)
-        from envengineer.structured import reply_schema, structured_reply, with_instruction
+        from envengineer.api import reply_schema, structured_reply, with_instruction
 
         try:
             schema = reply_schema(request.generator, request.current_config)
@@ -332,7 +340,7 @@ class OpenAIEngineer(APIEngineer):
     def complete(self, messages: list[dict[str, str]], schema: dict[str, Any] | None = None) -> tuple[str, dict[str, int]]:
         kwargs: dict[str, Any] = {"model": self.options.model, "messages": messages, **self.request_params()}
         if schema is not None:
-            from envengineer.structured import SCHEMA_NAME
+            from envengineer.api import SCHEMA_NAME
 
             kwargs["response_format"] = {
                 "type": "json_schema",

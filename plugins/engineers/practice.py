@@ -21,8 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from envengineer.api import DesignRequest, EngineerReply
-from envengineer.components import Knob
+from envengineer.api import DesignRequest, EngineerReply, Knob, group_success
 from envengineer.plugins.engineers.baselines import (
     Baseline,
     LearnabilityEngineer,
@@ -32,7 +31,6 @@ from envengineer.plugins.engineers.baselines import (
     chosen_knobs,
     knob_table,
 )
-from envengineer.signal import group_success
 from pydantic import BaseModel, Field
 
 

@@ -1,6 +1,6 @@
 """Built-in policies: Hugging Face models (transformers, vLLM), the embedded tiny model, API models."""
 
-from envengineer.hookspecs import hookimpl
+from envengineer.api import hookimpl
 
 
 @hookimpl

@@ -26,8 +26,7 @@ def held_out_records(registry: Any, generator: Any, bench: str | None = None) ->
     (mapf-frozenlake with 2 agents: ``mapf-2agents-val``; arith: ``arith-val``)
     if its file exists, else :data:`HELD_OUT_N` fresh instances of the task's default config.
     """
-    from envengineer.errors import ConfigError
-    from envengineer.fileio import read_jsonl
+    from envengineer.api import ConfigError, read_jsonl
 
     if bench is not None:
         spec = registry.benchmark(bench)
@@ -67,16 +66,14 @@ def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int
     """Build (or find) the tiny policy's base model for ``task`` and print its greedy rates.
 
     ``task`` None: the one installed task family; with several installed, an error naming ``--task``."""
-    from envengineer.errors import ConfigError
-    from envengineer.runconfig import only_task
+    from envengineer.api import ConfigError, only_task
 
     if task is None:
         task = only_task(registry, "--task")
     import transformers
     from rich.table import Table
 
-    from envengineer.display import stage_progress
-    from envengineer.evaluation import spread
+    from envengineer.api import spread, stage_progress
 
     transformers.utils.logging.disable_progress_bar()
 
@@ -101,7 +98,7 @@ def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int
         policy.prepared or "", f"{policy.prepared}; built in {seconds}")
     console.print(f"base model ({how}): {path}", highlight=False)
     if force and shipped is not None:
-        from envengineer.benchmarks import sha256_file
+        from envengineer.api import sha256_file
 
         ours, theirs = sha256_file(path / "model.safetensors"), sha256_file(shipped / "model.safetensors")
         console.print(
@@ -131,7 +128,7 @@ def pretrain_command(registry: Any, console: Any, *, force: bool, instances: int
 def _task_options(items: list[str] | None) -> dict[str, Any]:
     import yaml
 
-    from envengineer.errors import ConfigError
+    from envengineer.api import ConfigError
 
     options: dict[str, Any] = {}
     for item in items or []:
@@ -156,7 +153,7 @@ def pretrain(
     """Build the embedded tiny policy's base model (cached), then print its greedy valid rate."""
     from rich.console import Console
 
-    from envengineer.registry import load_registry
+    from envengineer.api import load_registry
 
     pretrain_command(load_registry(), Console(), force=force, instances=instances, epochs=epochs, threads=threads,
                      task=task, task_options=_task_options(option), bench=bench, limit=limit, style=style)

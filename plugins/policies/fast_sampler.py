@@ -414,7 +414,7 @@ def _cpu_model() -> str:
 
 def verdict_file(path: tuple) -> Path:
     """Where a passed self-check on float path ``path`` is recorded (the cache; see the module's docs)."""
-    from envengineer.fileio import cache_root
+    from envengineer.api import cache_root
 
     key = hashlib.sha256(json.dumps([list(path), _own_source_sha256(), _cpu_model(), platform.machine()],
                                     default=str).encode()).hexdigest()[:32]
@@ -431,7 +431,7 @@ def _recorded_pass(path: tuple) -> bool:
 
 
 def _record_pass(path: tuple) -> None:
-    from envengineer.fileio import write_text
+    from envengineer.api import write_text
 
     try:
         write_text(verdict_file(path), json.dumps({

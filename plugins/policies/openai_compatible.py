@@ -21,8 +21,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envengineer.components import Policy
-from envengineer.errors import ConfigError
+from envengineer.api import ConfigError, Policy
 from envengineer.plugins.api_params import TokenField, chat_sampling
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envengineer.errors import ConfigError
+from envengineer.api import ConfigError
 
 #: Bump when the SFT build changes what it trains (part of the cache key).
 SFT_VERSION = 1
@@ -52,7 +52,7 @@ class SftWarmStart(BaseModel):
 
 def base_identity(folder: Path) -> dict[str, str]:
     """sha256 of the base model's weights, config and tokenizer (a converted model: from its record)."""
-    from envengineer.benchmarks import sha256_file
+    from envengineer.api import sha256_file
     from envengineer.plugins.models import model_record
 
     recorded = (model_record(folder) or {}).get("files", {})
@@ -66,7 +66,7 @@ def base_identity(folder: Path) -> dict[str, str]:
 
 
 def cache_root(options: SftWarmStart) -> Path:
-    from envengineer.fileio import cache_root as root
+    from envengineer.api import cache_root as root
 
     return Path(options.cache_dir).expanduser() if options.cache_dir else root() / "sft"
 
@@ -119,7 +119,7 @@ def sft_rows(generator: Any, pairs: list[tuple[str, str]], *, seed: int, style: 
     ``warm_start_pairs`` (records of its default config) gets each record's own messages (a system turn
     kept); a task with its own hook hands over joined texts, which become one user turn (grid-walk's and
     mapf-frozenlake's full prompts are one user turn)."""
-    from envengineer.components import Generator
+    from envengineer.api import Generator
 
     config = generator.default_config()
     if isinstance(generator.render(generator.generate(config, n=1, seed=seed).records[0], style), str):

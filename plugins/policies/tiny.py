@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field, field_validator
 
-from envengineer.errors import ConfigError
+from envengineer.api import ConfigError
 from envengineer.plugins.cpu_heap import keep_freed_memory
 from envengineer.plugins.policies.transformers_policy import TransformersOptions, TransformersPolicy, quiet_hf
 
@@ -218,7 +218,7 @@ def supervised_train(
 
 
 def default_cache_dir() -> Path:
-    from envengineer.fileio import cache_root
+    from envengineer.api import cache_root
 
     return cache_root() / "tiny"
 
@@ -231,7 +231,7 @@ def recipe_key(recipe: Mapping[str, Any]) -> str:
 def verify_prebuilt(folder: Path) -> None:
     """Check a shipped base model against its ``SHA256SUMS`` (``<sha256>  <file>`` lines, every
     file of the model directory); a clear error naming the file otherwise."""
-    from envengineer.benchmarks import SUMS, sha256_file
+    from envengineer.api import SUMS, sha256_file
 
     sums = folder / SUMS
     if not sums.is_file():
@@ -257,8 +257,7 @@ def verify_prebuilt(folder: Path) -> None:
 
 def write_sha256sums(folder: Path) -> Path:
     """Write ``folder/SHA256SUMS`` for every file in it (how a shipped base model is sealed)."""
-    from envengineer.benchmarks import SUMS, sha256_file
-    from envengineer.fileio import write_text
+    from envengineer.api import SUMS, sha256_file, write_text
 
     lines = [f"{sha256_file(p)}  {p.name}\n" for p in sorted(folder.iterdir()) if p.is_file() and p.name != SUMS]
     target = folder / SUMS
@@ -563,7 +562,7 @@ class TinyPolicy(TransformersPolicy):
         folder = Path(self.options.path)
         if not (folder / "model.safetensors").is_file():
             return None
-        from envengineer.benchmarks import sha256_file
+        from envengineer.api import sha256_file
 
         files = {name: sha256_file(folder / name) for name in ("model.safetensors", "config.json", "generation_config.json",
                                                                 "tokenizer.json", "tokenizer_config.json") if (folder / name).is_file()}

@@ -19,8 +19,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envengineer.components import Policy, retired_options
-from envengineer.errors import ConfigError
+from envengineer.api import ConfigError, Policy, retired_options
 from envengineer.plugins.cpu_heap import keep_freed_memory
 from envengineer.plugins.policies.sft import SftWarmStart
 
@@ -122,7 +121,7 @@ class ModelDirPolicy(Policy):
     def input_problem(self) -> tuple[str, str] | None:
         """A ``path`` that is not a model name must be a complete model folder (config, weights, tokenizer):
         otherwise the problem names it and what it lacks, the fix is the download command."""
-        from envengineer.model_folder import folder_problem
+        from envengineer.api import folder_problem
         from envengineer.plugins.models import is_model_name
 
         if not self.options.path or is_model_name(self.options.path):

@@ -23,8 +23,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from envengineer.components import Resources
-from envengineer.errors import ConfigError
+from envengineer.api import ConfigError, Resources
 from envengineer.plugins.policies.transformers_policy import ModelDirOptions, ModelDirPolicy
 from envengineer.plugins.vllm_child import ChildLimits
 

@@ -1,7 +1,6 @@
 """Built-in trainers: GRPO through TRL on one machine, and through verl on GPU clusters."""
 
-from envengineer.hookspecs import hookimpl
-from envengineer.training import TrainRequest, TrainResult
+from envengineer.api import TrainRequest, TrainResult, hookimpl
 
 __all__ = ["TrainRequest", "TrainResult", "doctor_checks", "register_trainers"]
 

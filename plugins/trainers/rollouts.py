@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
-from envengineer.signal import rollout_line
+from envengineer.api import rollout_line
 
 #: one GRPO group: each completion's (reward, valid)
 Group = list[tuple[float, bool]]

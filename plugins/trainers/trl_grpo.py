@@ -38,25 +38,28 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
-from envengineer.components import Generator, Resources, Trainer, retired_options
-from envengineer.errors import ConfigError
-from envengineer.evaluation import score_response
+from envengineer.api import (
+    CURVE_KEYS,
+    ROLLOUTS_FILE,
+    ConfigError,
+    Drawn,
+    Generator,
+    Resources,
+    TrainRequest,
+    TrainResult,
+    Trainer,
+    fill_kept,
+    retired_options,
+    reward_text,
+    reward_value,
+    score_response,
+    screening_samples,
+)
 from envengineer.plugins.cpu_heap import keep_freed_memory
 from envengineer.plugins.trainers.rollouts import Groups, prompt_line
 from envengineer.plugins.trainers.trl_memory import OWN_FIELDS, TrlMemoryOptions, chunked, grpo_settings, policy_model
 from envengineer.plugins.trainers.trl_padding_free import Positions, trainer_pass
 from envengineer.plugins.trainers.trl_rollouts import RolloutLog, routed_generate
-from envengineer.training import (
-    CURVE_KEYS,
-    ROLLOUTS_FILE,
-    Drawn,
-    TrainRequest,
-    TrainResult,
-    fill_kept,
-    reward_text,
-    reward_value,
-    screening_samples,
-)
 
 #: ``gradient_checkpointing: auto`` recomputes activations for models with at least this many
 #: parameters (Qwen3-0.6B and up) when training on an accelerator; the ~1 M-parameter tiny policy has
@@ -695,7 +698,7 @@ class TrlGrpoTrainer(Trainer):
     def _write_rollouts(request: TrainRequest, out_dir: Path, drawn: Drawn | None, records: list[dict[str, Any]], outcomes: Groups) -> None:
         """``rollouts.jsonl``: every prompt the prefilter judged (its samples, then its GRPO groups if it was
         trained on), or without a prefilter every training prompt (GRPO groups only)."""
-        from envengineer.fileio import write_jsonl
+        from envengineer.api import write_jsonl
 
         record_id = request.generator.record_id
         if drawn is None:

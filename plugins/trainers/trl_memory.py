@@ -14,8 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from envengineer.memory import Fix, MemoryEstimate
-from envengineer.model_shape import ModelShape
+from envengineer.api import Fix, MemoryEstimate, ModelShape
 from envengineer.plugins.vllm_memory import vllm_rows
 
 #: GRPOConfig fields these options set (``grpo_config`` may not set them behind their back)

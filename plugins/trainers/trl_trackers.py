@@ -25,8 +25,7 @@ from typing import Any
 
 from transformers.integrations.integration_utils import MLflowCallback, TensorBoardCallback, WandbCallback
 
-from envengineer.trackers import redact
-from envengineer.training import TrainRequest
+from envengineer.api import TrainRequest, redact
 
 logger = logging.getLogger(__name__)
 

@@ -20,9 +20,7 @@ import re
 import shutil
 from pathlib import Path
 
-from envengineer.errors import InputError
-from envengineer.fileio import fsync_dir
-from envengineer.model_folder import missing_files
+from envengineer.api import InputError, fsync_dir, missing_files
 
 #: verl's tracker, written in ``default_local_dir`` once a step's save is complete
 #: (``verl.utils.checkpoint.checkpoint_manager.get_checkpoint_tracker_filename``)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from envengineer.errors import ConfigError
+from envengineer.api import ConfigError
 
 #: The paper's "1024 samples per mini-batch, 8 gradient-accumulation steps, per-GPU micro-batch 4,
 #: 4 GPUs" (8 responses per prompt, 128 prompts per rollout) read three ways; ``batch_reading`` picks

@@ -34,9 +34,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from envengineer.errors import ConfigError, EnvEngineerError, InputError
+from envengineer.api import REWARDS, ConfigError, EnvEngineerError, InputError, reward_value
 from envengineer.plugins.trainers.rollouts import chunks, prompt_line
-from envengineer.training import REWARDS, reward_value
 
 #: prefix of every row's ``data_source`` (verl groups validation metrics by it)
 DATA_SOURCE_PREFIX = "envengineer/"
@@ -113,7 +112,7 @@ def write_parquet(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from envengineer.fileio import atomic_open
+    from envengineer.api import atomic_open
 
     if not rows:
         raise InputError(f"{path}: no rows to write (verl cannot train or validate on an empty file)")
@@ -127,7 +126,7 @@ def write_parquet(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str
 
 @functools.lru_cache(maxsize=1)
 def _registry() -> Any:
-    from envengineer.registry import load_registry
+    from envengineer.api import load_registry
 
     return load_registry()
 

@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from envengineer.doctor import Check, package_check
-from envengineer.errors import ConfigError
+from envengineer.api import Check, ConfigError, package_check
 from envengineer.plugins.trainers.verl_config import INSTALL_HINT
 from envengineer.plugins.vllm_child import TESTED_VLLM
 
@@ -50,14 +49,14 @@ def flash_attn_check(facts: dict[str, Any], attention: str) -> Check:
 
 def job_torch_check(version: str | None, cuda_build: str | None, read_gpus: Any = None) -> Check:
     """torch in the Python that runs verl (when it is not this one), and whether this machine's driver runs its CUDA build."""
-    from envengineer import gpus as gpu_info
-    from envengineer.doctor import torch_check
+    from envengineer.api import driver_problem, torch_check
+    from envengineer.api import read_gpus as machine_gpus
 
     check = torch_check(version, cuda_build)
     if check.status != "ok":
         return Check("verl torch", check.status, f"in the Python that runs verl: {check.detail}", check.fix)
-    gpus = (read_gpus or gpu_info.read_gpus)()
-    problem = gpu_info.driver_problem(gpus[0].driver, cuda_build) if gpus else None
+    gpus = (read_gpus or machine_gpus)()
+    problem = driver_problem(gpus[0].driver, cuda_build) if gpus else None
     if problem:
         return Check("verl torch", "missing", f"{version}: {problem}", "a newer driver, or torch built for an older CUDA in that Python")
     return Check("verl torch", "ok", f"{check.detail}, in the Python that runs verl")

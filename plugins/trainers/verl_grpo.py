@@ -55,8 +55,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
-from envengineer.components import Resources, Trainer
-from envengineer.errors import ConfigError
+from envengineer.api import ROLLOUTS_FILE, ConfigError, Resources, TrainRequest, TrainResult, Trainer, reward_text
 from envengineer.plugins.trainers.verl_config import (
     ENV_PREFIX,
     REWARD_MODULE,
@@ -69,7 +68,6 @@ from envengineer.plugins.trainers.verl_config import (
 from envengineer.plugins.trainers.verl_data import OUTCOMES_DIR
 from envengineer.plugins.trainers.verl_doctor import PreLaunch
 from envengineer.plugins.trainers.verl_launch import LaunchOptions, run_job
-from envengineer.training import ROLLOUTS_FILE, TrainRequest, TrainResult, reward_text
 
 
 #: The run's trackers verl's own ``Tracking`` (verl/utils/tracking.py) can write to, by the same names.
@@ -458,7 +456,7 @@ class VerlGrpoTrainer(PreLaunch, Trainer):
         """A round no batch fits (:meth:`round_options` None): verl is not launched, the starting model is copied as
         the round's checkpoint, the curves are empty, and the metrics say so (as the ``trl`` trainer's round that
         kept no prompt)."""
-        from envengineer.fileio import write_jsonl
+        from envengineer.api import write_jsonl
         from envengineer.plugins.trainers.rollouts import prompt_line
 
         checkpoint = paths["checkpoint"]
@@ -474,7 +472,7 @@ class VerlGrpoTrainer(PreLaunch, Trainer):
 
     def write_rollouts(self, request: TrainRequest, paths: dict[str, Path]) -> dict[str, Any]:
         """``rollouts.jsonl`` from the outcomes our reward function recorded (the folder is then removed); the metrics it gives."""
-        from envengineer.fileio import write_jsonl
+        from envengineer.api import write_jsonl
         from envengineer.plugins.trainers.verl_data import read_rollouts
 
         lines = read_rollouts(paths["outcomes"], request.records, request.generator, self.options.num_generations)

@@ -14,9 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envengineer.errors import EnvEngineerError
-from envengineer.processes import KILL_GRACE_S, Stalled, end_group, file_sizes, sigterm_as_interrupt, start, watch
-from envengineer.training import CURVE_KEYS
+from envengineer.api import CURVE_KEYS, EnvEngineerError
+from envengineer.processes import KILL_GRACE_S, Stalled, end_group, file_sizes, sigterm_as_interrupt, start, watch  # core-internal: process groups
 
 #: verl's file-logger keys -> curves.jsonl keys (the first key present wins).
 METRIC_KEYS: dict[str, tuple[str, ...]] = {

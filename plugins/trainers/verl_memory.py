@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envengineer.memory import Fix, MemoryEstimate
-from envengineer.model_shape import GB, ModelShape
+from envengineer.api import GB, Fix, MemoryEstimate, ModelShape
 from envengineer.plugins.vllm_memory import vllm_rows
 
 #: verl's entropy_from_logits_chunk_size

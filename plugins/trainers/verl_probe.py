@@ -25,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from envengineer.errors import ConfigError
+from envengineer.api import ConfigError
 
 #: The distributions a verl job imports, compared across nodes.
 PACKAGES = ("envengineer", "verl", "vllm", "torch", "transformers", "ray", "flash_attn", "TransferQueue")

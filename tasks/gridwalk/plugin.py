@@ -30,11 +30,18 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envengineer.benchmarks import read_checksums
-from envengineer.components import Benchmark, Generator, Grouping, Knob, Validator
-from envengineer.declarations import GenerationResult, Verdict
-from envengineer.hookspecs import hookimpl
-from envengineer.knobs import split_budget
+from envengineer.api import (
+    Benchmark,
+    GenerationResult,
+    Generator,
+    Grouping,
+    Knob,
+    Validator,
+    Verdict,
+    hookimpl,
+    read_checksums,
+    split_budget,
+)
 from envengineer.tasks.gridwalk import TASK_NAME
 
 MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}

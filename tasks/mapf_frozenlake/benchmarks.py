@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envengineer.benchmarks import read_checksums
-from envengineer.components import Aggregate, Benchmark, Grouping
+from envengineer.api import Aggregate, Benchmark, Grouping, read_checksums
 from envengineer.tasks.mapf_frozenlake import TASK_NAME
 from envengineer.tasks.mapf_frozenlake.config import sizes_fitting
 from envengineer.tasks.mapf_frozenlake.generator import Job, derive_seed, make_instance

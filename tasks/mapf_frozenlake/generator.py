@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-from envengineer.errors import ConfigError, EnvEngineerError
+from envengineer.api import ConfigError, EnvEngineerError
 from envengineer.tasks.mapf_frozenlake import SIZES
 from envengineer.tasks.mapf_frozenlake.config import MapfConfig, allocate, hole_count, min_free_cells
 from envengineer.tasks.mapf_frozenlake.instance import Agent, Instance, instance_id

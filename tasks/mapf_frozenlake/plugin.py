@@ -9,8 +9,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from envengineer.components import GenerationResult, Generator, Grouping, Knob, Projection
-from envengineer.hookspecs import hookimpl
+from envengineer.api import GenerationResult, Generator, Grouping, Knob, Projection, hookimpl
 from envengineer.tasks.mapf_frozenlake import SIZE_NAMES, SIZES, TASK_NAME, config as cfg
 from envengineer.tasks.mapf_frozenlake import generator as gen
 from envengineer.tasks.mapf_frozenlake import projection, prompts

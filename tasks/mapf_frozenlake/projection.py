@@ -17,8 +17,7 @@ import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from envengineer.components import Change, Projection
-from envengineer.knobs import number
+from envengineer.api import Change, Projection, number
 from envengineer.tasks.mapf_frozenlake import SIZE_NAMES
 from envengineer.tasks.mapf_frozenlake.config import (
     HOLE_RATIO_MAX,

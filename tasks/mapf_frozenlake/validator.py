@@ -24,7 +24,7 @@ from itertools import repeat
 from operator import add, and_, contains, eq, gt, itemgetter, sub
 from typing import Any
 
-from envengineer.components import Validator, Verdict
+from envengineer.api import Validator, Verdict
 from envengineer.tasks.mapf_frozenlake import TASK_NAME
 from envengineer.tasks.mapf_frozenlake.answer import Cell, read_answer
 from envengineer.tasks.mapf_frozenlake.instance import Instance, from_record

@@ -23,8 +23,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from envengineer.benchmarks import read_checksums
-from envengineer.components import Benchmark, Grouping
+from envengineer.api import Benchmark, Grouping, read_checksums
 from envengineer.tasks.reasoning_gym import TASK_NAME
 from envengineer.tasks.reasoning_gym.catalogue import CATALOGUE, DEFAULT_DATASETS
 
@@ -102,7 +101,7 @@ def build_hard() -> list[dict[str, Any]]:
 
 
 def build_transfer() -> list[dict[str, Any]]:
-    from envengineer.knobs import split_budget
+    from envengineer.api import split_budget
 
     return build_set(TRANSFER, split_budget({d: 1.0 for d in TRANSFER_DATASETS}, TRANSFER_ITEMS), mixed_levels)
 

@@ -20,8 +20,19 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from envengineer.api import Change, ConfigError, GenerationResult, Generator, Grouping, Knob, Projection, Validator, Verdict, hookimpl
-from envengineer.knobs import split_budget
+from envengineer.api import (
+    Change,
+    ConfigError,
+    GenerationResult,
+    Generator,
+    Grouping,
+    Knob,
+    Projection,
+    Validator,
+    Verdict,
+    hookimpl,
+    split_budget,
+)
 from envengineer.tasks.reasoning_gym import INSTALL_HINT, PINNED_VERSION, TASK_NAME, compact
 from envengineer.tasks.reasoning_gym.catalogue import CATALOGUE, DEFAULT_DATASETS, attributes, refusal
 
@@ -474,7 +485,7 @@ def bounded_call(scorer: Any, answer: str, item: dict[str, Any], limit: float) -
 
 
 def _number(value: Any) -> float | None:
-    from envengineer.knobs import number
+    from envengineer.api import number
 
     return number(value)
 

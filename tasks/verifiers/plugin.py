@@ -22,8 +22,19 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
-from envengineer.api import Change, ConfigError, GenerationResult, Generator, Grouping, Knob, Projection, Validator, Verdict, hookimpl
-from envengineer.knobs import split_budget
+from envengineer.api import (
+    Change,
+    ConfigError,
+    GenerationResult,
+    Generator,
+    Grouping,
+    Knob,
+    Projection,
+    Validator,
+    Verdict,
+    hookimpl,
+    split_budget,
+)
 from envengineer.tasks.verifiers import INSTALL_HINT, PINNED_VERSION, TASK_NAME
 
 #: The TasksetConfig fields every taskset has (verifiers' SharedTasksetConfig and ``id``): never a knob, a seed,
