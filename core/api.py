@@ -123,12 +123,21 @@ _LAZY: dict[str, str] = {
     # the registry and run configs (commands a plugin adds); load_registry is also ``envengineer.load_registry``
     "load_registry": "envengineer.registry",
     "only_task": "envengineer.runconfig",
+    # the lifecycle hooks' payloads as models (plugins, trackers: docs/writing-a-plugin.md#lifecycle-hooks-and-their-payloads)
+    "PAYLOADS": "envengineer.payloads",
+    "BenchmarkPayload": "envengineer.payloads",
+    "DesignPayload": "envengineer.payloads",
+    "RoundPayload": "envengineer.payloads",
+    "RunEndPayload": "envengineer.payloads",
+    "RunStartPayload": "envengineer.payloads",
+    "watched": "envengineer.payloads",
 }
 
 if TYPE_CHECKING:  # what static tools see; at run time these come through __getattr__
     from envengineer.budget import Cut, PromptBudgetOptions
     from envengineer.evaluation import score_response, spread
     from envengineer.model_folder import folder_problem, missing_files
+    from envengineer.payloads import PAYLOADS, BenchmarkPayload, DesignPayload, RoundPayload, RunEndPayload, RunStartPayload, watched
     from envengineer.registry import load_registry
     from envengineer.runconfig import only_task
     from envengineer.signal import group_success, rollout_line
@@ -188,6 +197,8 @@ __all__ = [
     "benchmark_scalars", "benchmark_step", "curve_points", "design_scalars", "display_name", "group_name",
     "hyperparameters", "missing_package", "needs_curves", "notes_text", "read_state", "redact", "redacted",
     "round_scalars", "write_state",
+    # the lifecycle hooks' payloads (plugins, trackers)
+    "BenchmarkPayload", "DesignPayload", "PAYLOADS", "RoundPayload", "RunEndPayload", "RunStartPayload", "watched",
     # run directories, files, checksums, caches
     "RunDir", "SUMS", "atomic_open", "cache_root", "fsync_dir", "read_checksums", "read_jsonl", "read_yaml",
     "sha256_file", "write_json", "write_jsonl", "write_text", "write_yaml",

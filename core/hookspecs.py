@@ -141,8 +141,10 @@ def report_sections(run: Any, generator: Any) -> list[tuple[str, str]]:
 # The lifecycle hooks tell a plugin what the loop did, for logging elsewhere (an experiment tracker, a
 # dashboard, a chat message). Each payload (``info``, ``metrics``, ``design``, ``benchmark``) is plain
 # JSON data (dicts, lists, str, int, float, bool, None) built from the files the step wrote, so a
-# plugin never needs the loop's objects; the run directory stays the record. docs/writing-a-plugin.md
-# lists every key. A hook is called once per event in the process that did it: a resumed run does
+# plugin never needs the loop's objects; the run directory stays the record. Each is built through its
+# model in envengineer.payloads (envengineer.api.PAYLOADS: RunStartPayload, BenchmarkPayload, DesignPayload,
+# RoundPayload, RunEndPayload), which declares every key, and handed on as the model's JSON dump (a dict);
+# ``RoundPayload.model_validate(metrics)`` gives it back typed. docs/writing-a-plugin.md lists every key. A hook is called once per event in the process that did it: a resumed run does
 # not repeat the events of the steps it finds done (``on_run_start`` and ``on_run_end`` come again).
 
 
@@ -156,7 +158,8 @@ def on_run_start(run_dir: Any, config: Any, info: dict) -> None:
         started run), ``config`` (the run config as ``run.yaml`` records it), ``suite`` (``{table, row,
         order}`` or None), ``seed``, ``rounds``, ``task``, ``engineer``, ``policy``, ``trainer``,
         ``validation``, ``benchmarks``, ``trackers`` (the names selected), ``knobs`` (the task's declared
-        knobs: ``{name, low, high, step, integer, harder, share}``) and ``knob_table``.
+        knobs: ``{name, low, high, step, integer, harder, share}``) and ``knob_table``
+        (:class:`envengineer.payloads.RunStartPayload`).
     """
 
 
@@ -167,7 +170,7 @@ def on_step_end(run_dir: Any, round: int | None, step: str, record: dict) -> Non
     :param run_dir: the :class:`envengineer.rundir.RunDir`.
     :param round: the round, or None for the steps before round 0 (``pretrain``, ``base_eval``, ``bench``).
     :param step: ``pretrain``, ``base_eval``, ``generate``, ``train``, ``eval``, ``bench`` or ``design``.
-    :param record: the line appended to ``history.jsonl``.
+    :param record: the line appended to ``history.jsonl`` (free-form: each step writes its own fields).
     """
 
 
@@ -182,7 +185,7 @@ def on_benchmark_end(run_dir: Any, round: int | None, benchmark: dict) -> None:
         ``overall`` (``n``, ``valid_rate``, ``optimal_rate``, ``mean_score``, ...), ``by`` (``{grouping:
         {group: rates}}``, the set's subsets included), ``subsets`` (the grouping holding the set's
         subsets, or None), ``aggregate`` (``{key, title, how, values: {metric: value}}`` or None) and
-        ``summary`` (the path of its ``summary.json``).
+        ``summary`` (the path of its ``summary.json``) (:class:`envengineer.payloads.BenchmarkPayload`).
     """
 
 
@@ -197,7 +200,7 @@ def on_design_end(run_dir: Any, round: int, design: dict) -> None:
         (``{group: {knob: value}}`` of it), ``notes`` (the engineer's S note, or None), ``tokens``
         (``{prompt, completion, reasoning, total}`` summed over its calls, or None when its calls report
         none), ``calls`` (API calls made), ``engineer_seconds`` (their summed latency) and ``seconds``
-        (the whole step).
+        (the whole step) (:class:`envengineer.payloads.DesignPayload`).
     """
 
 
@@ -215,7 +218,7 @@ def on_round_end(run_dir: Any, round: int, metrics: dict) -> None:
         trainer wrote its own step metrics to, and ``metrics``: the round's train line of
         ``history.jsonl``), ``curves`` (the trainer's ``curves.jsonl`` lines, steps counted within the
         round), ``config`` (the generator config the round trained on), ``config_yaml`` (its file's
-        text) and ``knob_values`` (``{group: {knob: value}}`` of it).
+        text) and ``knob_values`` (``{group: {knob: value}}`` of it) (:class:`envengineer.payloads.RoundPayload`).
     """
 
 
@@ -225,5 +228,5 @@ def on_run_end(run_dir: Any, metrics: dict) -> None:
 
     :param metrics: ``rounds`` (the per-round table the command prints: one dict per row, the base
         policy first), ``status`` (``finished``, ``failed`` or ``interrupted``) and ``error`` (the error's
-        message, or None).
+        message, or None) (:class:`envengineer.payloads.RunEndPayload`).
     """

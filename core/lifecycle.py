@@ -2,8 +2,9 @@
 
 Each builder reads what the step wrote (``summary.json``, ``signal.json``, ``config.yaml``,
 ``projection.yaml``, ``calls.jsonl``, ``history.jsonl``), so a payload says exactly what the files
-say, a resumed run builds the same one, and a plugin never holds the loop's objects. The keys are
-documented in :mod:`envengineer.hookspecs` and docs/writing-a-plugin.md.
+say, a resumed run builds the same one, and a plugin never holds the loop's objects. Each payload is
+built through its model in :mod:`envengineer.payloads` (the contract: a missing, renamed or undeclared
+key raises here) and handed on as the model's plain JSON dump; docs/writing-a-plugin.md lists the keys.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from envengineer.payloads import BenchmarkPayload, DesignPayload, RoundPayload, RunEndPayload, RunStartPayload, build
 from envengineer.rundir import RunDir, Step
 
 
@@ -101,7 +103,7 @@ def evaluation(summary_path: Path, name: str, benchmark: Any = None) -> dict[str
 def benchmark_info(run_dir: RunDir, round: int | None, name: str, benchmark: Any, role: str) -> dict[str, Any]:
     """The payload of :func:`envengineer.hookspecs.on_benchmark_end`."""
     path = (run_dir.eval_summary(round) if role == "validation" else run_dir.bench_dir(round, name) / "summary.json")
-    return {**evaluation(path, name, benchmark), "role": role, "round": round}
+    return build(BenchmarkPayload, {**evaluation(path, name, benchmark), "role": role, "round": round})
 
 
 # ---------------------------------------------------------------------------- start
@@ -114,7 +116,7 @@ def run_info(config: Any, run_dir: RunDir, generator: Any, *, resumed: bool, tra
         for k in getattr(generator, "knobs", ())
     ]
     suite = config.suite.model_dump(mode="json") if config.suite is not None else None
-    return plain({
+    return build(RunStartPayload, plain({
         "name": config.name,
         "run_dir": str(run_dir.path),
         "resumed": resumed,
@@ -131,7 +133,7 @@ def run_info(config: Any, run_dir: RunDir, generator: Any, *, resumed: bool, tra
         "trackers": trackers,
         "knobs": knobs,
         "knob_table": getattr(generator, "knob_table", None),
-    })
+    }))
 
 
 # ---------------------------------------------------------------------------- round
@@ -176,7 +178,7 @@ def round_metrics(run_dir: RunDir, round: int, generator: Any, validation: str, 
     live = train_line.get("live_trackers")
     config_path = run_dir.config_path(round)
     config = _yaml(config_path)
-    return plain({
+    return build(RoundPayload, plain({
         "valid_rate": eval_line.get("valid_rate"),
         "optimal_rate": eval_line.get("optimal_rate"),
         "fallback": design.get("fallback"),
@@ -197,7 +199,7 @@ def round_metrics(run_dir: RunDir, round: int, generator: Any, validation: str, 
         "config": config,
         "config_yaml": _text(config_path),
         "knob_values": knob_values(generator, config),
-    })
+    }))
 
 
 # --------------------------------------------------------------------------- design
@@ -232,7 +234,7 @@ def design_info(run_dir: RunDir, round: int, line: dict[str, Any], generator: An
     api_calls = [c for c in calls if c.get("attempt") is not None and c.get("model") not in (None, "")]
     notes = _text(folder / "summary.md")
     config = projection.get("config")
-    return plain({
+    return build(DesignPayload, plain({
         "round": round,
         "engineer": line.get("engineer"),
         "model": models[0] if models else None,
@@ -250,4 +252,13 @@ def design_info(run_dir: RunDir, round: int, line: dict[str, Any], generator: An
         "calls": len(api_calls),
         "engineer_seconds": builtins.round(sum(latencies), 3) if latencies else None,
         "seconds": line.get("duration_s"),
-    })
+    }))
+
+
+# ---------------------------------------------------------------------------- end
+
+
+def run_end(rounds: list[dict[str, Any]], status: str, error: str | None) -> dict[str, Any]:
+    """The payload of :func:`envengineer.hookspecs.on_run_end`: the per-round table, ``finished``, ``failed`` or
+    ``interrupted``, and the error's message."""
+    return build(RunEndPayload, plain({"rounds": rounds, "status": status, "error": error}))

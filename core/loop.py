@@ -530,7 +530,9 @@ class Loop:
         except BaseException as exc:
             self._stopped(exc)
             raise
-        self._emit("on_run_end", metrics={"rounds": table, "status": "finished", "error": None})
+        from envengineer.lifecycle import run_end
+
+        self._emit("on_run_end", metrics=run_end(table, "finished", None))
         self.trackers.close()
         return table
 
@@ -544,9 +546,10 @@ class Loop:
             table = self.table()
         except Exception:  # noqa: BLE001 - the run's own error is what matters
             table = []
-        metrics = {"rounds": table, "status": status, "error": " ".join(str(exc).split()) or type(exc).__name__}
         try:
-            self._emit("on_run_end", metrics=metrics)
+            from envengineer.lifecycle import run_end
+
+            self._emit("on_run_end", metrics=run_end(table, status, " ".join(str(exc).split()) or type(exc).__name__))
         except Exception as hook_error:  # noqa: BLE001
             logging.getLogger(__name__).warning("on_run_end raised %s: %s (after the run stopped on its own error)",
                                                 type(hook_error).__name__, hook_error)

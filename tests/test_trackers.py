@@ -233,6 +233,134 @@ def test_a_run_that_stops_ends_with_status_failed(tmp_path):
     assert end["status"] == "failed" and end["error"] == "the disk is full" and [row["round"] for row in end["rounds"]] == ["base", 0, 1]
 
 
+# ------------------------------------------------------------------ the payloads' models: the contract
+
+
+HOOK_KIND = {"start": "on_run_start", "benchmark": "on_benchmark_end", "design": "on_design_end", "round": "on_round_end",
+             "end": "on_run_end"}
+
+
+def test_every_payload_is_its_models_dump(simulated):
+    from envengineer.api import PAYLOADS
+
+    _, recorder, _ = simulated
+    for kind, _, payload in recorder.events:
+        _, model = PAYLOADS[HOOK_KIND[kind]]
+        assert model.model_validate(payload).model_dump(mode="json", exclude_unset=True) == payload, kind
+
+
+def test_a_renamed_or_missing_key_fails_where_the_payload_is_built(simulated):
+    from pydantic import ValidationError
+
+    from envengineer.payloads import RoundPayload, build
+
+    _, recorder, _ = simulated
+    metrics = dict(recorder.of("round")[0][1])
+    assert build(RoundPayload, metrics) == metrics
+    renamed = {("valid_rat" if k == "valid_rate" else k): v for k, v in metrics.items()}
+    with pytest.raises(ValidationError, match=r"(?s)valid_rate\n  Field required.*\nvalid_rat\n  Extra inputs are not permitted"):
+        build(RoundPayload, renamed)
+    inner = {**metrics, "train": {**metrics["train"], "steps": metrics["train"]["optimizer_steps"]}}
+    with pytest.raises(ValidationError, match=r"train\.steps\n  Extra inputs are not permitted"):
+        build(RoundPayload, inner)
+
+
+def test_the_guard_records_each_undeclared_read(simulated):
+    from envengineer.payloads import RoundPayload, watched
+
+    _, recorder, _ = simulated
+    misses: list[str] = []
+    metrics = watched(RoundPayload, recorder.of("round")[0][1], misses)
+    assert metrics["valid_rate"] == metrics.get("valid_rate") and metrics["validation"]["overall"].get("n") and misses == []
+    assert metrics["signal"]["by"]["size"]["3x3"].get("kept") is not None and misses == []
+    assert metrics["config"].get("anything") is None and misses == []  # a free-form part: the task's own config
+    metrics.get("valid_rat")
+    "steps" in metrics["train"]
+    metrics["validation"]["by"]["size"]["3x3"].get("valid_frac")
+    metrics["signal"]["overall"].get("success_rate")
+    assert misses == ["RoundPayload.valid_rat", "RoundPayload.train.steps", "RoundPayload.validation.by.size.3x3.valid_frac",
+                      "RoundPayload.signal.overall.success_rate"]
+
+
+@pytest.mark.parametrize("name", ["tensorboard", "wandb", "mlflow"])
+def test_every_built_in_tracker_reads_only_declared_fields(simulated, name, tmp_path, monkeypatch):
+    """Each built-in tracker, on a whole run's payloads (and a design step that reports tokens), reads no key
+    its payload's model does not declare: a key read but never built would be a chart that is never drawn.
+    The reads counted are envengineer's (the trackers and their helpers), not the libraries they hand data to."""
+    pytest.importorskip(name)
+    from envengineer.payloads import PAYLOADS, watched
+    from envengineer.registry import load_registry
+    from envengineer.rundir import RunDir
+    from envengineer.trackers import TrackerSet
+
+    for variable in ("WANDB_RUN_ID", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_RUN_ID"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    _, recorder, _ = simulated
+    events = list(recorder.events)
+    design = dict(recorder.of("design")[0][1])
+    design["tokens"] = {"prompt": 1300, "completion": 240, "reasoning": 50, "total": 1540}
+    events.insert(events.index(("design", 0, recorder.of("design")[0][1])) + 1, ("design", 0, design))
+    tracker = load_registry().create("tracker", name, {})
+    trackers = TrackerSet([tracker])
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.path.mkdir()
+    misses: list[str] = []
+    for kind, round, payload in events:
+        hook = HOOK_KIND[kind]
+        argument, model = PAYLOADS[hook]
+        trackers.call(hook, run_dir=run_dir, config=None, round=round, **{argument: watched(model, payload, misses, readers=("envengineer", __name__))})
+    assert trackers.disabled == {} and trackers.names == [name]
+    assert misses == []
+    assert any(path.is_file() for path in run_dir.path.rglob("*"))  # it did log the run
+
+
+def _doc_tables() -> dict[str, dict[str, str]]:
+    """``{hook: {key: what}}`` of the payload tables in docs/writing-a-plugin.md (``\\`info\\` (\\`on_run_start\\`):``, then a table)."""
+    import re
+
+    text = (ROOT / "docs" / "writing-a-plugin.md").read_text(encoding="utf-8")
+    section = text.split("## Lifecycle hooks and their payloads", 1)[1].split("\n## ", 1)[0]
+    tables: dict[str, dict[str, str]] = {}
+    for match in re.finditer(r"^`(\w+)` \(`(on_\w+)`[^\n]*:\n\n((?:\|[^\n]*\n)+)", section, re.M):
+        rows = {}
+        for line in match.group(3).splitlines()[2:]:
+            first, what = line.strip("|").split("|", 1)
+            for key in re.findall(r"`(\w+)`", first):
+                rows[key] = what
+        tables[match.group(2)] = rows
+    return tables
+
+
+def _nested_models(annotation) -> list:
+    import typing
+
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _nested_models(arg)]
+
+
+def test_the_plugin_guide_lists_every_payload_field_and_no_other():
+    import re
+
+    from envengineer.payloads import PAYLOADS, Evaluation
+
+    tables = _doc_tables()
+    assert set(tables) == set(PAYLOADS)
+    for hook, (_, model) in PAYLOADS.items():
+        assert set(tables[hook]) == set(model.model_fields), hook
+        for key, field in model.model_fields.items():
+            named = set(re.findall(r"\w+", " ".join(re.findall(r"`([^`]*)`", " ".join(tables[hook].values())))))
+            todo = [m for m in _nested_models(field.annotation) if m is not Evaluation]  # Evaluation: the benchmark table
+            while todo:
+                nested = todo.pop()
+                assert set(nested.model_fields) <= named, f"{hook}: {key}: {sorted(set(nested.model_fields) - named)} not in the guide"
+                todo += [m for f in nested.model_fields.values() for m in _nested_models(f.annotation)]
+
+
 # ------------------------------------------------------------------ a tracker that fails never fails the run
 
 
