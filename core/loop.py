@@ -142,17 +142,82 @@ class Loop:
         self.hook.on_step_end(run_dir=self.dir, round=round, step=step, record=line)
         return line
 
-    def _emit(self, hook: str, **kwargs: Any) -> None:
-        """A lifecycle hook: the plugins' implementations, then each of the run's trackers on its own."""
+    def _emit(self, hook: str, event: str | None = None, **kwargs: Any) -> None:
+        """A lifecycle hook: the plugins' implementations, then each of the run's trackers on its own.
+        ``event``: the step's name in ``trackers/logged.json``, where the trackers that took it are recorded."""
         getattr(self.hook, hook)(run_dir=self.dir, **kwargs)
         if self.tracking:
-            self.trackers.call(hook, run_dir=self.dir, **kwargs)
+            took = self.trackers.call(hook, run_dir=self.dir, **kwargs)
+            if event is not None:
+                self._logged(event, took)
+
+    def _logged(self, event: str, trackers: list[str]) -> None:
+        from envengineer.trackers import read_logged, write_logged
+
+        logged = read_logged(self.dir) or {}
+        for name in trackers:
+            logged.setdefault(name, []).append(event)
+        write_logged(self.dir, logged)
 
     def _benchmark_end(self, round: int | None, name: str, role: str) -> None:
+        event, hook, payload = self._benchmark_event(round, name, role)
+        self._emit(hook, event, **payload())
+
+    def _benchmark_event(self, round: int | None, name: str, role: str) -> tuple[str, str, Any]:
         from envengineer.lifecycle import benchmark_info
 
-        info = benchmark_info(self.dir, round, name, self.registry.benchmark(name), role)
-        self._emit("on_benchmark_end", round=round, benchmark=info)
+        def payload() -> dict[str, Any]:
+            return {"round": round, "benchmark": benchmark_info(self.dir, round, name, self.registry.benchmark(name), role)}
+
+        return f"{role}/{'base' if round is None else round}/{name}", "on_benchmark_end", payload
+
+    def recorded_events(self) -> list[tuple[str, str, Any]]:
+        """The lifecycle events of the steps the run directory records as done, in the order the loop emitted
+        them: ``(event, hook, payload)``, ``payload()`` the hook's arguments rebuilt from the files (the same
+        payloads the steps gave: every payload is read back from what the step wrote)."""
+        from envengineer.lifecycle import design_info
+
+        events = []
+        if self.dir.done(Step.BASE_EVAL):
+            events.append(self._benchmark_event(None, self.cfg.eval.validation, "validation"))
+            if self._benchmarks_due(None):
+                events += [self._benchmark_event(None, name, "benchmark") for name in self.cfg.eval.benchmarks]
+        for round in range(self.cfg.rounds):
+            if self._benchmarks_due(round) and self.dir.done(Step.BENCH, round):
+                events += [self._benchmark_event(round, name, "benchmark") for name in self.cfg.eval.benchmarks]
+            line = self.dir.done(Step.DESIGN, round)
+            if line and round < self.cfg.rounds - 1:
+                events.append((f"design/{round}", "on_design_end",
+                               lambda r=round, l=line: {"round": r, "design": design_info(self.dir, r, l, self.run.generator)}))
+            if self.dir.done(Step.ROUND_END, round):
+                events.append((f"round/{round}", "on_round_end", lambda r=round: {"round": r, "metrics": self.round_metrics(r)}))
+        return events
+
+    def _replay(self, selected_before: list[str]) -> None:
+        """Give each live tracker the recorded events it has not taken (``trackers/logged.json``): a tracker newly
+        named on a finished or resumed run logs the steps done before, once. A run recorded before the record was
+        kept counts as taken by the trackers its ``run.yaml`` named and those that keep a state there."""
+        from envengineer.trackers import LOGGED, read_logged, write_logged
+
+        events = self.recorded_events()
+        logged = read_logged(self.dir)
+        if logged is None:
+            folder = self.dir.path / "trackers"
+            kept = {p.stem for p in folder.glob("*.json") if p.name != LOGGED} if folder.is_dir() else set()
+            logged = {name: [event for event, _, _ in events] for name in sorted(set(selected_before) | kept)}
+            write_logged(self.dir, logged)
+        replayed: dict[str, int] = {}
+        for event, hook, payload in events:
+            missing = [name for name in self.trackers.names if event not in logged.get(name, ())]
+            if not missing:
+                continue
+            took = self.trackers.call(hook, only=missing, run_dir=self.dir, **payload())
+            self._logged(event, took)
+            for name in took:
+                replayed[name] = replayed.get(name, 0) + 1
+        for name, count in replayed.items():
+            self.console.print(f"[dim]tracker {escape(name)}: replayed {count} recorded event(s) it had not logged, "
+                               "from the run directory[/]")
 
     def _benchmark_records(self, name: str) -> list[dict[str, Any]]:
         bench = self.registry.benchmark(name)
@@ -267,8 +332,10 @@ class Loop:
 
         resolved = self.cfg.model_dump(mode="json")
         resumed = self.dir.run_yaml.exists()
+        selected_before: list[str] = []
         if self.dir.run_yaml.exists():
             existing = read_yaml(self.dir.run_yaml)
+            selected_before = _tracker_names(existing.get("trackers") if isinstance(existing, dict) else None)
             ours, theirs = run_identity(resolved), run_identity(existing)
             if theirs != ours:
                 changed = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
@@ -285,6 +352,8 @@ class Loop:
         self.tracking = track and bool(self.trackers.live)
         info = run_info(self.cfg, self.dir, self.run.generator, resumed=resumed, trackers=self.trackers.names if track else [])
         self._emit("on_run_start", config=self.cfg, info=info)
+        if self.tracking:
+            self._replay(selected_before)
 
     def pretrain(self) -> None:
         if self.dir.done(Step.PRETRAIN):
@@ -495,7 +564,7 @@ class Loop:
                             **({"prompt_cuts": len(request.budget["cuts"])} if request.budget is not None else {}))
         from envengineer.lifecycle import design_info
 
-        self._emit("on_design_end", round=round, design=design_info(self.dir, round, line, self.run.generator))
+        self._emit("on_design_end", f"design/{round}", round=round, design=design_info(self.dir, round, line, self.run.generator))
         if halt:
             raise FallbackLimitError(self._halt_message(streak, outcome.reason))
 
@@ -524,7 +593,7 @@ class Loop:
                 self.bench(round)
                 self.design(round)
                 if not self.dir.done(Step.ROUND_END, round):
-                    self._emit("on_round_end", round=round, metrics=self.round_metrics(round))
+                    self._emit("on_round_end", f"round/{round}", round=round, metrics=self.round_metrics(round))
                     self.dir.record(Step.ROUND_END, round, time.monotonic())
             table = self.table()
         except BaseException as exc:
@@ -589,6 +658,16 @@ class Loop:
                 row["vs_base"] = change
             rows.append(row)
         return rows
+
+
+def _tracker_names(entries: Any) -> list[str]:
+    """The names of a run config's ``trackers`` entries (a name, or a mapping with a ``name``)."""
+    names = []
+    for entry in entries if isinstance(entries, list) else []:
+        name = entry.get("name") if isinstance(entry, dict) else entry
+        if isinstance(name, str):
+            names.append(name)
+    return names
 
 
 def _sampled_field(summary: dict[str, Any]) -> dict[str, Any]:

@@ -97,18 +97,27 @@ class TrackerSet:
     def names(self) -> list[str]:
         return [tracker.name for tracker in self.live]
 
-    def call(self, hook: str, **kwargs: Any) -> None:
-        """Call ``hook`` on every live tracker that implements it, with the arguments it names."""
+    def call(self, hook: str, only: Iterable[str] | None = None, **kwargs: Any) -> list[str]:
+        """Call ``hook`` on every live tracker that implements it (``only``: on those of these names), with the
+        arguments it names; the names of the trackers that took it (one without the hook takes it as done)."""
         caller = getattr(self.pm.hook, hook)
         impls = {id(impl.plugin): impl for impl in caller.get_hookimpls()}
+        wanted = None if only is None else set(only)
+        took = []
         for tracker in list(self.live):
+            if wanted is not None and tracker.name not in wanted:
+                continue
             impl = impls.get(id(tracker))
             if impl is None:
+                took.append(tracker.name)
                 continue
             try:
                 impl.function(*[kwargs.get(name) for name in impl.argnames])
             except Exception as exc:  # noqa: BLE001 - a tracker never fails the run
                 self.disable(tracker, f"{hook} raised {type(exc).__name__}: {exc}" if not isinstance(exc, TrackerUnavailable) else str(exc))
+                continue
+            took.append(tracker.name)
+        return took
 
     def disable(self, tracker: Tracker, reason: str) -> None:
         if tracker in self.live:
@@ -350,6 +359,37 @@ def state_path(run_dir: Any, tracker: str) -> Any:
     from pathlib import Path
 
     return Path(getattr(run_dir, "path", run_dir)) / "trackers" / f"{tracker}.json"
+
+
+#: ``<run>/trackers/logged.json``: ``{tracker: [event, ...]}``, the events of the run each tracker has taken.
+LOGGED = "logged.json"
+
+
+def logged_path(run_dir: Any) -> Any:
+    from pathlib import Path
+
+    return Path(getattr(run_dir, "path", run_dir)) / "trackers" / LOGGED
+
+
+def read_logged(run_dir: Any) -> dict[str, list[str]] | None:
+    """``{tracker: [event, ...]}``: the run's events (``round/0``, ``design/0``, ``benchmark/base/<set>``, ...)
+    each tracker took, as :func:`write_logged` recorded them; None: the run keeps no such record (none of its
+    processes had a tracker, or it was recorded before the record was kept)."""
+    import json
+
+    try:
+        data = json.loads(logged_path(run_dir).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {str(name): [str(e) for e in events] for name, events in data.items() if isinstance(events, list)}
+
+
+def write_logged(run_dir: Any, logged: Mapping[str, Iterable[str]]) -> None:
+    from envengineer.fileio import write_json
+
+    write_json(logged_path(run_dir), {name: list(dict.fromkeys(events)) for name, events in sorted(logged.items())})
 
 
 def read_state(run_dir: Any, tracker: str) -> dict[str, Any]:

@@ -725,3 +725,108 @@ def test_a_trainer_that_did_not_report_gets_its_curves_logged_at_the_global_step
     acc = EventAccumulator(str(tmp_path / "tb"), size_guidance={"scalars": 0})
     acc.Reload()
     assert [(e.step, e.value) for e in acc.Scalars("curves/reward_mean")] == [(41, 0.25), (42, 0.5)]  # round 4's trainer wrote its own
+
+
+# ------------------------------------------------------------------ a tracker named on a finished run: its steps replayed, once
+
+
+class Keeper(Tracker):
+    name = "keeper"
+    description = "a test tracker that keeps every payload it is given"
+    seen: list = []
+
+    @hookimpl
+    def on_benchmark_end(self, round, benchmark):
+        Keeper.seen.append(("benchmark", round, benchmark))
+
+    @hookimpl
+    def on_design_end(self, round, design):
+        Keeper.seen.append(("design", round, design))
+
+    @hookimpl
+    def on_round_end(self, round, metrics):
+        Keeper.seen.append(("round", round, metrics))
+
+    @hookimpl
+    def on_run_end(self, metrics):
+        Keeper.seen.append(("end", None, metrics))
+
+
+class KeeperPlugin:
+    @hookimpl
+    def register_trackers(self, register):
+        register(Keeper)
+
+
+def test_a_tracker_named_on_a_finished_run_gets_the_recorded_steps_once(tmp_path):
+    """Added to a finished run's command, a tracker is given the steps the run directory records, with the very
+    payloads the steps gave, each once: a second run of the same command replays nothing; plugins' hooks (which saw
+    the steps) are not called again."""
+    from envengineer.trackers import read_logged
+
+    live = Recorder()
+    config = {**SIM, "output": str(tmp_path / "run")}
+    _loop(config, live).run_all()
+    assert read_logged(tmp_path / "run") is None  # no tracker, no record
+    Keeper.seen = []
+    plugin = Recorder()
+    _loop({**config, "trackers": ["keeper"]}, KeeperPlugin(), plugin).run_all()
+    assert [k for k, _, _ in plugin.events] == ["start", "end"]
+    assert Keeper.seen[:-1] == [event for event in live.events if event[0] not in ("start", "end")]  # the same payloads, in order
+    assert Keeper.seen[-1][0] == "end"
+    logged = read_logged(tmp_path / "run")
+    assert logged == {"keeper": ["validation/base/mapf-2agents-val", "benchmark/base/mapf-3agents", "design/0", "round/0",
+                                 "benchmark/1/mapf-3agents", "round/1"]}
+    Keeper.seen = []
+    _loop({**config, "trackers": ["keeper"]}, KeeperPlugin()).run_all()
+    assert [k for k, _, _ in Keeper.seen] == ["end"] and read_logged(tmp_path / "run") == logged
+
+
+def test_a_run_recorded_before_the_record_replays_to_the_trackers_it_did_not_name(tmp_path):
+    """A run directory without trackers/logged.json (recorded by an earlier version): the trackers its run.yaml names
+    (the last process's) or that keep a state file there count as having logged it; any other is replayed."""
+    from envengineer.trackers import logged_path
+
+    config = {**SIM, "rounds": 1, "output": str(tmp_path / "run"), "trackers": ["keeper"]}
+    _loop(config, KeeperPlugin()).run_all()
+    logged_path(tmp_path / "run").unlink()
+    Keeper.seen = []
+    _loop(config, KeeperPlugin()).run_all()
+    assert [k for k, _, _ in Keeper.seen] == ["end"]  # run.yaml named it
+    logged_path(tmp_path / "run").unlink()
+    run_yaml = tmp_path / "run" / "run.yaml"
+    run_yaml.write_text(yaml.safe_dump({**yaml.safe_load(run_yaml.read_text()), "trackers": []}))
+    Keeper.seen = []
+    _loop(config, KeeperPlugin()).run_all()
+    assert [k for k, _, _ in Keeper.seen] == ["benchmark", "benchmark", "benchmark", "round", "end"]  # base: validation, bench; round 0: bench
+
+
+def test_tensorboard_added_to_a_finished_run_shows_its_rounds(tmp_path):
+    """docs/trackers.md's quickstart in TensorBoard, after the quickstart ran without trackers: the dashboard has
+    every round's rates, the base policy's, the knobs and the training signal, once each however often the
+    command is run (the curves of a trainer that wrote none live: test_a_trainer_that_did_not_report...); scripts/tensorboard_figure.py reads them from TensorBoard's server."""
+    pytest.importorskip("tensorboard")
+    import importlib.util
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    live = Recorder()
+    config = {**SIM, "output": str(tmp_path / "run")}
+    _loop(config, live).run_all()
+    assert not (tmp_path / "run" / "tb").exists()
+    for _ in range(2):
+        _loop({**config, "trackers": ["tensorboard"]}).run_all()
+    rounds = dict(live.of("round"))
+    acc = EventAccumulator(str(tmp_path / "run" / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    scalars = lambda tag: [(e.step, round(e.value, 6)) for e in acc.Scalars(tag)]  # noqa: E731
+    assert scalars("validation/valid_rate") == [(r, round(rounds[r]["valid_rate"], 6)) for r in (0, 1)]
+    assert [s for s, _ in scalars("base/validation/valid_rate")] == [0]
+    assert [s for s, _ in scalars("bench/mapf-3agents/valid_rate")] == [1] and [s for s, _ in scalars("engineer/projection_changes")] == [0]
+    assert scalars("config/3x3/hole_ratio") == [(r, round(rounds[r]["knob_values"]["3x3"]["hole_ratio"], 6)) for r in (0, 1)]
+    assert [s for s, _ in scalars("signal/success")] == [0, 1]
+    spec = importlib.util.spec_from_file_location("tensorboard_figure", ROOT / "scripts" / "tensorboard_figure.py")
+    figure = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figure)
+    served = figure.scalars(figure.serve(tmp_path / "run" / "tb"), ["validation/valid_rate", "signal/success"])
+    assert [s for run in served["validation/valid_rate"].values() for s, _ in run] == [0, 1]
