@@ -144,10 +144,11 @@ def report_sections(run: Any, generator: Any) -> list[tuple[str, str]]:
 # plugin never needs the loop's objects; the run directory stays the record. Each is built through its
 # model in envengineer.payloads (envengineer.api.PAYLOADS: RunStartPayload, BenchmarkPayload, DesignPayload,
 # RoundPayload, RunEndPayload), which declares every key, and handed on as the model's JSON dump (a dict);
-# ``RoundPayload.model_validate(metrics)`` gives it back typed. docs/writing-a-plugin.md lists every key. A hook is called once per event in the process that did it: a resumed run does
-# not repeat the events of the steps it finds done (``on_run_start`` and ``on_run_end`` come again),
-# except to a tracker newly named on the run: it alone gets the recorded events it has not logged
-# (``<run>/trackers/logged.json``), rebuilt from the run directory, right after ``on_run_start``.
+# ``RoundPayload.model_validate(metrics)`` gives it back typed. docs/writing-a-plugin.md lists every key.
+# A hook is called once per event in the process that did it: a resumed run does not repeat the events
+# of the steps it finds done (``on_run_start`` and ``on_run_end`` come again), except to a tracker newly
+# named on the run: it alone gets the recorded events it has not logged (``<run>/trackers/logged.json``),
+# rebuilt from the run directory, right after ``on_run_start``.
 
 
 @hookspec

@@ -9,7 +9,8 @@ with the same arguments and plain-data payloads as any plugin's hooks.
 The loop calls each tracker on its own (:class:`TrackerSet`): a tracker that raises (its package
 missing, the network down, a bad key, a writer failing) is disabled for the rest of the run with
 one warning naming it and the reason, and the run goes on. The run directory stays the record;
-a tracker only copies it elsewhere. Keys come from the environment only: a warning never shows one
+a tracker only copies it elsewhere, and one named on a run with steps done first gets the events of
+those steps it has not logged, rebuilt from the directory, once (``<run>/trackers/logged.json``). Keys come from the environment only: a warning never shows one
 (:func:`redact`), and nothing here writes one to a file.
 
 The helpers below turn the payloads into the scalars every built-in tracker logs, so the three
