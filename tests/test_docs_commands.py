@@ -459,23 +459,22 @@ def test_an_unknown_verb_and_an_unknown_task_option_fail(tmp_path):
 
 
 def test_a_changed_figure_fails_and_the_true_one_passes(tmp_path):
-    page = """Generate, solve, score:
+    """README's testbed block, copied with the figure it declares changed, fails; as written, it passes."""
+    readme = (ROOT / "README.md").read_text()
+    declared = "│ all   │ 400 │ 100.0% │  100.0% │      0.0% │"
+    assert readme.count(declared) == 1
 
-```bash
-envengineer generate mapf-frozenlake --n 20 --agents 2 --seed 0 --output demo/i.jsonl
-envengineer solve mapf-frozenlake --instances demo/i.jsonl --output demo/a.jsonl
-```
+    def testbed(text):
+        blocks = _page(tmp_path, text)
+        return [b for b in blocks if b.source.startswith("envengineer generate mapf-frozenlake --n 400")]
 
-<!-- docs-test: output -->
-```text
-wrote 20 answers to demo/a.jsonl
-```
-"""
     (tmp_path / "ok").mkdir()
-    run_page(_page(tmp_path, page), tmp_path / "ok")
+    run_page(testbed(readme), tmp_path / "ok")
     (tmp_path / "bad").mkdir()
+    broken = testbed(readme.replace(declared, declared.replace("100.0% │      0.0%", "99.8% │      0.0%")))
+    assert broken and "99.8%" in broken[0].expected[0]
     with pytest.raises(AssertionError, match="the page says the command prints"):
-        run_page(_page(tmp_path, page.replace("wrote 20 answers", "wrote 21 answers")), tmp_path / "bad")
+        run_page(broken, tmp_path / "bad")
 
 
 def test_a_failing_command_fails_the_page(tmp_path):
