@@ -16,7 +16,8 @@ Markers, HTML comments (invisible when rendered) on the line before a block's fe
 - ``<!-- docs-test: exit=N -->``: the block is run, and a command of it exits with status N, as the page says
   (``envengineer plan`` of a run that does not fit: 1); every other command must succeed.
 - ``<!-- docs-test: output -->`` before a ```text (or ```console) block: the command block just above must
-  print every line of it (each line, whitespace runs collapsed, as a substring of one output line). This is how
+  print every line of it, in that order (each line, whitespace runs collapsed, as a substring of one output
+  line). This is how
   a page declares the figures a deterministic command prints.
 
 Every ``envengineer`` command of every block, run or skipped, and of the plain fenced command lists (a block
@@ -361,10 +362,12 @@ def run_block(block: Block, cwd: Path, env: dict[str, str]) -> tuple[str, float]
     if block.exit_status is not None and not seen.exists():
         raise AssertionError(f"{block.where}: the page says a command exits {block.exit_status}, but every command succeeded\n{out[-4000:]}")
     seen.unlink(missing_ok=True)
-    lines = [_normal(ln) for ln in out.splitlines()]
-    for want in block.expected:
-        if not any(_normal(want) in ln for ln in lines):
-            raise AssertionError(f"{block.where}: the page says the command prints\n  {want.strip()}\nbut it printed\n{out[-4000:]}")
+    lines, at = [_normal(ln) for ln in out.splitlines()], 0
+    for want in block.expected:  # in the page's order, each within one output line
+        hit = next((i for i in range(at, len(lines)) if _normal(want) in lines[i]), None)
+        if hit is None:
+            raise AssertionError(f"{block.where}: the page says the command prints (in this order)\n  {want.strip()}\nbut it printed\n{out[-4000:]}")
+        at = hit + 1
     return out, seconds
 
 
