@@ -531,3 +531,17 @@ def test_reference_answers_on_the_frozen_sets_score_100_percent_valid(registry, 
         generator.check_record(record)
     verdicts = [validator.score(r, generator.reference_answer(r)) for r in records]
     assert all(v.valid and v.optimal for v in verdicts), [(r["id"], v.failure) for r, v in zip(records, verdicts) if not v.valid][:3]
+
+
+def test_a_hanging_scorer_is_cut_off_by_the_net_and_the_net_is_far_above_any_vetted_scorer():
+    """bounded_call returns None (a scorer_error) for a scorer past its limit; the limit is a net for hangs
+    (30 s), not a budget a loaded machine could reach."""
+    import threading
+
+    from envengineer.tasks.reasoning_gym.plugin import SCORE_TIME_LIMIT, bounded_call
+
+    release = threading.Event()
+    assert bounded_call(lambda answer, item: release.wait(5) and 1.0, "a", {}, 0.05) is None
+    release.set()
+    assert bounded_call(lambda answer, item: 1.0, "a", {}, 0.05) == 1.0
+    assert SCORE_TIME_LIMIT >= 30
