@@ -46,7 +46,7 @@ from envengineer.contract import DesignOutcome, DesignRequest, EngineerCallError
 from envengineer.display import stage_progress
 from envengineer.doctor import Check, package_check, torch_check, version
 from envengineer.errors import ConfigError, EnvEngineerError, InputError
-from envengineer.evidence import Evidence, RoundRecord, load_signal
+from envengineer.evidence import Evidence, RoundRecord, load_signal, round_failures
 from envengineer.fileio import (
     atomic_open,
     cache_root,
@@ -184,7 +184,7 @@ __all__ = [
     "ANALYSIS_DESCRIPTION", "SCHEMA_NAME", "block_token_limit", "config_schema", "reply_schema", "structured_reply",
     "with_instruction",
     # prompt budgets and evidence (context modules, engineers)
-    "Cut", "Evidence", "PromptBudgetOptions", "RoundRecord", "group_success", "load_signal",
+    "Cut", "Evidence", "PromptBudgetOptions", "RoundRecord", "group_success", "load_signal", "round_failures",
     # training: requests, results, rewards, rollouts (trainers)
     "CURVE_KEYS", "Drawn", "REWARDS", "ROLLOUTS_FILE", "TrainRequest", "TrainResult", "fill_kept", "reward_text",
     "reward_value", "rollout_line", "score_response", "screening_samples", "spread",

@@ -108,9 +108,20 @@ def load_signal(run: RunDir, round: int) -> dict[str, Any]:
     return data
 
 
+def round_failures(run_dir: str | Path | RunDir, round: int) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """Round ``round``'s failure evidence in a run directory: its validation summary, failing examples ([] when
+    none were recorded) and training signal ({} when none); a missing or unreadable summary is an InputError."""
+    from envengineer.fileio import read_jsonl
+
+    folder = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    examples_path = folder.eval_examples(round)
+    examples = read_jsonl(examples_path) if examples_path.exists() else []
+    return _read_json(folder.eval_summary(round)), examples, load_signal(folder, round)
+
+
 def load_evidence(run_dir: str | Path, round: int, registry: Any, *, max_examples: int | None = None) -> Evidence:
     """The evidence of recorded round ``round`` of the run in ``run_dir`` (layout: docs/context.md)."""
-    from envengineer.fileio import read_jsonl, read_yaml
+    from envengineer.fileio import read_yaml
 
     run_dir_ = RunDir(run_dir)
     run = read_yaml(run_dir_.run_yaml)
@@ -136,8 +147,7 @@ def load_evidence(run_dir: str | Path, round: int, registry: Any, *, max_example
         for n in range(round)
     ]
     summaries = [note for n in range(round) if (note := _read_text(run_dir_.summary_note(n))) is not None]
-    examples_path = run_dir_.eval_examples(round)
-    examples = read_jsonl(examples_path) if examples_path.exists() else []
+    report, examples, signal = round_failures(run_dir_, round)
     if max_examples is not None:
         examples = examples[:max_examples]
     details_path = run_dir_.train_details(round)
@@ -150,14 +160,14 @@ def load_evidence(run_dir: str | Path, round: int, registry: Any, *, max_example
         round=round,
         rounds_total=rounds_total,
         config=config_of(round),
-        report=_read_json(run_dir_.eval_summary(round)),
+        report=report,
         failure_types=failure_types,
         examples=examples,
         history=history,
         summaries=summaries,
         training=training,
         budget=budget,
-        signal=load_signal(run_dir_, round),
+        signal=signal,
         seed=run.get("seed") if isinstance(run.get("seed"), int) else None,
         base_report=_read_json(run_dir_.eval_summary(None)) if run_dir_.eval_summary(None).exists() else {},
     )

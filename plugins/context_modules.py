@@ -102,6 +102,10 @@ class FailureBreakdown(ContextModule):
     Options: ClassVar[type[BaseModel]] = FailureOptions
     essential: ClassVar[bool] = True
 
+    def __init__(self, options: BaseModel | None = None) -> None:
+        super().__init__(options)
+        self._donor_rounds: dict[tuple[str, int], tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]] = {}
+
     def donor_dir(self, evidence: Evidence) -> str | None:
         """The donor run's directory for this run (``{other_seed}`` filled in), None without a donor."""
         donor = self.options.donor
@@ -113,14 +117,21 @@ class FailureBreakdown(ContextModule):
 
     def source(self, evidence: Evidence) -> Evidence:
         """The evidence F renders: this run's, or with a donor its round's validation summary, failing examples
-        and training signal in place of this run's (everything else, e.g. the config and history, is this run's)."""
+        and training signal in place of this run's (everything else, e.g. the config and history, is this run's).
+        A donor's round is read once per module (the prompt budget renders F again for each cut it tries)."""
         folder = self.donor_dir(evidence)
         if folder is None:
             return evidence
+        key = (folder, evidence.round)
+        if key not in self._donor_rounds:
+            self._donor_rounds[key] = self._read_donor(folder, evidence)
+        report, examples, signal = self._donor_rounds[key]
         import dataclasses
-        import json
 
-        from envengineer.api import RunDir, read_jsonl, read_yaml
+        return dataclasses.replace(evidence, report=report, examples=examples, signal=signal)
+
+    def _read_donor(self, folder: str, evidence: Evidence) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+        from envengineer.api import RunDir, read_yaml, round_failures
 
         where = f"context.options.F.donor ({folder})"
         donor = RunDir(folder)
@@ -134,15 +145,7 @@ class FailureBreakdown(ContextModule):
         if not summary.exists():
             raise InputError(f"{where}: round {evidence.round} has no validation summary ({summary}); the donor must "
                              f"have finished round {evidence.round} before this run's design step reads it")
-        try:
-            report = json.loads(summary.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InputError(f"{summary}: not valid JSON ({exc})") from None
-        examples_path = donor.eval_examples(evidence.round)
-        examples = read_jsonl(examples_path) if examples_path.exists() else []
-        from envengineer.api import load_signal
-
-        return dataclasses.replace(evidence, report=report, examples=examples, signal=load_signal(donor, evidence.round))
+        return round_failures(donor, evidence.round)
 
     def budget_cuts(self, evidence: Evidence) -> list[Cut]:
         """rows: one failing example fewer at a time (the last picked first); compact: no training-signal column."""
