@@ -27,40 +27,38 @@ from rich.table import Table
 
 from envengineer.comparison_stats import holm
 from envengineer.fileio import read_jsonl, write_text
-from envengineer.metrics import sign_test
-from envengineer.rundir import RunDir
+from envengineer.rundir import RunDir, Step
+from envengineer.suite_paired import paired, pooled
 
 LLM, DONOR, NO_F, FIXED = "smollm2-v6", "smollm2-v6-donor", "smollm2-no-f", "fixed"
 
 
-def verdicts(run: Path, where: str) -> dict[str, bool]:
-    """Instance id -> valid, after the run's last round, for ``eval`` or ``bench:NAME``."""
-    folder = RunDir(run)
+def verdicts(run: Path, where: str) -> dict[str, dict[str, bool]]:
+    """Instance id -> {"valid": ...} after the run's last round, for ``eval`` or ``bench:NAME`` (the mapping
+    :func:`envengineer.suite_paired.paired` reads)."""
     rounds = sorted(p for p in run.glob("round-*") if p.is_dir())
     if not rounds:
         raise SystemExit(f"{run}: no rounds")
     last = rounds[-1]
     path = last / "eval" / "verdicts.jsonl" if where == "eval" else last / "bench" / where.split(":", 1)[1] / "verdicts.jsonl"
     if not path.exists():
-        raise SystemExit(f"{path}: missing (is {folder.path} finished, and was {where} evaluated after its last round?)")
-    return {r["id"]: bool(r["valid"]) for r in read_jsonl(path)}
+        raise SystemExit(f"{path}: missing (is {run} finished, and was {where} evaluated after its last round?)")
+    return {r["id"]: {"valid": bool(r["valid"])} for r in read_jsonl(path)}
+
+
+def rate(verdicts_: dict[str, dict[str, bool]]) -> float:
+    return sum(v["valid"] for v in verdicts_.values()) / len(verdicts_)
 
 
 def design_steps(run: Path) -> tuple[int, int]:
-    """(design steps, of which fell back) over the run's rounds."""
-    import yaml
-
-    steps = fallbacks = 0
-    for projection in sorted(run.glob("round-*/engineer/projection.yaml")):
-        data = yaml.safe_load(projection.read_text(encoding="utf-8")) or {}
-        steps += 1
-        fallbacks += bool(data.get("fallback"))
-    return steps, fallbacks
+    """(design steps, of which fell back), from the run's history."""
+    fell_back = [bool(line.get("fallback")) for line in RunDir(run).history() if line.get("step") == Step.DESIGN]
+    return len(fell_back), sum(fell_back)
 
 
 def trained_prompts(run: Path) -> list[int]:
-    rows = [json.loads(line) for line in (run / "history.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [int(r.get("trained_prompts") or r.get("prompts_used") or 0) for r in rows if r.get("step") == "train"]
+    return [int(line.get("trained_prompts") or line.get("prompts_used") or 0) for line in RunDir(run).history()
+            if line.get("step") == Step.TRAIN]
 
 
 def arm_runs(output: Path) -> dict[str, dict[int, Path]]:
@@ -72,18 +70,16 @@ def arm_runs(output: Path) -> dict[str, dict[int, Path]]:
     return arms
 
 
-def compare(a: dict[int, dict[str, bool]], b: dict[int, dict[str, bool]]) -> dict[str, Any]:
-    """A against B seed by seed on the instances both answered: per-seed rate differences, pooled +/-."""
+def compare(a: dict[int, dict[str, dict[str, bool]]], b: dict[int, dict[str, dict[str, bool]]]) -> dict[str, Any]:
+    """A against B seed by seed on the instances both answered (the suite's paired test): per-seed rate
+    differences, and the gained/lost instances pooled over the seeds with their sign test."""
     seeds = sorted(set(a) & set(b))
-    per_seed, gained, lost = [], 0, 0
-    for s in seeds:
-        common = [i for i in b[s] if i in a[s]]
-        g = sum(1 for i in common if a[s][i] and not b[s][i])
-        l_ = sum(1 for i in common if b[s][i] and not a[s][i])
-        gained, lost = gained + g, lost + l_
-        per_seed.append({"seed": s, "diff": (sum(a[s][i] for i in common) - sum(b[s][i] for i in common)) / max(1, len(common)),
-                         "gained": g, "lost": l_})
-    return {"seeds": seeds, "per_seed": per_seed, "gained": gained, "lost": lost, "p": sign_test(gained, lost)}
+    pairs = {s: paired(a[s], b[s], "valid") for s in seeds}
+    per_seed = [{"seed": s, "diff": (p.gained - p.lost) / max(1, p.n), "gained": p.gained, "lost": p.lost}
+                for s, p in pairs.items() if p is not None]
+    total = pooled(list(pairs.values()))
+    gained, lost = (total.gained, total.lost) if total else (0, 0)
+    return {"seeds": seeds, "per_seed": per_seed, "gained": gained, "lost": lost, "p": total.p if total else 1.0}
 
 
 def family(name: str, pairs: list[tuple[str, str]], outcomes: dict[str, dict[int, dict[str, bool]]]) -> list[dict[str, Any]]:
@@ -121,14 +117,14 @@ def main() -> None:
         table.add_column(column)
     for arm, seeds in runs.items():
         outcomes[arm] = {s: verdicts(run, args.primary) for s, run in seeds.items()}
-        rates = {s: sum(v.values()) / len(v) for s, v in outcomes[arm].items()}
+        rates = {s: rate(v) for s, v in outcomes[arm].items()}
         design = [design_steps(run) for run in seeds.values()]
         prompts = [p for run in seeds.values() for p in trained_prompts(run)]
         entry = {"seeds": list(seeds), "rates": rates, "mean": statistics.fmean(rates.values()),
                  "design_steps": sum(d[0] for d in design), "fallbacks": sum(d[1] for d in design),
                  "trained_prompts_mean": statistics.fmean(prompts) if prompts else None}
         if args.secondary:
-            entry["secondary"] = {s: statistics.fmean(verdicts(run, args.secondary).values()) for s, run in seeds.items()}
+            entry["secondary"] = {s: rate(verdicts(run, args.secondary)) for s, run in seeds.items()}
         result["arms"][arm] = entry
         table.add_row(arm, " ".join(f"{100 * r:.1f}" for r in rates.values()), f"{100 * entry['mean']:.1f}",
                       f"{entry['design_steps']} ({entry['fallbacks']})",
