@@ -148,7 +148,7 @@ class Loop:
         getattr(self.hook, hook)(run_dir=self.dir, **kwargs)
         if self.tracking:
             took = self.trackers.call(hook, run_dir=self.dir, **kwargs)
-            if event is not None:
+            if event is not None and took:  # a run without trackers rewrites no record at every step
                 self._logged(event, took)
 
     def _logged(self, event: str, trackers: list[str]) -> None:
