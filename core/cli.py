@@ -679,7 +679,8 @@ def compare(
 @app.command("suite")
 def suite_command(
     sources: list[Path] = typer.Argument(..., help="folders of run configs (every *.yaml directly in them; a folder with suite.yaml: its arms), manifests and/or config files"),
-    seeds: int = typer.Option(3, "--seeds", min=1, help="run every config with seeds 0..N-1 (overrides its seed)"),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="N: seeds 0..N-1; A-B: seeds A..B; a,b,c: those (each overrides the config's seed); "
+                                          "default: a manifest's seeds:, else 3"),
     output: Path = typer.Option(Path("runs/suite"), "--output", help="suite folder: <config-stem or arm>/seed-<s>/ run directories and the tables"),
     only: Optional[str] = typer.Option(None, "--only", help="only configs whose file stem, arm or run name matches this glob, e.g. 'v*'"),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="--launcher local: runs at a time, each in its own process (1: one after the other, in this process)"),

@@ -33,6 +33,9 @@ class Manifest(BaseModel):
     common: Any = Field(
         None, description="overrides every arm gets before its own ({dotted.key: value} or [KEY=VALUE, ...]), e.g. a shorter budget for the whole suite")
     arms: dict[str, Any] = Field(min_length=1, description="arm name -> {dotted.key: value} or [KEY=VALUE, ...] (null: the base as it is)")
+    seeds: list[int] | dict[int, Any] | None = Field(
+        None, description="the seeds every arm runs when --seeds is not given: a list ([4, 5, 6, 7]), or seed -> overrides that run "
+        "gets after its arm's ({4: {policy.seed: 0}, 6: {policy.seed: 1}}: e.g. a warm start per seed); default: --seeds 3")
 
 
 #: Fields the suite sets on every run: an arm that sets them would be silently overridden.
@@ -59,10 +62,10 @@ def yaml_value(value: Any) -> str:
     return text
 
 
-def arm_overrides(manifest: Path, arm: str | None, spec: Any) -> tuple[str, ...]:
+def arm_overrides(manifest: Path, arm: str | None, spec: Any, where: str | None = None) -> tuple[str, ...]:
     """An arm's overrides (``arm`` None: the manifest's ``common`` ones) as ``KEY=VALUE`` strings; errors name
-    the manifest and the arm's field."""
-    where = f"{manifest}: arms.{arm}" if arm is not None else f"{manifest}: common"
+    the manifest and the arm's field (``where``: another field's name, e.g. ``seeds.4``)."""
+    where = f"{manifest}: {where}" if where else (f"{manifest}: arms.{arm}" if arm is not None else f"{manifest}: common")
     if spec is None:
         return ()
     if isinstance(spec, dict):
@@ -131,25 +134,40 @@ def read_manifest(path: Path, registry: Any = None) -> list[SuiteEntry]:
 
         registry = load_registry()
     common = arm_overrides(path, None, manifest.common)
+    seeds = manifest.seeds
+    if isinstance(seeds, list) and len(set(seeds)) != len(seeds):
+        raise ConfigError(f"{path}: seeds: a seed is listed twice ({seeds})")
+    if seeds is not None and (not seeds or min(seeds) < 0):
+        raise ConfigError(f"{path}: seeds: give one seed or more, each 0 or above (got {list(seeds)})")
+    per_seed = ({seed: arm_overrides(path, None, spec, where=f"seeds.{seed}") for seed, spec in seeds.items()}
+                if isinstance(seeds, dict) else {})
     entries = []
     for order, (arm, spec) in enumerate(manifest.arms.items()):
         overrides = common + arm_overrides(path, arm, spec)
         arm_data = copy.deepcopy(base)
         arm_data["name"] = f"{base['name']}-{arm}" if isinstance(base.get("name"), str) else arm
         arm_data["suite"] = {**base_suite, "table": table, "row": arm, "order": order}
-        where = f"{path}: arm {arm} ({base_path}" + (f" with {' '.join(overrides)})" if overrides else ")")
-        try:
-            config = parse_run_config(apply_overrides(arm_data, overrides), where, registry)
-            resolve(config, registry)  # every plugin section, as `envengineer run` checks it before writing anything
-        except EnvEngineerError as exc:
-            message = str(exc) if str(exc).startswith(where) else f"{where}: {exc}"
+
+        def parsed(overrides: tuple[str, ...], seed: int | None = None) -> Any:
+            where = (f"{path}: arm {arm}" + (f" at seed {seed}" if seed is not None else "") + f" ({base_path}"
+                     + (f" with {' '.join(overrides)})" if overrides else ")"))
             try:
-                error = type(exc)(message)
-            except Exception:  # noqa: BLE001 - an error type with another signature: say it as a config error
-                error = ConfigError(message)
-            raise error from None
+                config = parse_run_config(apply_overrides(copy.deepcopy(arm_data), overrides), where, registry)
+                resolve(config, registry)  # every plugin section, as `envengineer run` checks it before writing anything
+            except EnvEngineerError as exc:
+                message = str(exc) if str(exc).startswith(where) else f"{where}: {exc}"
+                try:
+                    error = type(exc)(message)
+                except Exception:  # noqa: BLE001 - an error type with another signature: say it as a config error
+                    error = ConfigError(message)
+                raise error from None
+            return config
+
+        config = parsed(overrides)
+        seed_configs = {seed: parsed(overrides + extra, seed) for seed, extra in per_seed.items() if extra}
         entries.append(SuiteEntry(path, config, arm=arm, base=base_path, overrides=overrides, baseline=arm == baseline,
-                                  launcher=manifest.launcher))
+                                  launcher=manifest.launcher, seeds=tuple(seeds) if seeds is not None else None,
+                                  seed_configs=seed_configs, seed_overrides=per_seed))
     return entries
 
 

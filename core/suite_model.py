@@ -56,6 +56,9 @@ class SuiteEntry:
     overrides: tuple[str, ...] = ()  # an arm's overrides of its base, as `envengineer run` takes them
     baseline: bool = False  # the arm the suite's paired tests compare the others against
     launcher: dict[str, Any] | None = None  # its manifest's `launcher:` section (how a cluster runs it)
+    seeds: tuple[int, ...] | None = None  # its manifest's `seeds:` (the seeds run when --seeds is not given)
+    seed_configs: dict[int, RunConfig] = field(default_factory=dict)  # the config of a seed with overrides of its own
+    seed_overrides: dict[int, tuple[str, ...]] = field(default_factory=dict)  # a `seeds:` mapping: each seed's overrides (maybe none)
 
     @property
     def stem(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -63,11 +64,31 @@ def run_state(run_dir: Path, config: RunConfig, registry: Any = None) -> str:
     return FINISHED if folder.done(Step.ROUND_END, config.rounds - 1) else PARTIAL
 
 
-def plan(sources: Sequence[str | Path], *, seeds: int, output: str | Path, only: str | None = None, registry: Any = None) -> Suite:
+def parse_seeds(value: str | int | Sequence[int] | None) -> tuple[int, ...] | None:
+    """``--seeds``: ``N`` (seeds 0 … N−1), ``A-B`` (A … B) or ``a,b,c``; None stays None (the manifest's seeds, else 0, 1, 2)."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    seeds: tuple[int, ...] = ()
+    if isinstance(value, (list, tuple)):
+        seeds = tuple(int(s) for s in value)
+    elif re.fullmatch(r"\d+", text):
+        seeds = tuple(range(int(text)))
+    elif m := re.fullmatch(r"(\d+)\s*-\s*(\d+)", text):
+        seeds = tuple(range(int(m.group(1)), int(m.group(2)) + 1))
+    elif re.fullmatch(r"\d+(\s*,\s*\d+)+", text):
+        seeds = tuple(int(part) for part in text.split(","))
+    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
+        raise EnvEngineerError(f"--seeds {text}: give N (seeds 0..N-1, N >= 1), a range A-B (A <= B) or a list a,b,c of distinct seeds")
+    return seeds
+
+
+def plan(sources: Sequence[str | Path], *, seeds: str | int | Sequence[int] | None = None, output: str | Path, only: str | None = None,
+         registry: Any = None) -> Suite:
     """Read every config and arm (errors name the file and field) and the state of each of its runs.
+    ``seeds``: as ``--seeds`` takes them (:func:`parse_seeds`); None: each manifest's ``seeds:``, else 0, 1, 2.
     ``registry`` checks the arms' plugin sections (default: the installed plugins, loaded only for a manifest)."""
-    if seeds < 1:
-        raise EnvEngineerError(f"--seeds {seeds}: give at least one seed")
+    chosen = parse_seeds(seeds)
     out = Path(output)
     entries = []
     first: dict[str, tuple[str, SuiteRun]] = {}  # same run -> the config that runs it, and its run
@@ -75,9 +96,15 @@ def plan(sources: Sequence[str | Path], *, seeds: int, output: str | Path, only:
         config = entry.config
         if only and not (fnmatch.fnmatch(entry.stem, only) or fnmatch.fnmatch(config.name, only)):
             continue
-        for seed in range(seeds):
+        run_seeds = chosen if chosen is not None else (entry.seeds if entry.seeds is not None else DEFAULT_SEEDS)
+        missing = [s for s in run_seeds if s not in entry.seed_overrides] if entry.seed_configs else []
+        if missing:
+            raise EnvEngineerError(
+                f"{entry.path}: seeds: the manifest gives seeds {', '.join(map(str, entry.seed_overrides))} overrides of their own, "
+                f"and --seeds asks for seed {', '.join(map(str, missing))}, which has none; name seeds the manifest lists, or leave --seeds out")
+        for seed in run_seeds:
             run_dir = out / entry.stem / f"seed-{seed}"
-            seeded = config.model_copy(update={"seed": seed, "output": str(run_dir)})
+            seeded = entry.seed_configs.get(seed, config).model_copy(update={"seed": seed, "output": str(run_dir)})
             owner = first.get(_same_run(seeded))
             if owner is not None:  # e.g. the paper's V6 row and its checkpoint-engineer row
                 shared = owner[1]
@@ -95,6 +122,10 @@ def plan(sources: Sequence[str | Path], *, seeds: int, output: str | Path, only:
         if error and not run.done:
             run.status, run.error = FAILED, str(error)
     return Suite(out, entries)
+
+
+#: The seeds a suite runs when neither --seeds nor a manifest's ``seeds:`` names any.
+DEFAULT_SEEDS = (0, 1, 2)
 
 
 def plan_table(suite: Suite) -> Any:

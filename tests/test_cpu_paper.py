@@ -110,6 +110,10 @@ def test_the_shipped_manifest_gives_one_arm_per_engineer_and_the_probe(tmp_path)
     ({"fixed": {}}, {"common": {"seed": 2}}, ["common.seed: set by the suite"]),
     ({"fixed": {}}, {"common": "rounds=2"}, ["common: expected a mapping of dotted fields"]),
     ({"fixed": {}}, {"common": ["rounds=0"]}, ["arm fixed", "rounds: Input should be greater than or equal to 1"]),
+    ({"fixed": {}}, {"seeds": [4, 4]}, ["seeds: a seed is listed twice"]),
+    ({"fixed": {}}, {"seeds": []}, ["seeds: give one seed or more"]),
+    ({"fixed": {}}, {"seeds": {4: {"seed": 1}}}, ["seeds.4.seed: set by the suite"]),
+    ({"fixed": {}}, {"seeds": {4: {"policy.sed": 1}}}, ["arm fixed at seed 4", "policy.sed=1"]),
 ])
 def test_a_bad_manifest_or_arm_is_refused_naming_the_file_and_field(tmp_path, capsys, arms, manifest, expected):
     folder = write_suite(tmp_path / "s", tiny_base(tmp_path / "cache"), arms, **manifest)
@@ -129,6 +133,36 @@ def test_common_overrides_come_before_each_arms_own(tmp_path):
     suite = plan([folder], seeds=1, output=tmp_path / "out")
     assert [(e.arm, e.config.rounds, e.config.budget) for e in suite.entries] == [("fixed", 2, 7), ("short", 1, 7)]
     assert suite.entries[1].overrides == ("rounds=2", "budget=7", "engineer.name=fixed", "rounds=1")
+
+
+def test_a_manifests_seeds_and_their_overrides_apply_to_every_arm(tmp_path, capsys):
+    """seeds: a list is the seeds run without --seeds; a mapping gives a seed overrides of its own (e.g. its own
+    warm start), applied after the arm's; --seeds takes N, A-B or a,b,c, and may not ask for a seed the mapping lacks."""
+    from envengineer.errors import EnvEngineerError
+    from envengineer.suite import plan
+    from envengineer.suite_plan import parse_seeds
+
+    assert parse_seeds("3") == (0, 1, 2) and parse_seeds("4-7") == (4, 5, 6, 7) and parse_seeds("6, 4") == (6, 4)
+    assert parse_seeds(2) == (0, 1) and parse_seeds(None) is None
+    for bad in ("0", "5-4", "a", "1,1", "-1", "1-2-3", ""):
+        with pytest.raises(EnvEngineerError, match="--seeds"):
+            parse_seeds(bad)
+    base = tiny_base(tmp_path / "cache")
+    listed = write_suite(tmp_path / "l", base, {"fixed": {}}, seeds=[5, 9])
+    assert [r.seed for r in plan([listed], output=tmp_path / "o1").runs] == [5, 9]
+    assert [r.seed for r in plan([listed], seeds="2", output=tmp_path / "o1").runs] == [0, 1]  # --seeds wins over a list
+    assert [r.seed for r in plan([write_suite(tmp_path / "d", base, {"fixed": {}}), ], output=tmp_path / "o0").runs] == [0, 1, 2]
+    mapped = write_suite(tmp_path / "m", base, {"fixed": {"policy.seed": 7}, "short": {"rounds": 1}},
+                         seeds={4: {"policy.seed": 0}, 5: None, 6: {"policy.seed": 1, "rounds": 3}})
+    suite = plan([mapped], output=tmp_path / "o2")
+    got = {(e.arm, r.seed): (r.config.policy.get("seed"), r.config.rounds, r.config.seed, r.run_dir.name) for e in suite.entries for r in e.runs}
+    assert got == {("fixed", 4): (0, 2, 4, "seed-4"), ("fixed", 5): (7, 2, 5, "seed-5"), ("fixed", 6): (1, 3, 6, "seed-6"),
+                   ("short", 4): (0, 1, 4, "seed-4"), ("short", 5): (None, 1, 5, "seed-5"), ("short", 6): (1, 3, 6, "seed-6")}
+    assert [r.seed for r in plan([mapped], seeds="5-6", output=tmp_path / "o2").runs] == [5, 6, 5, 6]  # two arms
+    code, text = run_main(["suite", str(mapped), "--seeds", "4-7", "--dry-run", "--output", str(tmp_path / "o3")], capsys)
+    assert code == 2 and "seeds: the manifest gives seeds 4, 5, 6 overrides of their own" in text and "seed 7" in text, text
+    code, text = run_main(["suite", str(mapped), "--seeds", "x", "--dry-run", "--output", str(tmp_path / "o3")], capsys)
+    assert code == 2 and "--seeds x" in text, text
 
 
 def test_the_llm_engineer_manifests_share_their_engineer_and_set_the_donor_per_seed():
