@@ -109,7 +109,7 @@ def test_bad_records_and_groups_are_named(task):
 def test_frozen_sets_match_their_checksums_and_rebuild_identically():
     registry = load_registry(entry_points=False)
     sizes = {}
-    for name in (gw.VALIDATION, gw.TARGET):
+    for name in (gw.VALIDATION, gw.TARGET, gw.BEYOND):
         spec = registry.benchmark(name)
         data = spec.path.read_bytes()
         assert hashlib.sha256(data).hexdigest() == spec.sha256
@@ -120,6 +120,11 @@ def test_frozen_sets_match_their_checksums_and_rebuild_identically():
     assert len(val) == 240 and {r["k"] for r in val} == set(range(3, 9))
     assert len(target) == 400 and {r["k"] for r in target} == {9, 10}
     assert len({r["id"] for r in val}) == 240 and len({r["id"] for r in target}) == 400
+    # the never-trained target: lengths outside the knob table (no config can ask for them) and every warm start
+    beyond = sizes[gw.BEYOND]
+    assert len(beyond) == 400 and {r["k"] for r in beyond} == set(gw.untrained_lengths()) == {11, 12}
+    assert len({r["id"] for r in beyond}) == 400 and {r["size"] for r in beyond} == set(range(3, 8))
+    assert not {r["group"] for r in beyond} & set(gw.GROUPS) and max(gw.moves_of(g) for g in gw.GROUPS) < 11
 
 
 def test_warm_start_draws_short_walks_and_a_thin_tail():

@@ -53,12 +53,18 @@ STYLES = ("full", "compact")
 FOLDER = Path(__file__).parent / "data"
 VALIDATION = "grid-walk-val"
 TARGET = "grid-walk-target"
+BEYOND = "grid-walk-beyond"
 #: The validation set: k = 3 … 8 (the groups an engineer reads), 40 walks each at every grid size the knob allows.
 VALIDATION_MOVES = tuple(range(MIN_MOVES, 9))
 VALIDATION_PER_CELL = 8
-#: The held-out target: k = 9 and 10, 40 walks at each grid size (400); no engineer reads it.
+#: The held-out target: unseen walks of the two longest *trained* lengths, k = 9 and 10, 40 walks at each grid
+#: size (400); no engineer reads it, but every arm may train on k9 and k10 (they are groups of the knob table).
 TARGET_MOVES = (9, 10)
 TARGET_PER_CELL = 40
+#: The never-trained target: k = 11 and 12, outside the knob table (no config can ask for them: ``moves_of``
+#: refuses the group) and outside the warm start (its long tail stops at MAX_MOVES), 40 walks at each grid size.
+BEYOND_MOVES = (11, 12)
+BEYOND_PER_CELL = 40
 
 
 class GroupKnobs(BaseModel):
@@ -113,6 +119,11 @@ def make_record(key: str, size: int, k: int) -> dict[str, Any]:
     return {"id": f"gw-{size}-{k}-{record['start'][0]}_{record['start'][1]}-{record['moves']}", "group": f"k{k}", **record}
 
 
+def untrained_lengths() -> tuple[int, ...]:
+    """The walk lengths no training stream of this task can hold: those of the never-trained target."""
+    return BEYOND_MOVES
+
+
 def cells_text(path: list[list[int]]) -> str:
     return " ".join(f"{r}_{c}" for r, c in path)
 
@@ -126,7 +137,7 @@ def size_label(size: Any) -> str:
 
 
 GROUPINGS = (
-    Grouping("moves", title="moves", field="k", label=moves_label, order=GROUPS),
+    Grouping("moves", title="moves", field="k", label=moves_label, order=GROUPS + tuple(f"k{k}" for k in BEYOND_MOVES)),
     Grouping("size", title="grid", label=size_label, order=tuple(size_label(s) for s in range(MIN_SIZE, MAX_SIZE + 1))),
 )
 
@@ -303,6 +314,7 @@ def build_set(name: str, moves: tuple[int, ...], per_cell: int) -> list[dict[str
 SETS = {
     VALIDATION: lambda: build_set(VALIDATION, VALIDATION_MOVES, VALIDATION_PER_CELL),
     TARGET: lambda: build_set(TARGET, TARGET_MOVES, TARGET_PER_CELL),
+    BEYOND: lambda: build_set(BEYOND, BEYOND_MOVES, BEYOND_PER_CELL),
 }
 
 
@@ -326,6 +338,13 @@ def register_benchmarks(register):
     ))
     register(Benchmark(
         name=TARGET, task=TASK_NAME, path=FOLDER / f"{TARGET}.jsonl", sha256=sums.get(f"{TARGET}.jsonl", ""),
-        description=f"grid-walk held-out target: k = 9 and 10 moves x grid 3-7, {TARGET_PER_CELL} walks each (no engineer reads it)",
+        description=f"grid-walk held-out target: unseen walks of the trained lengths k = 9 and 10 x grid 3-7, {TARGET_PER_CELL} walks each "
+                    "(no engineer reads it; k9 and k10 are training groups)",
         build=SETS[TARGET], label="target",
+    ))
+    register(Benchmark(
+        name=BEYOND, task=TASK_NAME, path=FOLDER / f"{BEYOND}.jsonl", sha256=sums.get(f"{BEYOND}.jsonl", ""),
+        description=f"grid-walk never-trained target: k = 11 and 12 moves x grid 3-7, {BEYOND_PER_CELL} walks each "
+                    "(no knob table holds these lengths and no warm start draws them: no run trains on them)",
+        build=SETS[BEYOND], label="beyond",
     ))
