@@ -128,6 +128,20 @@ def test_fixed_band_without_a_group_in_band_takes_the_one_nearest_half(registry,
     assert "nearest to 50%, k6" in runs.note
 
 
+def test_fixed_band_cycle_sweeps_a_difficulty_knob_round_by_round(registry, walk):
+    runs = Rounds(registry, walk, registry.create("engineer", "fixed-band", {"cycle": ["size", "nope"]}))
+    want = {g: 0.47 if g in ("k5", "k6") else FLOOR for g in WALKS}
+    sizes = []
+    for _ in range(7):
+        runs.finish(signal_of({g: cell(p) for g, p in BASE_P.items()}))
+        assert runs.shares() == pytest.approx(want)  # the band never moves
+        assert len(set(runs.sizes().values())) == 1  # every group at the same size
+        sizes.append(runs.sizes()["k5"])
+    # round r trains at the (r mod 5)-th size from the easy end: rounds 1..7 at 4 5 6 7 3 4 5 (round 0: the initial 5)
+    assert sizes == [4, 5, 6, 7, 3, 4, 5]
+    assert "swept for round 7: size 5 (value 3 of 5)" in runs.note and "ignored nope" in runs.note
+
+
 def test_fixed_band_on_another_task_reads_only_the_declaration(registry, mapf):
     sizes = ("3x3", "4x4", "5x5", "6x6", "7x7", "8x8", "9x9", "10x10")
     runs = Rounds(registry, mapf, registry.create("engineer", "fixed-band"))

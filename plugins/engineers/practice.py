@@ -70,6 +70,10 @@ class FixedBandOptions(_Options):
     high: float = Field(0.9, ge=0, le=1, description="... and at most this")
     min_samples: int = Field(16, ge=1, description="a group's base p is its sampled success on round 0's training prompts when round 0's "
                              "training signal holds at least this many samples of it, else its valid rate in the base evaluation")
+    cycle: list[str] = Field(default_factory=list, description="difficulty knobs swept through their values round by round, the same value in "
+                             "every group (round r: the (r mod n)-th of the knob's n values from its easy bound; an integer knob's own values, "
+                             "else 11 levels), so over n rounds every group trains equally at each value, e.g. [size] on grid-walk mixes the "
+                             "grid sizes as its target sets do; round 0 keeps the initial config; default: no knob moves")
 
 
 class FixedBandEngineer(Baseline):
@@ -103,9 +107,24 @@ class FixedBandEngineer(Baseline):
                                        "; validation: round 0's (no base evaluation recorded)")
         profile = ", ".join(f"{g} {success.label(g)}" for g in groups if g in p)
         shares = band_shares(groups, band, share)
+        knobs: dict[str, dict[str, Any]] = {g: {share.name: v} for g, v in shares.items()}
+        notes: list[str] = []
+        swept = []
+        for knob in chosen_knobs(request, o.cycle, (), notes):
+            if knob.easy_end is None:
+                notes.append(f"{knob.name} declares no harder direction: not swept")
+                continue
+            values = knob_levels(knob, 11)
+            value = values[(request.evidence.round + 1) % len(values)]
+            for g in groups:
+                knobs[g][knob.name] = value
+            swept.append(f"{knob.name} {value:g} (value {(request.evidence.round + 1) % len(values) + 1} of {len(values)})")
+        kept = (f"swept for round {request.evidence.round + 1}: {', '.join(swept)}; other difficulty knobs kept" if swept
+                else "difficulty knobs kept")
         note = (f"fixed-band: the base profile ({source}): {profile}; {why}; shares fixed at "
-                f"{', '.join(f'{g} {shares[g]:g}' for g in band)}, {share.low:g} elsewhere; difficulty knobs kept.")
-        return self.reply(generator.knob_proposal({g: {share.name: v} for g, v in shares.items()}), note)
+                f"{', '.join(f'{g} {shares[g]:g}' for g in band)}, {share.low:g} elsewhere; {kept}"
+                + (f"; {'; '.join(notes)}" if notes else "") + ".")
+        return self.reply(generator.knob_proposal(knobs), note)
 
 
 # ------------------------------------------------------------------------ window
