@@ -1,0 +1,210 @@
+"""The pre-registered tests of docs/results-frontier.md's equal-steps comparison, from the suites' run directories.
+
+    python bench/frontier_steps.py runs/frontier-steps/steps --secondary runs/frontier-steps/instances \\
+        --plots docs/results-frontier
+
+For every arm (a folder of seed-N runs) and seed of each suite: after the last round, the greedy valid rate
+on the two targets (``grid-walk-target``: unseen walks of the trained lengths k9 and k10;
+``grid-walk-beyond``: k11 and k12, lengths no run can train on), the validation rate, the prompts trained on
+(kept prompts: whole optimizer steps) and the CPU seconds of the run. Then, per target, the family of the
+pre-registration: ``learnability`` against ``fixed`` and against the strongest baseline (the highest mean on
+that target among --baselines), ``learnability-shares`` against ``fixed``; each the paired sign test over
+instances seed by seed, pooled over the seeds, Holm-adjusted within the family, and the rule "A beats B":
+higher at every seed and adjusted p < 0.05 (the same tests as bench/llm_engineer_claims.py).
+
+It also checks, from the run directories, that no run trained on the never-trained target's lengths: every
+training record of every round (``train.jsonl`` and, with a prefilter, ``train/drawn.jsonl``) is read, and a
+record in a group of the never-trained set is counted (the check passes at 0). With ``--plots DIR``: the
+target after each round against the cumulative kept prompts and against the cumulative CPU seconds, one line
+per arm (mean over seeds). Writes steps.json beside each suite's runs (atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).parent))
+from llm_engineer_claims import arm_runs, family, rate, verdicts  # noqa: E402
+
+from envengineer.fileio import read_jsonl, write_text  # noqa: E402
+from envengineer.rundir import RunDir, Step  # noqa: E402
+
+TARGET, BEYOND, VALIDATION = "bench:grid-walk-target", "bench:grid-walk-beyond", "eval"
+ENGINEER, SHARES, FIXED = "learnability", "learnability-shares", "fixed"
+
+
+def per_round(run: Path) -> list[dict[str, Any]]:
+    """Each finished round: the kept prompts trained on, the CPU seconds of its steps, and each target's rate."""
+    rounds: dict[int, dict[str, Any]] = {}
+    for line in RunDir(run).history():
+        r = line.get("round")
+        if r is None:
+            continue
+        entry = rounds.setdefault(int(r), {"round": int(r), "kept": 0, "cpu_s": 0.0})
+        entry["cpu_s"] += float(line.get("cpu_s") or 0.0)
+        if line.get("step") == Step.TRAIN:
+            entry["kept"] = int(line.get("trained_prompts") or line.get("prompts_used") or 0)
+    out = []
+    for r in sorted(rounds):
+        folder = run / f"round-{r:02d}"
+        rates = {}
+        for where in (TARGET, BEYOND):
+            summary = folder / "bench" / where.split(":", 1)[1] / "summary.json"
+            if summary.is_file():
+                rates[where] = json.loads(summary.read_text())["overall"]["valid_rate"]
+        if rates:
+            out.append({**rounds[r], **rates})
+    return out
+
+
+def untrained(run: Path, groups: set[str]) -> tuple[int, int, list[str]]:
+    """(training records read, of which in ``groups``, the groups trained on) over every round of the run."""
+    read = hits = 0
+    seen: set[str] = set()
+    for folder in sorted(p for p in run.glob("round-*") if p.is_dir()):
+        for path in (folder / "train.jsonl", folder / "train" / "drawn.jsonl"):
+            if path.is_file():
+                for record in read_jsonl(path):
+                    read += 1
+                    group = str(record.get("group"))
+                    seen.add(group)
+                    hits += group in groups
+    return read, hits, sorted(seen, key=lambda g: (len(g), g))
+
+
+def pct(values: list[float]) -> str:
+    return " ".join(f"{100 * v:.1f}" for v in values)
+
+
+def analyse(output: Path, baselines: list[str], console: Console) -> dict[str, Any]:
+    runs = arm_runs(output)
+    if not runs:
+        raise SystemExit(f"{output}: no runs (ARM/seed-N with history.jsonl)")
+    beyond = {str(r.get("group")) for r in read_jsonl(_bench_path(BEYOND))}
+    result: dict[str, Any] = {"output": str(output), "arms": {}, "untrained": {}}
+    outcomes: dict[str, dict[str, dict[int, dict[str, dict[str, bool]]]]] = {TARGET: {}, BEYOND: {}}
+    table = Table(title=f"{output}: after the last round, per seed (greedy valid %)", title_justify="left")
+    for column in ("arm", "seeds", "k9-k10 target", "mean", "k11-k12 never trained", "mean", "validation", "kept prompts (total)",
+                   "CPU s (run)"):
+        table.add_column(column)
+    for arm, seeds in runs.items():
+        for where in (TARGET, BEYOND):
+            outcomes[where][arm] = {s: verdicts(run, where) for s, run in seeds.items()}
+        rates = {w: {s: rate(v) for s, v in outcomes[w][arm].items()} for w in (TARGET, BEYOND)}
+        val = {s: rate(verdicts(run, VALIDATION)) for s, run in seeds.items()}
+        rounds = {s: per_round(run) for s, run in seeds.items()}
+        kept = {s: sum(r["kept"] for r in rr) for s, rr in rounds.items()}
+        cpu = {s: sum(r["cpu_s"] for r in rr) for s, rr in rounds.items()}
+        checks = {s: untrained(run, beyond) for s, run in seeds.items()}
+        result["untrained"][arm] = {s: {"records": c[0], "in_never_trained": c[1], "groups": c[2]} for s, c in checks.items()}
+        result["arms"][arm] = {"seeds": list(seeds), "target": rates[TARGET], "beyond": rates[BEYOND], "validation": val,
+                               "kept_total": kept, "cpu_s_total": cpu, "rounds": rounds}
+        table.add_row(arm, " ".join(map(str, seeds)), pct(list(rates[TARGET].values())), f"{100 * statistics.fmean(rates[TARGET].values()):.1f}",
+                      pct(list(rates[BEYOND].values())), f"{100 * statistics.fmean(rates[BEYOND].values()):.1f}", pct(list(val.values())),
+                      " ".join(str(k) for k in kept.values()), " ".join(f"{c:.0f}" for c in cpu.values()))
+    console.print(table)
+    check = Table(title="never-trained check: training records read per run, and how many were walks of the never-trained "
+                        f"lengths ({', '.join(sorted(beyond))}); passes at 0", title_justify="left")
+    for column in ("arm", "records read (per seed)", "in never-trained groups", "groups trained on"):
+        check.add_column(column)
+    for arm, per_seed in result["untrained"].items():
+        check.add_row(arm, " ".join(str(c["records"]) for c in per_seed.values()), " ".join(str(c["in_never_trained"]) for c in per_seed.values()),
+                      ", ".join(sorted({g for c in per_seed.values() for g in c["groups"]}, key=lambda g: (len(g), g))))
+    console.print(check)
+    result["untrained_passes"] = all(c["in_never_trained"] == 0 for per_seed in result["untrained"].values() for c in per_seed.values())
+    result["tests"] = []
+    for where, label in ((TARGET, "k9-k10 target"), (BEYOND, "k11-k12 never trained")):
+        present = [b for b in baselines if b in outcomes[where]]
+        strongest = max(present, key=lambda b: statistics.fmean(rate(v) for v in outcomes[where][b].values())) if present else None
+        pairs = [(ENGINEER, FIXED)] + ([(ENGINEER, strongest)] if strongest and strongest != FIXED else []) + [(SHARES, FIXED)]
+        rows = family(label, pairs, outcomes[where])
+        for row in rows:
+            row["strongest_baseline"] = strongest
+        result["tests"] += rows
+    tests = Table(title="pre-registered tests: paired sign test over instances, pooled over seeds, Holm within each target's family",
+                  title_justify="left")
+    for column in ("target", "A vs B", "per seed diff (points)", "mean [95%]", "+ / −", "p", "p (Holm)", "A beats B"):
+        tests.add_column(column)
+    for r in result["tests"]:
+        interval = f" [{100 * r['interval'][0]:+.1f}, {100 * r['interval'][1]:+.1f}]" if "interval" in r else ""
+        tests.add_row(r["family"], f"{r['a']} vs {r['b']}", " ".join(f"{100 * s['diff']:+.1f}" for s in r["per_seed"]),
+                      (f"{100 * r['mean_diff']:+.1f}" if r["mean_diff"] is not None else "—") + interval,
+                      f"+{r['gained']} −{r['lost']}", f"{r['p']:.3g}", f"{r['p_holm']:.3g}", "yes" if r["beats"] else "no")
+    console.print(tests)
+    write_text(output / "steps.json", json.dumps(result, indent=2, default=str) + "\n")
+    console.print(f"wrote {output / 'steps.json'}")
+    return result
+
+
+def _bench_path(where: str) -> Path:
+    from envengineer.registry import load_registry
+
+    return load_registry(entry_points=False).benchmark(where.split(":", 1)[1]).path
+
+
+def plot(results: list[dict[str, Any]], folder: Path) -> list[Path]:
+    """The target after each round against cumulative kept prompts and CPU seconds, per arm (mean over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from envengineer.fileio import atomic_open
+
+    written = []
+    for result in results:
+        name = Path(result["output"]).name
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+        for arm, entry in result["arms"].items():
+            per_seed = [r for r in entry["rounds"].values() if r]
+            n = min(len(r) for r in per_seed)
+            kept = [statistics.fmean(sum(x["kept"] for x in r[: i + 1]) for r in per_seed) for i in range(n)]
+            cpu = [statistics.fmean(sum(x["cpu_s"] for x in r[: i + 1]) for r in per_seed) / 60 for i in range(n)]
+            target = [100 * statistics.fmean(r[i].get(TARGET, 0.0) for r in per_seed) for i in range(n)]
+            axes[0].plot(kept, target, marker=".", label=arm)
+            axes[1].plot(cpu, target, marker=".", label=arm)
+        axes[0].set_xlabel("cumulative kept prompts (optimizer steps x 8)")
+        axes[1].set_xlabel("cumulative CPU minutes")
+        axes[0].set_ylabel("grid-walk-target (k9-k10) greedy valid %")
+        axes[1].legend(fontsize=8)
+        fig.suptitle(f"{name}: the target against what training cost (mean over seeds)")
+        fig.tight_layout()
+        path = folder / f"steps-{name}.png"
+        folder.mkdir(parents=True, exist_ok=True)
+        with atomic_open(path, "wb", encoding=None) as handle:
+            fig.savefig(handle, format="png", dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("output", type=Path, help="the primary suite's output folder (equal optimizer steps)")
+    parser.add_argument("--secondary", type=Path, default=None, help="the secondary suite's output folder (equal instances)")
+    parser.add_argument("--baselines", nargs="+", default=[FIXED, "fixed-band", "window", "rlve"],
+                        help="the baselines the strongest is chosen from (per target, by mean)")
+    parser.add_argument("--plots", type=Path, default=None, help="write the cost plots into this folder")
+    args = parser.parse_args()
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    results = [analyse(args.output, args.baselines, console)]
+    if args.secondary:
+        results.append(analyse(args.secondary, args.baselines, console))
+    if not all(r["untrained_passes"] for r in results):
+        console.print("[bold red]the never-trained check failed: a run trained on the never-trained lengths[/]")
+    if args.plots:
+        for path in plot(results, args.plots):
+            console.print(f"wrote {path}")
+    raise SystemExit(0 if all(r["untrained_passes"] for r in results) else 1)
+
+
+if __name__ == "__main__":
+    main()
