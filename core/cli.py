@@ -375,6 +375,8 @@ def engineers_score(
     show_proposals: bool = typer.Option(False, "--proposals", help="also print one row per scored proposal"),
     recorded: bool = typer.Option(False, "--recorded", help="also score the config each run trained on next, and correlate its score "
                                   "with the gain that round then measured (validation, sampled pass@1, benchmarks)"),
+    predict: int = typer.Option(0, "--predict", min=0, help="also ask each engineer with a model this many times per round to predict the "
+                                "checkpoint's sampled success per group, scored by Brier against what the reference then measured"),
 ) -> None:
     """Score engineers' proposals for each recorded round's checkpoint, without training (docs/engineer-score.md)."""
     from rich.table import Table
@@ -384,7 +386,7 @@ def engineers_score(
 
     cache_dir = cache if cache is not None else (output / "cache" if output is not None else cache_root() / "engineer-score")
     output = output if output is not None else Path("engineer-score")
-    settings = ScoreSettings(proposals=samples, instances=instances, draws=draws, seed=seed)
+    settings = ScoreSettings(proposals=samples, instances=instances, draws=draws, seed=seed, predictions=predict)
     with err_console.status("scoring") as status:
         result = score_runs(_registry(), runs, engineer or [], settings, cache_dir, recorded=recorded,
                             progress=lambda text: status.update(escape(text)))
@@ -453,6 +455,17 @@ def engineers_score(
             console.print(f"kept/B of the config trained next: {calibration['mean_predicted']:.1f} predicted, {calibration['mean_measured']:.1f} "
                           f"mixed prompts the trainer then found (mean over {calibration['n']} rounds; mean absolute error "
                           f"{calibration['mean_abs_error']:.1f})", highlight=False)
+    if result.get("self_prediction"):
+        known = Table(title="self-knowledge: each engineer's prediction of the checkpoint's sampled success per group, Brier against what the "
+                            "reference measured (lower is better; beside it two predictions without self-knowledge)", title_justify="left")
+        for column in ("engineer", "asked", "usable", "distinct", "Brier", "0.5 everywhere", "copy of the evidence"):
+            known.add_column(column, justify="left" if column == "engineer" else "right")
+        for name, entry in result["self_prediction"].items():
+            b = entry["brier"]
+            known.add_row(escape(name), str(entry["asked"]), str(entry["usable"]), str(entry["distinct"]),
+                          "—" if b["mean"] is None else (f"{b['mean']:.3f}" + (f" [{b['ci95'][0]:.3f}, {b['ci95'][1]:.3f}]" if b["ci95"] else "")),
+                          f"{entry['brier_half']:.3f}", "—" if entry["brier_evidence"] is None else f"{entry['brier_evidence']:.3f}")
+        console.print(known)
     cost = result["cost"]
     console.print(f"[dim]reference: the round's config unchanged (the fixed environment); n: proposals scored (rounds × K); fb: fallback rate; kept/B: expected kept (mixed) prompts per budget, the "
                   f"run's budget × the chance that G answers (the trainer's prefilter samples, else its GRPO group) are some right and some wrong; −fixed: minus the "

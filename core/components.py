@@ -349,6 +349,12 @@ class Engineer(Component, abc.ABC):
         """The S note after a design step (3–5 sentences), or None: the loop then writes a factual note."""
         return None
 
+    def ask(self, request: Any, messages: list[dict[str, str]], schema: dict[str, Any] | None = None) -> Any:
+        """Another question on a design request's context, answered by the engineer's model: its reply (an
+        ``EngineerReply``; ``schema``: the answer's JSON schema, decoded under it where the backend can), or None
+        for an engineer without a model (the engineer benchmark's self-prediction skips it)."""
+        return None
+
     def secret_values(self) -> Sequence[str]:
         """Values (API keys) that must never reach a file: the design record redacts them."""
         return ()

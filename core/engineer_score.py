@@ -174,6 +174,7 @@ class ScoreSettings:
     instances: int = 64  # M: fresh instances drawn per config
     draws: int = 8  # S: answers sampled per instance
     seed: int = 0
+    predictions: int = 0  # self-predictions asked of each engineer with a model per round (0: none)
 
 
 @dataclass
@@ -287,6 +288,130 @@ def engineer_specs(registry: Any, given: Sequence[str]) -> list[EngineerSpec]:
     return specs
 
 
+# --------------------------------------------------------------------------------------------- self-prediction
+
+PREDICT_INSTRUCTION = (
+    "Before you design anything, predict how the current policy will do. For each group listed below, give the share "
+    "of its answers that will be right when the policy samples {draws} answers per fresh training instance of the "
+    "current config, at the training temperature {temperature}: a number from 0 (never right) to 1 (always right). "
+    "Groups: {groups}. Reply with one JSON object mapping every group to its number, in a fenced block, e.g.\n\n"
+    "```yaml\n{example}\n```"
+)
+
+
+def prediction_schema(groups: Sequence[str]) -> dict[str, Any]:
+    """The self-prediction's JSON schema: every group, a number in [0, 1] (closed, every group required)."""
+    return {"type": "object", "properties": {g: {"type": "number", "minimum": 0, "maximum": 1} for g in groups},
+            "required": list(groups), "additionalProperties": False}
+
+
+def prediction_messages(messages: Sequence[Mapping[str, str]], groups: Sequence[str], *, draws: int, temperature: float) -> list[dict[str, str]]:
+    """The design request's conversation with the self-prediction's question appended to its last user turn."""
+    example = json.dumps({g: 0.5 for g in groups[:2]})
+    question = PREDICT_INSTRUCTION.format(draws=draws, temperature=temperature, groups=", ".join(groups), example=example)
+    out = [dict(m) for m in messages]
+    for m in reversed(out):
+        if m.get("role") == "user":
+            m["content"] = f"{m['content']}\n\n{question}"
+            break
+    else:
+        out.append({"role": "user", "content": question})
+    return out
+
+
+def parse_prediction(text: str, groups: Sequence[str]) -> tuple[dict[str, float] | None, str]:
+    """The per-group numbers of a self-prediction reply (its last fenced block, else the whole text, as JSON or YAML),
+    or None and why: every group must be there with a number in [0, 1] (untrusted input: nothing else is read)."""
+    from envengineer.proposals import UnusableProposal, extract_yaml_block, parse_proposal
+
+    if not isinstance(text, str) or not text.strip():
+        return None, "empty reply"
+    try:
+        block = extract_yaml_block(text)
+    except UnusableProposal:  # no fenced block: the whole reply (an API's JSON answer)
+        block = text
+    try:
+        data = parse_proposal(block)  # the design step's strict loader and size limit
+    except UnusableProposal as exc:
+        return None, str(exc)
+    missing = [g for g in groups if g not in data]
+    if missing:
+        return None, f"no number for {', '.join(missing[:5])}"
+    out = {}
+    for g in groups:
+        value = data[g]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= float(value) <= 1 or value != value:
+            return None, f"{g}: {value!r} is not a number in [0, 1]"
+        out[g] = float(value)
+    return out, ""
+
+
+def brier(predicted: Mapping[str, float], measured: Mapping[str, float]) -> float:
+    """Mean squared difference over the groups measured."""
+    groups = [g for g in measured if g in predicted]
+    return sum((predicted[g] - measured[g]) ** 2 for g in groups) / len(groups)
+
+
+def predict_round(instance: Any, request: Any, reference: Mapping[str, Any], settings: ScoreSettings, temperature: float,
+                  where: Mapping[str, Any], label: str) -> list[dict[str, Any]]:
+    """``settings.predictions`` self-predictions of one engineer on one round, each scored by Brier against the
+    reference's measured success per group (the round's checkpoint sampled ``draws`` times per fresh instance of the
+    round's config at the trainer's temperature); beside it the Brier of two engineers with no self-knowledge: 0.5
+    everywhere, and a copy of the round's evidence (the training signal's success per group, where it has the group)."""
+    from envengineer.signal import group_success
+
+    measured = {g: float(cell["success"]) for g, cell in reference["by_group"].items()}
+    groups = list(measured)
+    evidence = {g: float(cell["success"]) for g, cell in group_success(request.evidence.signal).items()
+                if g in measured and isinstance(cell, Mapping) and cell.get("success") is not None}
+    messages = prediction_messages(request.messages, groups, draws=settings.draws, temperature=temperature)
+    schema = prediction_schema(groups)
+    out = []
+    for index in range(settings.predictions):
+        asked = request if index == 0 else replace(request, seed=derived_seed("engineer-score", "prediction", request.seed, index))
+        line: dict[str, Any] = {**where, "engineer": label, "prediction": index, "measured": measured,
+                                "instances": {g: round(cell["share"] * reference["instances"]) for g, cell in reference["by_group"].items()},
+                                "brier_half": round(brier({g: 0.5 for g in groups}, measured), 6),
+                                "brier_evidence": round(brier(evidence, {g: measured[g] for g in evidence}), 6) if evidence else None}
+        try:
+            reply = instance.ask(asked, messages, schema)
+        except Exception as exc:  # noqa: BLE001 - an engineer call that fails is recorded, not fatal
+            reply, line["error"] = None, f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        if reply is None and "error" not in line:
+            return []  # an engineer without a model: nothing to ask
+        predicted, problem = parse_prediction(getattr(reply, "text", "") or "", groups) if reply is not None else (None, line["error"])
+        line.update(predicted=predicted, problem=problem or None, reply=(getattr(reply, "text", "") or "")[:2000] if reply is not None else None,
+                    brier=round(brier(predicted, measured), 6) if predicted else None)
+        if predicted and evidence:
+            line["brier_evidence_same_groups"] = round(brier({g: predicted[g] for g in evidence}, {g: measured[g] for g in evidence}), 6)
+        out.append(line)
+    return out
+
+
+def summarize_predictions(lines: Sequence[Mapping[str, Any]], *, seed: int = 0) -> dict[str, Any]:
+    """Per engineer: predictions asked, usable, the mean Brier (cluster-bootstrap interval over rounds) and the
+    no-knowledge references' mean Brier on the same rounds."""
+    out: dict[str, Any] = {}
+    for engineer in dict.fromkeys(l["engineer"] for l in lines):
+        mine = [l for l in lines if l["engineer"] == engineer]
+        usable = [l for l in mine if l.get("brier") is not None]
+        rounds: dict[tuple[str, int], list[float]] = {}
+        for line in usable:
+            rounds.setdefault((line["run"], line["round"]), []).append(float(line["brier"]))
+        interval = cluster_bootstrap(list(rounds.values()), seed=seed) if rounds else None
+        evidence = [float(l["brier_evidence"]) for l in mine if l.get("brier_evidence") is not None]
+        out[engineer] = {
+            "asked": len(mine), "usable": len(usable),
+            "brier": {"mean": round(sum(float(l["brier"]) for l in usable) / len(usable), 6) if usable else None,
+                      "ci95": None if interval is None else [round(x, 6) for x in interval]},
+            "brier_half": round(sum(float(l["brier_half"]) for l in mine) / len(mine), 6),
+            "brier_evidence": round(sum(evidence) / len(evidence), 6) if evidence else None,
+            "distinct": len({json.dumps(l["predicted"], sort_keys=True) for l in usable}),
+            "problems": sorted({str(l["problem"]) for l in mine if l.get("problem")})[:5],
+        }
+    return out
+
+
 # --------------------------------------------------------------------------------------------- scoring
 
 
@@ -362,6 +487,9 @@ def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequenc
     cache = SampleCache(cache_dir)
     started_wall, started_cpu = time.monotonic(), time.process_time()
     lines: list[dict[str, Any]] = []
+    predictions: list[dict[str, Any]] = []
+    if settings.predictions < 0:
+        raise ConfigError("engineers score: --predict must be 0 or more")
     for run in runs:
         for number in run.rounds:
             scorer = RoundScorer(run, number, settings, cache)
@@ -387,6 +515,10 @@ def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequenc
                 for spec in specs:
                     instance = registry.create("engineer", spec.name, spec.options, where=f"engineer.{spec.name}")
                     request = offline_request(registry, run.path, number, instance)
+                    if settings.predictions:
+                        if progress:
+                            progress(f"{run.path.name} round {number}: {spec.label} predicts its success per group")
+                        predictions += predict_round(instance, request, reference, settings, run.temperature, where, spec.label)
                     for index in range(settings.proposals):
                         # proposal 0 is the loop's own request; the others differ only in their seed
                         asked = request if index == 0 else replace(request, seed=derived_seed("engineer-score", "proposal", request.seed, index))
@@ -406,12 +538,13 @@ def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequenc
             "samples_drawn": cache.drawn, "instances_sampled": cache.sampled_instances, "instances_from_cache": cache.hits}
     return {
         "settings": {"proposals": settings.proposals, "instances": settings.instances, "draws": settings.draws, "seed": settings.seed,
-                     "cache": str(cache_dir)},
+                     "predictions": settings.predictions, "cache": str(cache_dir)},
         "runs": [{"path": str(r.path), "seed": r.seed, "rounds": r.rounds, "budget": r.budget, "temperature": r.temperature,
                   "group_size": r.group_size or settings.draws} for r in runs],
         "engineers": (labels := [REFERENCE, *([RECORDED] if recorded else []), *(s.label for s in specs)]),
         "summary": summarize(lines, labels, seed=settings.seed),
         **({"predictive": predictive_check(lines)} if recorded else {}),
+        **({"self_prediction": summarize_predictions(predictions, seed=settings.seed), "predictions": predictions} if settings.predictions else {}),
         "cost": cost,
         "lines": lines,
     }
@@ -591,8 +724,11 @@ def write_results(result: Mapping[str, Any], output: str | Path) -> list[Path]:
 
     out = Path(output)
     written = [out / "score.json", out / "proposals.jsonl"]
-    write_json(written[0], {k: v for k, v in result.items() if k != "lines"})
+    write_json(written[0], {k: v for k, v in result.items() if k not in ("lines", "predictions")})
     write_jsonl(written[1], result["lines"])
+    if result.get("predictions") is not None:
+        written.append(out / "predictions.jsonl")
+        write_jsonl(written[-1], result["predictions"])
     try:
         written.append(plot(result, out / "score.png"))
     except ImportError:

@@ -25,10 +25,29 @@ class RestatingEngineer(Baseline):
         return self.reply(request.generator.knob_proposal({g: dict(knobs) for g, knobs in table.items()}), "restating.")
 
 
+class HalfPredictor(Baseline):
+    """Restates the config and, asked to predict, says 0.5 for every group it is asked about (test only)."""
+
+    name = "half-predictor"
+    description = "predicts 0.5 everywhere (test only)"
+    asked: list = []
+
+    def propose(self, request):
+        return RestatingEngineer.propose(self, request)
+
+    def ask(self, request, messages, schema=None):
+        from envengineer.api import EngineerReply
+
+        type(self).asked.append((request.seed, messages[-1]["content"], schema))
+        groups = list(schema["properties"])
+        return EngineerReply(text="my guess:\n\n```yaml\n" + json.dumps({g: 0.5 for g in groups}) + "\n```\n", model=self.name, calls=[])
+
+
 class TestEngineers:
     @hookimpl
     def register_engineers(self, register):
         register(RestatingEngineer)
+        register(HalfPredictor)
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +171,7 @@ def test_the_command_end_to_end(sim_runs, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "engineer benchmark" in printed and "inverted" in printed and "reference" in printed
     data = json.loads((out / "score.json").read_text())
-    assert data["settings"] == {"proposals": 1, "instances": 16, "draws": 4, "seed": 0, "cache": str(out / "cache")}
+    assert data["settings"] == {"proposals": 1, "instances": 16, "draws": 4, "seed": 0, "predictions": 0, "cache": str(out / "cache")}
     assert set(data["summary"]) == {"reference", "inverted"}
     lines = [json.loads(line) for line in (out / "proposals.jsonl").read_text().splitlines()]
     assert len(lines) == 3 * 2 and {l["instances"] for l in lines} == {16}
@@ -220,3 +239,62 @@ def test_recorded_kept_is_checked_against_what_the_trainer_found(registry, sim_r
     assert calibration["n"] == len(recorded) == 4
     # the same checkpoint on the same config: the prediction is within sampling error of the trainer's count
     assert abs(calibration["mean_predicted"] - calibration["mean_measured"]) < 0.35 * calibration["mean_measured"]
+
+
+def test_self_prediction_is_scored_by_brier_against_what_the_reference_measured(registry, sim_runs, tmp_path):
+    """--predict: an engineer with a model is asked, on the round's own context, for the checkpoint's sampled success
+    per group; a prediction of 0.5 everywhere scores exactly the no-knowledge reference; a rule-based engineer is not asked."""
+    from envengineer.engineer_score import brier, parse_prediction, prediction_schema
+
+    HalfPredictor.asked.clear()
+    result = _score(registry, sim_runs[:1], ["half-predictor", "inverted"], tmp_path / "cache", proposals=1, predictions=2)
+    lines = result["predictions"]
+    assert {l["engineer"] for l in lines} == {"half-predictor"}  # inverted has no model: nothing asked
+    assert len(lines) == 3 * 2 and {l["round"] for l in lines} == {0, 1, 2}
+    references = {l["round"]: l for l in result["lines"] if l["engineer"] == "reference"}
+    for line in lines:
+        measured = {g: c["success"] for g, c in references[line["round"]]["by_group"].items()}
+        assert line["measured"] == measured and line["predicted"] == {g: 0.5 for g in measured}
+        assert line["brier"] == line["brier_half"] == pytest.approx(sum((0.5 - v) ** 2 for v in measured.values()) / len(measured), abs=1e-6)
+        assert line["brier_evidence"] is not None  # the round's training signal, copied, as the other reference
+    summary = result["self_prediction"]["half-predictor"]
+    assert summary["asked"] == summary["usable"] == 6 and summary["distinct"] >= 1
+    assert summary["brier"]["mean"] == pytest.approx(summary["brier_half"], abs=1e-6)
+    # the two asks of one round carry different seeds, and the question names every group and the sampling
+    seeds = [seed for seed, _, _ in HalfPredictor.asked]
+    assert len(set(seeds[:2])) == 2
+    question, schema = HalfPredictor.asked[0][1], HalfPredictor.asked[0][2]
+    assert "at the training temperature" in question and all(g in question for g in schema["required"])
+    assert schema == prediction_schema(schema["required"])
+    # untrusted replies: each refused with its reason, never a crash
+    groups = ["3x3", "4x4"]
+    assert parse_prediction("```yaml\n{3x3: 0.2, 4x4: 1}\n```", groups) == ({"3x3": 0.2, "4x4": 1.0}, "")
+    for text, why in (("", "empty"), ("{3x3: 0.2}", "no number for 4x4"), ("{3x3: 2, 4x4: 0}", "not a number in [0, 1]"),
+                      ("{3x3: .nan, 4x4: 0}", "not a number"), ("[1, 2]", "mapping"), ("{3x3: &a 1, 4x4: *a}", "")):
+        predicted, problem = parse_prediction(text, groups)
+        assert predicted is None and why in problem, (text, problem)
+    assert brier({"a": 1.0, "b": 0.0}, {"a": 0.5}) == 0.25
+
+
+def test_self_prediction_through_an_openai_compatible_server(registry, sim_runs, tmp_path, fake_llm, monkeypatch):
+    """The prediction asked of a real SDK client: the request carries response_format json_schema over the groups,
+    and the server's JSON answer is parsed and scored."""
+    import yaml
+
+    from envengineer.engineer_score import REFERENCE
+
+    first = _score(registry, sim_runs[:1], [], tmp_path / "cache", proposals=1, recorded=True)
+    groups = list(next(l for l in first["lines"] if l["engineer"] == REFERENCE and l["round"] == 0)["by_group"])
+    answer = json.dumps({g: 0.25 for g in groups})
+    fake_llm.script = [fake_llm.Step(answer)]
+    options = tmp_path / "served.yaml"
+    options.write_text(yaml.safe_dump({"engineer": {"name": "openai-compatible", "model": "served", "base_url": fake_llm.url + "/v1",
+                                                    "max_retries": 0}}))
+    result = _score(registry, sim_runs[:1], [str(options)], tmp_path / "cache", proposals=1, predictions=1)
+    round0 = [l for l in result["predictions"] if l["round"] == 0]
+    assert len(round0) == 1 and round0[0]["engineer"] == "served"
+    asked = [r["body"] for r in fake_llm.requests if r["body"].get("response_format")]
+    assert asked and asked[0]["response_format"]["type"] == "json_schema"
+    assert set(asked[0]["response_format"]["json_schema"]["schema"]["required"]) == set(groups)
+    assert round0[0]["predicted"] == {g: 0.25 for g in groups} and round0[0]["brier"] is not None
+    assert not fake_llm.schema_errors

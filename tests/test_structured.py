@@ -387,3 +387,29 @@ def test_smollm2_structured_step_is_applied(registry, gridwalk, tmp_path, monkey
     usage = call["usage"]
     assert call["structured"].startswith("fenced block grammar") and usage["block_token_limit"] == block_token_limit(config_schema(gridwalk, current))
     assert 1 < usage["block_tokens"] < usage["block_token_limit"] and usage["completion_tokens"] == usage["analysis_tokens"] + usage["block_tokens"]
+
+
+def test_the_checkpoint_engineer_samples_by_the_requests_seed_and_answers_a_forced_question(registry, gridwalk, tiny_models, tmp_path):
+    """The sampling seed mixes the seed option with the request's: one request samples the same reply twice, two
+    requests (two proposals of the engineer benchmark) sample two; ``ask`` forces its answer under the schema given
+    (the self-prediction's), so even a random model's answer parses."""
+    pytest.importorskip("xgrammar")
+    from dataclasses import replace
+
+    from envengineer.engineer_score import parse_prediction, prediction_schema
+    from envengineer.plugins.engineers.checkpoint import sampling_seed
+
+    model = tiny_models.char_model(tmp_path / "tiny", hidden_size=32, layers=1, head_dim=16, max_positions=4096,
+                                   chars='abcdefghijklmnopqrstuvwxyz0123456789{}[]":,.-_ `\n')
+    engineer = registry.create("engineer", "checkpoint", {"backend": "transformers", "max_new_tokens": 12, "temperature": 1.0,
+                                                          "model_path": str(model), "analysis_tokens": 0})  # stop strings need a real tokenizer
+    request = _request(gridwalk)
+    one, again = (engineer.propose(replace(request, seed=7)).text for _ in range(2))
+    other = engineer.propose(replace(request, seed=8)).text
+    assert one == again and one != other
+    assert sampling_seed(0, None) == 0 and sampling_seed(0, 7) == sampling_seed(0, 7) != sampling_seed(0, 8) != sampling_seed(1, 8)
+    groups = ["k3", "k4"]
+    reply = engineer.ask(request, [{"role": "user", "content": "predict"}], prediction_schema(groups))
+    predicted, problem = parse_prediction(reply.text.replace(" ", ""), groups)  # this test tokenizer decodes with a space between characters
+    assert predicted is not None and set(predicted) == set(groups) and all(0 <= v <= 1 for v in predicted.values()), (reply.text, problem)
+    assert reply.calls[0]["structured"].startswith("fenced block grammar")

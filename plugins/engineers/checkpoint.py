@@ -110,21 +110,24 @@ class CheckpointEngineer(Engineer):
 
     def generate(
         self, path: str, conversations: list[list[dict[str, str]]], chat_template_kwargs: dict[str, Any] | None = None,
-        schema: dict[str, Any] | None = None,
+        schema: dict[str, Any] | None = None, seed: int | None = None, whole: bool = False,
     ) -> list[tuple[str, dict[str, int]]]:
         """One reply per conversation; ``chat_template_kwargs`` None: the policy's defaults; ``schema``: the
         config block's JSON schema (structured replies: vLLM then returns the whole reply as JSON under
-        ``{analysis, config}``, transformers free analysis and the block forced under ``schema``)."""
+        ``{analysis, config}``, transformers free analysis and the block forced under ``schema``); ``whole``:
+        ``schema`` is the whole reply's (vLLM decodes the reply under it as it is; transformers still lets the
+        analysis come first); ``seed``: the sampling seed (default: the ``seed`` option)."""
         from envengineer.plugins.policies.transformers_policy import DEFAULT_CHAT_TEMPLATE_KWARGS
 
         kwargs = dict(DEFAULT_CHAT_TEMPLATE_KWARGS if chat_template_kwargs is None else chat_template_kwargs)
+        seed = self.options.seed if seed is None else int(seed)
         if self.backend() == "vllm":
-            return self._vllm(path, conversations, kwargs, schema)
-        return self._transformers(path, conversations, kwargs, schema)
+            return self._vllm(path, conversations, kwargs, schema, seed, whole)
+        return self._transformers(path, conversations, kwargs, schema, seed)
 
     # -- backends ------------------------------------------------------------------
     def _vllm(self, path: str, conversations: list[list[dict[str, str]]], chat_kwargs: dict[str, Any],
-              schema: dict[str, Any] | None = None) -> list[tuple[str, dict[str, int]]]:
+              schema: dict[str, Any] | None = None, seed: int = 0, whole_schema: bool = False) -> list[tuple[str, dict[str, int]]]:
         """``LLM.chat`` in a child process (one per call), gone when this returns; ``schema``: the whole reply
         decoded as ``{analysis, config}`` JSON (``StructuredOutputsParams(json=...)``), turned into the free-text form."""
         from envengineer.plugins import vllm_child
@@ -132,22 +135,24 @@ class CheckpointEngineer(Engineer):
         o = self.options
         engine = vllm_child.engine_kwargs(
             path, tensor_parallel_size=o.tensor_parallel_size, gpu_memory_utilization=o.gpu_memory_utilization,
-            max_model_len=o.max_model_len, dtype=o.dtype, enforce_eager=o.enforce_eager, seed=o.seed,
+            max_model_len=o.max_model_len, dtype=o.dtype, enforce_eager=o.enforce_eager, seed=seed,
         )
         whole = None
-        if schema is not None:
+        if schema is not None and whole_schema:
+            whole = schema
+        elif schema is not None:
             from envengineer.api import ANALYSIS_DESCRIPTION, with_instruction
 
             whole = {"type": "object", "properties": {"analysis": {"type": "string", "description": ANALYSIS_DESCRIPTION}, "config": schema},
                      "required": ["analysis", "config"], "additionalProperties": False}
             conversations = [with_instruction(messages) for messages in conversations]
-        requests = [vllm_child.request(messages, n=1, seed=o.seed) for messages in conversations]
+        requests = [vllm_child.request(messages, n=1, seed=seed) for messages in conversations]
         outputs = vllm_child.generate(engine, requests, temperature=o.temperature, top_p=o.top_p, max_tokens=o.max_new_tokens,
                                       chat_template_kwargs=chat_kwargs, what=f"engineer.{self.name}", limits=o, json_schema=whole)
         return [(out["texts"][0], {"prompt_tokens": out["prompt_tokens"], "completion_tokens": out["completion_tokens"][0]}) for out in outputs]
 
     def _transformers(self, path: str, conversations: list[list[dict[str, str]]], chat_kwargs: dict[str, Any],
-                      schema: dict[str, Any] | None = None) -> list[tuple[str, dict[str, int]]]:
+                      schema: dict[str, Any] | None = None, seed: int = 0) -> list[tuple[str, dict[str, int]]]:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -170,7 +175,7 @@ class CheckpointEngineer(Engineer):
                 # a rendered template already holds the special tokens it wants (as in evaluation)
                 inputs = tokenizer(text, return_tensors="pt", add_special_tokens=not templated).to(device)
                 inputs = _fit_context(model, inputs, o.max_new_tokens)
-                torch.manual_seed(o.seed)
+                torch.manual_seed(seed)
                 if schema is not None:
                     results.append(_forced_block(model, tokenizer, text, inputs, schema, o, not templated, device))
                     continue
@@ -198,11 +203,13 @@ class CheckpointEngineer(Engineer):
         tokenizer = AutoTokenizer.from_pretrained(path)
         return f"the tokenizer of {path}", lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def _run(self, request: DesignRequest, messages: list[dict[str, str]], schema: dict[str, Any] | None = None) -> EngineerReply:
+    def _run(self, request: DesignRequest, messages: list[dict[str, str]], schema: dict[str, Any] | None = None,
+             whole: bool = False) -> EngineerReply:
         path = self.model_path(request)
         started = time.monotonic()
         try:
-            [(text, usage)] = self.generate(path, [messages], request.chat_template_kwargs, schema)
+            [(text, usage)] = self.generate(path, [messages], request.chat_template_kwargs, schema,
+                                            seed=sampling_seed(self.options.seed, getattr(request, "seed", None)), whole=whole)
         except EngineerCallError:
             raise
         except Exception as exc:
@@ -227,6 +234,12 @@ class CheckpointEngineer(Engineer):
         # vLLM answers the whole reply as JSON; transformers already wrote the free-text form
         return structured_reply(reply) if self.backend() == "vllm" else reply
 
+    def ask(self, request: DesignRequest, messages: list[dict[str, str]], schema: dict[str, Any] | None = None) -> EngineerReply:
+        """Another question on the design request's context (the engineer benchmark's self-prediction): ``schema`` the
+        answer's JSON schema (transformers: free analysis, then a fenced block forced under it; vLLM: the whole reply
+        decoded under it)."""
+        return self._run(request, messages, schema, whole=True)
+
     def summarize(self, request: DesignRequest, outcome: DesignOutcome) -> str | None:
         self.last_summary_calls = []
         if outcome.fallback and outcome.reason.startswith("engineer call failed"):
@@ -245,6 +258,17 @@ class BaseEngineer(CheckpointEngineer):
     name: ClassVar[str] = "base"
     description: ClassVar[str] = "the starting weights (not the trained checkpoint) as engineer"
     which: ClassVar[str] = "base_policy_path"
+
+
+def sampling_seed(option_seed: int, request_seed: int | None) -> int:
+    """The sampling seed of one call: the ``seed`` option mixed with the design request's seed (the loop's: the run's
+    seed and the round; the engineer benchmark's: one per proposal), so the same request samples the same reply and
+    K proposals asked on one round's evidence are K draws, not one reply K times."""
+    if request_seed is None:
+        return int(option_seed)
+    import hashlib
+
+    return int(hashlib.sha256(f"engineer-sampling|{int(option_seed)}|{int(request_seed)}".encode()).hexdigest()[:8], 16)
 
 
 def _sampling(o: CheckpointOptions, tokenizer: Any) -> dict[str, Any]:

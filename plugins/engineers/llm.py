@@ -280,6 +280,11 @@ class APIEngineer(Engineer):
             raise EngineerCallError(f"engineer.{self.name}.structured: {exc}") from None
         return structured_reply(self._run(with_instruction(request.messages), schema))
 
+    def ask(self, request: DesignRequest, messages: list[dict[str, str]], schema: dict[str, Any] | None = None) -> EngineerReply:
+        """Another question on the request's context (the engineer benchmark's self-prediction); with ``schema`` the
+        whole answer is JSON under it (the API's structured output)."""
+        return self._run(messages, schema)
+
     def summarize(self, request: DesignRequest, outcome: DesignOutcome) -> str | None:
         self.last_summary_calls = []
         if outcome.fallback and outcome.reason.startswith("engineer call failed"):
