@@ -38,6 +38,11 @@ from envengineer.fileio import read_jsonl, write_text  # noqa: E402
 from envengineer.rundir import RunDir, Step  # noqa: E402
 
 TARGET, BEYOND, VALIDATION = "bench:grid-walk-target", "bench:grid-walk-beyond", "eval"
+#: what --export keeps of a finished run: what this script reads, without checkpoints and training records
+KEPT = ("run.yaml", "history.jsonl", "round-*/config.yaml", "round-*/eval/summary.json", "round-*/bench/*/summary.json",
+        "round-*/train/signal.json")
+LAST_ROUND_KEPT = ("eval/verdicts.jsonl", "bench/*/verdicts.jsonl", "bench/*/responses.jsonl")
+CHECKED = "never-trained-check.json"  # an exported run's never-trained counts, made from its training records
 ENGINEER, SHARES, FIXED = "learnability", "learnability-shares", "fixed"
 
 
@@ -66,7 +71,11 @@ def per_round(run: Path) -> list[dict[str, Any]]:
 
 
 def untrained(run: Path, groups: set[str]) -> tuple[int, int, list[str]]:
-    """(training records read, of which in ``groups``, the groups trained on) over every round of the run."""
+    """(training records read, of which in ``groups``, the groups trained on) over every round of the run; for a run
+    exported by --export (no training records kept), the counts the check made before the export."""
+    if (run / CHECKED).is_file() and not any(run.glob("round-*/train.jsonl")):
+        done = json.loads((run / CHECKED).read_text())
+        return int(done["records"]), int(done["in_never_trained"]), list(done["groups"])
     read = hits = 0
     seen: set[str] = set()
     for folder in sorted(p for p in run.glob("round-*") if p.is_dir()):
@@ -186,6 +195,31 @@ def plot(results: list[dict[str, Any]], folder: Path) -> list[Path]:
     return written
 
 
+def export(output: Path, folder: Path, beyond: set[str]) -> int:
+    """Copy each finished run of ``output`` (every round through round_end) into ``folder``/<arm>/seed-N with what this
+    script reads (KEPT, and the last round's verdicts and answers), and its never-trained counts (CHECKED): a chunk of
+    the comparison kept in the repository, small enough to commit. Returns the runs exported."""
+    import shutil
+
+    from envengineer.fileio import read_yaml, write_json
+
+    count = 0
+    for arm, seeds in arm_runs(output).items():
+        for seed, run in seeds.items():
+            rounds = int(read_yaml(run / "run.yaml")["rounds"])
+            if not RunDir(run).done(Step.ROUND_END, rounds - 1):
+                continue
+            target = folder / arm / f"seed-{seed}"
+            for pattern in KEPT + tuple(f"round-{rounds - 1:02d}/{p}" for p in LAST_ROUND_KEPT):
+                for path in run.glob(pattern):
+                    (target / path.relative_to(run)).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(path, target / path.relative_to(run))
+            read, hits, groups = untrained(run, beyond)
+            write_json(target / CHECKED, {"records": read, "in_never_trained": hits, "groups": groups})
+            count += 1
+    return count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("output", type=Path, help="the primary suite's output folder (equal optimizer steps)")
@@ -193,6 +227,8 @@ def main() -> None:
     parser.add_argument("--baselines", nargs="+", default=[FIXED, "fixed-band", "window", "rlve"],
                         help="the baselines the strongest is chosen from (per target, by mean)")
     parser.add_argument("--plots", type=Path, default=None, help="write the cost plots into this folder")
+    parser.add_argument("--export", type=Path, default=None, help="copy the finished runs' figures (no checkpoints, no training records; "
+                        "their never-trained counts instead) into EXPORT/<suite folder name>/, e.g. bench/results/frontier-steps")
     args = parser.parse_args()
     console = Console(width=None if sys.stdout.isatty() else 160)
     results = [analyse(args.output, args.baselines, console)]
@@ -203,6 +239,11 @@ def main() -> None:
     if args.plots:
         for path in plot(results, args.plots):
             console.print(f"wrote {path}")
+    if args.export:
+        beyond = {str(r.get("group")) for r in read_jsonl(_bench_path(BEYOND))}
+        for folder in [args.output] + ([args.secondary] if args.secondary else []):
+            n = export(folder, args.export / folder.name, beyond)
+            console.print(f"exported {n} finished runs of {folder} to {args.export / folder.name}")
     raise SystemExit(0 if all(r["untrained_passes"] for r in results) else 1)
 
 

@@ -88,6 +88,15 @@ def test_the_check_reads_every_training_record_and_fails_on_a_never_trained_walk
     history = [json.loads(line) for line in (out / "fixed/seed-4/history.jsonl").read_text().splitlines()]
     assert report["arms"]["fixed"]["kept_total"]["4"] == sum(h["trained_prompts"] for h in history if h["step"] == "train")
     assert report["arms"]["fixed"]["cpu_s_total"]["4"] == pytest.approx(sum(h.get("cpu_s", 0) for h in history if h["round"] is not None))
+    # --export keeps what the analysis reads (no checkpoints, no training records) and the analysis of the export agrees
+    exported = tmp_path / "kept"
+    done = subprocess.run(script + ["--export", str(exported)], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0 and "exported 2 finished runs" in done.stdout, done.stdout + done.stderr
+    assert not list((exported / "out").rglob("train.jsonl")) and not list((exported / "out").rglob("*.safetensors"))
+    done = subprocess.run([sys.executable, str(REPO / "bench/frontier_steps.py"), str(exported / "out")], capture_output=True, text=True)
+    again = json.loads((exported / "out/steps.json").read_text())
+    assert done.returncode == 0 and again["untrained"] == report["untrained"] and again["tests"] == report["tests"]
+    assert {a: e["target"] for a, e in again["arms"].items()} == {a: e["target"] for a, e in report["arms"].items()}
     # a walk of a never-trained length in any round's training records fails the check
     from envengineer.tasks.gridwalk.plugin import make_record
 
