@@ -294,7 +294,7 @@ PREDICT_INSTRUCTION = (
     "Before you design anything, predict how the current policy will do. For each group listed below, give the share "
     "of its answers that will be right when the policy samples {draws} answers per fresh training instance of the "
     "current config, at the training temperature {temperature}: a number from 0 (never right) to 1 (always right). "
-    "Groups: {groups}. Reply with one JSON object mapping every group to its number, in a fenced block, e.g.\n\n"
+    "Groups: {groups}. Reply with one JSON object mapping every group to its number, in a fenced block:\n\n"
     "```yaml\n{example}\n```"
 )
 
@@ -307,7 +307,8 @@ def prediction_schema(groups: Sequence[str]) -> dict[str, Any]:
 
 def prediction_messages(messages: Sequence[Mapping[str, str]], groups: Sequence[str], *, draws: int, temperature: float) -> list[dict[str, str]]:
     """The design request's conversation with the self-prediction's question appended to its last user turn."""
-    example = json.dumps({g: 0.5 for g in groups[:2]})
+    # the format without numbers: an example's values are copied by a small model (17 of 24 SmolLM2 predictions were)
+    example = "{" + ", ".join(f'"{g}": <number>' for g in groups[:2]) + (", ..." if len(groups) > 2 else "") + "}"
     question = PREDICT_INSTRUCTION.format(draws=draws, temperature=temperature, groups=", ".join(groups), example=example)
     out = [dict(m) for m in messages]
     for m in reversed(out):
