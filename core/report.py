@@ -95,7 +95,9 @@ def write_report(run_dir: str | Path, registry: Any = None) -> Report:
         for stale in [*(image_dir / n for n in PLOT_NAMES), *image_dir.glob("rates_by_*.png")]:
             if stale.name not in images and stale.is_file():
                 stale.unlink()
-    sections = task_sections(run, getattr(registry, "pm", None), problems)
+    from envengineer.engineer_score import report_sections as scored_sections
+
+    sections = scored_sections(run.path) + task_sections(run, getattr(registry, "pm", None), problems)
     html_path = run.path / REPORT_HTML
     write_text(html_path, render_html(run, images, problems, sections))
     _readable(html_path, *images.values())
