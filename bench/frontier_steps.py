@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).parent))
-from llm_engineer_claims import arm_runs, family, rate, verdicts  # noqa: E402
+from llm_engineer_claims import arm_runs, family, rate, tests_table, verdicts  # noqa: E402
 
 from envengineer.fileio import read_jsonl, write_text  # noqa: E402
 from envengineer.rundir import RunDir, Step  # noqa: E402
@@ -93,11 +93,11 @@ def pct(values: list[float]) -> str:
     return " ".join(f"{100 * v:.1f}" for v in values)
 
 
-def analyse(output: Path, baselines: list[str], console: Console) -> dict[str, Any]:
+def analyse(output: Path, baselines: list[str], beyond: set[str], console: Console) -> dict[str, Any]:
+    """The tables and tests of one suite; ``beyond``: the never-trained set's groups."""
     runs = arm_runs(output)
     if not runs:
         raise SystemExit(f"{output}: no runs (ARM/seed-N with history.jsonl)")
-    beyond = {str(r.get("group")) for r in read_jsonl(_bench_path(BEYOND))}
     result: dict[str, Any] = {"output": str(output), "arms": {}, "untrained": {}}
     outcomes: dict[str, dict[str, dict[int, dict[str, dict[str, bool]]]]] = {TARGET: {}, BEYOND: {}}
     table = Table(title=f"{output}: after the last round, per seed (greedy valid %)", title_justify="left")
@@ -138,16 +138,8 @@ def analyse(output: Path, baselines: list[str], console: Console) -> dict[str, A
         for row in rows:
             row["strongest_baseline"] = strongest
         result["tests"] += rows
-    tests = Table(title="pre-registered tests: paired sign test over instances, pooled over seeds, Holm within each target's family",
-                  title_justify="left")
-    for column in ("target", "A vs B", "per seed diff (points)", "mean [95%]", "+ / −", "p", "p (Holm)", "A beats B"):
-        tests.add_column(column)
-    for r in result["tests"]:
-        interval = f" [{100 * r['interval'][0]:+.1f}, {100 * r['interval'][1]:+.1f}]" if "interval" in r else ""
-        tests.add_row(r["family"], f"{r['a']} vs {r['b']}", " ".join(f"{100 * s['diff']:+.1f}" for s in r["per_seed"]),
-                      (f"{100 * r['mean_diff']:+.1f}" if r["mean_diff"] is not None else "—") + interval,
-                      f"+{r['gained']} −{r['lost']}", f"{r['p']:.3g}", f"{r['p_holm']:.3g}", "yes" if r["beats"] else "no")
-    console.print(tests)
+    console.print(tests_table(result["tests"], "pre-registered tests: paired sign test over instances, pooled over seeds, Holm within "
+                              "each target's family", family_column="target"))
     write_text(output / "steps.json", json.dumps(result, indent=2, default=str) + "\n")
     console.print(f"wrote {output / 'steps.json'}")
     return result
@@ -231,16 +223,16 @@ def main() -> None:
                         "their never-trained counts instead) into EXPORT/<suite folder name>/, e.g. bench/results/frontier-steps")
     args = parser.parse_args()
     console = Console(width=None if sys.stdout.isatty() else 160)
-    results = [analyse(args.output, args.baselines, console)]
+    beyond = {str(r.get("group")) for r in read_jsonl(_bench_path(BEYOND))}
+    results = [analyse(args.output, args.baselines, beyond, console)]
     if args.secondary:
-        results.append(analyse(args.secondary, args.baselines, console))
+        results.append(analyse(args.secondary, args.baselines, beyond, console))
     if not all(r["untrained_passes"] for r in results):
         console.print("[bold red]the never-trained check failed: a run trained on the never-trained lengths[/]")
     if args.plots:
         for path in plot(results, args.plots):
             console.print(f"wrote {path}")
     if args.export:
-        beyond = {str(r.get("group")) for r in read_jsonl(_bench_path(BEYOND))}
         for folder in [args.output] + ([args.secondary] if args.secondary else []):
             n = export(folder, args.export / folder.name, beyond)
             console.print(f"exported {n} finished runs of {folder} to {args.export / folder.name}")

@@ -98,6 +98,19 @@ def family(name: str, pairs: list[tuple[str, str]], outcomes: dict[str, dict[int
     return rows
 
 
+def tests_table(rows: list[dict[str, Any]], title: str, family_column: str = "family") -> Table:
+    """The rows of :func:`family` as a table: per-seed differences, mean and interval, pooled counts, p and Holm's p."""
+    tests = Table(title=title, title_justify="left")
+    for column in (family_column, "A vs B", "per seed diff (points)", "mean [95%]", "+ / −", "p", "p (Holm)", "A beats B"):
+        tests.add_column(column)
+    for r in rows:
+        interval = f" [{100 * r['interval'][0]:+.1f}, {100 * r['interval'][1]:+.1f}]" if "interval" in r else ""
+        tests.add_row(r["family"], f"{r['a']} vs {r['b']}", " ".join(f"{100 * s['diff']:+.1f}" for s in r["per_seed"]),
+                      (f"{100 * r['mean_diff']:+.1f}" if r["mean_diff"] is not None else "—") + interval,
+                      f"+{r['gained']} −{r['lost']}", f"{r['p']:.3g}", f"{r['p_holm']:.3g}", "yes" if r["beats"] else "no")
+    return tests
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("output", type=Path, help="the suite's output folder (ARM/seed-N runs)")
@@ -137,16 +150,7 @@ def main() -> None:
     rows += family("b", [(LLM, DONOR), (LLM, NO_F)], outcomes)
     rows += family("control", [(a, FIXED) for a in rule], outcomes)
     result["strongest_rule_arm"], result["tests"] = strongest, rows
-    tests = Table(title="pre-registered tests: paired sign test over instances, pooled over seeds, Holm within the family",
-                  title_justify="left")
-    for column in ("family", "A vs B", "per seed diff (points)", "mean [95%]", "+ / −", "p", "p (Holm)", "A beats B"):
-        tests.add_column(column)
-    for r in rows:
-        interval = f" [{100 * r['interval'][0]:+.1f}, {100 * r['interval'][1]:+.1f}]" if "interval" in r else ""
-        tests.add_row(r["family"], f"{r['a']} vs {r['b']}", " ".join(f"{100 * s['diff']:+.1f}" for s in r["per_seed"]),
-                      (f"{100 * r['mean_diff']:+.1f}" if r["mean_diff"] is not None else "—") + interval,
-                      f"+{r['gained']} −{r['lost']}", f"{r['p']:.3g}", f"{r['p_holm']:.3g}", "yes" if r["beats"] else "no")
-    console.print(tests)
+    console.print(tests_table(rows, "pre-registered tests: paired sign test over instances, pooled over seeds, Holm within the family"))
     write_text(args.output / "claims.json", json.dumps(result, indent=2, default=str) + "\n")
     console.print(f"wrote {args.output / 'claims.json'}")
 

@@ -307,17 +307,11 @@ def prediction_schema(groups: Sequence[str]) -> dict[str, Any]:
 
 def prediction_messages(messages: Sequence[Mapping[str, str]], groups: Sequence[str], *, draws: int, temperature: float) -> list[dict[str, str]]:
     """The design request's conversation with the self-prediction's question appended to its last user turn."""
+    from envengineer.structured import with_instruction
+
     # the format without numbers: an example's values are copied by a small model (17 of 24 SmolLM2 predictions were)
     example = "{" + ", ".join(f'"{g}": <number>' for g in groups[:2]) + (", ..." if len(groups) > 2 else "") + "}"
-    question = PREDICT_INSTRUCTION.format(draws=draws, temperature=temperature, groups=", ".join(groups), example=example)
-    out = [dict(m) for m in messages]
-    for m in reversed(out):
-        if m.get("role") == "user":
-            m["content"] = f"{m['content']}\n\n{question}"
-            break
-    else:
-        out.append({"role": "user", "content": question})
-    return out
+    return with_instruction(messages, PREDICT_INSTRUCTION.format(draws=draws, temperature=temperature, groups=", ".join(groups), example=example))
 
 
 def parse_prediction(text: str, groups: Sequence[str]) -> tuple[dict[str, float] | None, str]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -243,11 +244,12 @@ def structured_reply(reply: EngineerReply) -> StructuredReply:
     )
 
 
-def with_instruction(messages: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The conversation with :data:`JSON_INSTRUCTION` appended to its last user turn."""
+def with_instruction(messages: Sequence[Mapping[str, str]], instruction: str = JSON_INSTRUCTION) -> list[dict[str, str]]:
+    """The conversation with ``instruction`` (default :data:`JSON_INSTRUCTION`) appended to its last user turn (a
+    conversation without one gets it as a user turn of its own)."""
     out = [dict(m) for m in messages]
     for m in reversed(out):
         if m.get("role") == "user":
-            m["content"] = f"{m['content']}\n\n{JSON_INSTRUCTION}"
-            break
-    return out
+            m["content"] = f"{m['content']}\n\n{instruction}"
+            return out
+    return [*out, {"role": "user", "content": instruction}]
