@@ -318,10 +318,105 @@ def apply_overrides(data: Any, overrides: list[str] | tuple[str, ...]) -> dict[s
     return result
 
 
+#: Fields of a run config that name a file the run reads as part of its definition: written relative to the
+#: file that names them (a run config, a manifest). Plugins add their own with ``json_schema_extra={"relative_to":
+#: "config"}`` on an option (e.g. the LLM engineer's ``summary_prompt_file``). Places a run writes to or reads
+#: data from (``output``, ``policy.path``, cache and log folders) stay relative to the working directory.
+CONFIG_PATH_FIELDS = ("initial_config", "context.start", "design.prompt_file")
+#: Sections whose plugin options may declare config-relative paths: section -> component kind.
+PLUGIN_SECTIONS = {"task": "generator", "engineer": "engineer", "policy": "policy", "trainer": "trainer"}
+
+
+def _get(data: Any, key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)
+    return data
+
+
+def _set(data: dict[str, Any], key: str, value: Any) -> None:
+    *parents, last = key.split(".")
+    for part in parents:
+        data = data[part]
+    data[last] = value
+
+
+def config_path_fields(data: Any, registry: Registry | None = None) -> list[str]:
+    """The dotted keys of ``data`` that name a file relative to the config: :data:`CONFIG_PATH_FIELDS` and the
+    options of its plugin sections marked ``relative_to: config`` (those of components ``registry`` knows)."""
+    keys = list(CONFIG_PATH_FIELDS)
+    if registry is None or not isinstance(data, dict):
+        return keys
+    for section, kind in PLUGIN_SECTIONS.items():
+        value = data.get(section)
+        if not isinstance(value, dict) or value.get("name") not in registry.names(kind):
+            continue
+        options = getattr(registry.get(kind, value["name"]), "Options", None)
+        for name, info in (getattr(options, "model_fields", None) or {}).items():
+            extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+            if extra.get("relative_to") == "config":
+                keys.append(f"{section}.{name}")
+    return keys
+
+
+def _names_file(value: Any) -> bool:
+    """A string naming a file rather than a word (``uniform``, ``random``, a preset)."""
+    return isinstance(value, str) and bool(value.strip()) and (
+        "/" in value or "\\" in value or value.strip().lower().endswith((".yaml", ".yml", ".json", ".md", ".txt")))
+
+
+def rebase(value: str, folder: Path, where: str) -> str:
+    """``value``, a path written in a file in ``folder``, as a path from the working directory: relative when it
+    lies under it (so a config run from the repository root names the same path as before), else absolute.
+    A path that exists only from the working directory (configs written before paths were relative to their
+    file) still works, with a warning naming the field."""
+    import os
+    import warnings
+
+    path = Path(value.strip()).expanduser()
+    if path.is_absolute():
+        return str(path)
+    here = Path(os.path.normpath(folder / path))
+    if not here.exists() and path.exists() and Path(os.path.normpath(folder)) != Path("."):
+        warnings.warn(
+            f"{where}: {value} is found from the working directory, not from {folder}; paths in a config are "
+            f"relative to the file that names them (write {os.path.relpath(path, folder)})", FutureWarning, stacklevel=2)
+        return str(path)
+    absolute = Path(os.path.abspath(here))
+    cwd = Path.cwd()
+    return str(absolute.relative_to(cwd)) if absolute.is_relative_to(cwd) else str(absolute)
+
+
+def rebase_paths(data: Any, folder: Path, source: str, registry: Registry | None = None,
+                 only: Any = None) -> Any:
+    """``data`` (a run config's mapping) with its config-relative paths (:func:`config_path_fields`) rebased from
+    ``folder``, the folder of the file that wrote them (``only``: a predicate on the dotted key, e.g. the keys a
+    manifest's overrides set); the other values unchanged. Errors and warnings name ``source`` and the field."""
+    import copy
+
+    if not isinstance(data, dict):
+        return data
+    data = copy.deepcopy(data)
+    for key in config_path_fields(data, registry):
+        value = _get(data, key)
+        if _names_file(value) and (only is None or only(key)):
+            _set(data, key, rebase(value, folder, f"{source}: {key}"))
+    return data
+
+
+def override_keys(overrides: list[str] | tuple[str, ...]) -> Any:
+    """A predicate: does one of ``overrides`` (``KEY=VALUE``) set the dotted key (itself or a section above it)."""
+    keys = [item.partition("=")[0].strip() for item in overrides]
+    return lambda dotted: any(dotted == key or dotted.startswith(key + ".") for key in keys)
+
+
 def load_run_config(path: str | Path, overrides: list[str] | tuple[str, ...] = (), registry: Registry | None = None) -> RunConfig:
     """A run config file, with dotted overrides (``seed=2``) applied before validation; ``registry``
-    gives the installed task families when the file names no task (see :func:`parse_run_config`)."""
-    data = read_yaml(path)
+    gives the installed task families when the file names no task (see :func:`parse_run_config`).
+    Paths the file names (:func:`config_path_fields`) are relative to its folder; those the overrides
+    name, to the working directory (the command line's)."""
+    data = rebase_paths(read_yaml(path), Path(path).parent, str(path), registry)
     if overrides:
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping at the top level")

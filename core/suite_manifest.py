@@ -100,7 +100,7 @@ def read_manifest(path: Path, registry: Any = None) -> list[SuiteEntry]:
     from envengineer.errors import ConfigError
     from envengineer.fileio import read_yaml
     from envengineer.registry import format_validation_error
-    from envengineer.runconfig import apply_overrides, parse_run_config, resolve
+    from envengineer.runconfig import apply_overrides, override_keys, parse_run_config, rebase_paths, resolve
 
     data = read_yaml(path)
     if not isinstance(data, dict):
@@ -125,14 +125,15 @@ def read_manifest(path: Path, registry: Any = None) -> list[SuiteEntry]:
     base = read_yaml(base_path)
     if not isinstance(base, dict):
         raise ConfigError(f"{base_path}: expected a mapping at the top level")
-    if "arms" in base:
-        raise ConfigError(f"{path}: base: {base_path} is a manifest, not a run config")
-    base_suite = base.get("suite") if isinstance(base.get("suite"), dict) else {}
-    table = manifest.table or base_suite.get("table") or DEFAULT_TABLE
     if registry is None:
         from envengineer.registry import load_registry
 
         registry = load_registry()
+    base = rebase_paths(base, base_path.parent, str(base_path), registry)  # the base's paths: from the base's folder
+    if "arms" in base:
+        raise ConfigError(f"{path}: base: {base_path} is a manifest, not a run config")
+    base_suite = base.get("suite") if isinstance(base.get("suite"), dict) else {}
+    table = manifest.table or base_suite.get("table") or DEFAULT_TABLE
     common = arm_overrides(path, None, manifest.common)
     seeds = manifest.seeds
     if isinstance(seeds, list) and len(set(seeds)) != len(seeds):
@@ -152,7 +153,10 @@ def read_manifest(path: Path, registry: Any = None) -> list[SuiteEntry]:
             where = (f"{path}: arm {arm}" + (f" at seed {seed}" if seed is not None else "") + f" ({base_path}"
                      + (f" with {' '.join(overrides)})" if overrides else ")"))
             try:
-                config = parse_run_config(apply_overrides(copy.deepcopy(arm_data), overrides), where, registry)
+                data = apply_overrides(copy.deepcopy(arm_data), overrides)
+                # the paths the manifest's overrides name: from the manifest's folder
+                data = rebase_paths(data, path.parent, f"{path}: arm {arm}", registry, only=override_keys(overrides))
+                config = parse_run_config(data, where, registry)
                 resolve(config, registry)  # every plugin section, as `envengineer run` checks it before writing anything
             except EnvEngineerError as exc:
                 message = str(exc) if str(exc).startswith(where) else f"{where}: {exc}"

@@ -68,7 +68,7 @@ def test_the_shipped_manifest_gives_one_arm_per_engineer_and_the_probe(tmp_path)
     from envengineer.suite import plan
 
     cwd = os.getcwd()
-    os.chdir(REPO)  # the probe's generator config is named from the repository root
+    os.chdir(REPO)  # the probe's generator config is named from the manifest's folder, recorded from the working directory
     try:
         suite = plan(["examples/cpu-paper"], seeds=3, output=tmp_path / "out")
     finally:
@@ -80,7 +80,10 @@ def test_the_shipped_manifest_gives_one_arm_per_engineer_and_the_probe(tmp_path)
     assert base["rounds"] >= 4 and base["eval"]["benchmarks"] == ["mapf-2agents-test", "mapf-3agents", "mapf-4agents", "mapf-5agents"]
     for arm, entry in arms.items():
         # exactly `envengineer run base.yaml OVERRIDES`: the arm differs from the base where it says, and in its name
-        assert entry.config.model_dump(mode="json") == load_run_config(REPO / "examples/cpu-paper/base.yaml", entry.overrides).model_dump(mode="json") | {"name": f"cpu-paper-{arm}"}
+        # (the manifest's paths are from its folder, the command line's from the working directory: the root here)
+        overrides = tuple("initial_config=examples/cpu-paper/bad-env.yaml" if o.startswith("initial_config=") else o
+                          for o in entry.overrides)
+        assert entry.config.model_dump(mode="json") == load_run_config(REPO / "examples/cpu-paper/base.yaml", overrides).model_dump(mode="json") | {"name": f"cpu-paper-{arm}"}
         differ = {k for k, v in entry.config.model_dump(mode="json").items() if base[k] != v}
         assert differ <= ({"name", "engineer", "initial_config"} if arm == "bad-env" else {"name", "engineer"}), arm
         assert entry.config.engineer["name"] == ("fixed" if arm == "bad-env" else arm)

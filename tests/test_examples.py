@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envengineer.runconfig import parse_run_config, resolve
+from envengineer.runconfig import load_run_config, parse_run_config, resolve
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 #: Run configs have a name; a suite manifest (suite.yaml) or a generator config beside them has none.
@@ -28,8 +28,9 @@ def test_example_run_config_resolves(path, pm, tmp_path, monkeypatch):
     task = raw.get("task")
     if "envengineer-arith" in path.parts or (task.get("name") if isinstance(task, dict) else task) == "arith":  # the example task's plugin
         register_arith(pm, monkeypatch)
-    config = parse_run_config(raw, str(path))
-    resolved = resolve(config, Registry(pm), base_dir=tmp_path)
+    registry = Registry(pm)
+    config = load_run_config(path, registry=registry)  # as `envengineer run` reads it: its paths from its folder
+    resolved = resolve(config, registry, base_dir=tmp_path)
     assert resolved.engineer.name == config.engineer["name"]
 
 

@@ -3,6 +3,7 @@ engineers' evidence, and the whole manifest runs end to end when shrunk (every a
 
 import csv
 import json
+import shutil
 import os
 from pathlib import Path
 
@@ -74,6 +75,8 @@ def test_the_shrunk_manifest_runs_every_arm_end_to_end(tmp_path, at_repo_root):
     (folder / "base.yaml").write_text(yaml.safe_dump(shrunk_base(tmp_path / "cache"), sort_keys=False))
     manifest = yaml.safe_load((FRONTIER / "suite.yaml").read_text())
     (folder / "suite.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    for start in ("target-only.yaml", "easy-only.yaml"):  # the arms' initial configs, named from the manifest's folder
+        shutil.copy(FRONTIER / start, folder / start)
     out = tmp_path / "out"
     result = runner.invoke(app, ["suite", str(folder), "--seeds", "1", "--jobs", "1", "--output", str(out)],
                            env={"ENVENGINEER_LOAD_PLUGINS": "", "COLUMNS": "250"})

@@ -62,7 +62,8 @@ class LLMOptions(PromptBudgetOptions):
         60.0, ge=0, description="a rate-limited service's Retry-After is waited for when at most this many seconds (longer: the backoff)"
     )
     system_prompt: str | None = Field(SYSTEM_PROMPT, description="system message (null: none)")
-    summary_prompt_file: str | None = Field(None, description="a summary prompt template to use instead of the built-in one")
+    summary_prompt_file: str | None = Field(None, description="a summary prompt template to use instead of the built-in one "
+                                             "(relative to the config that names it)", json_schema_extra={"relative_to": "config"})
     structured: bool = Field(
         False, description="structured replies: the answer is decoded under the task's config schema ({analysis, config} as JSON: "
         "OpenAI-style response_format json_schema, Gemini response_json_schema); false: free text ending in a YAML block (the paper's)"
