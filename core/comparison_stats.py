@@ -13,13 +13,12 @@ is compared with the baseline by
 - :func:`holm`: Holm's step-down adjustment of a family of p-values (each arm against the
   baseline), which keeps the chance of any false rejection in the family at the level.
 
-The t distribution is computed exactly through the regularized incomplete beta function (a
-continued fraction, as Numerical Recipes' ``betacf``): scipy is not a dependency.
+Both tests are scipy.stats' (``ttest_ind`` with ``equal_var=False`` and its confidence interval;
+``permutation_test``), imported when a comparison is computed.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -31,83 +30,6 @@ import numpy as np
 EXACT_LIMIT = 100_000
 DRAWS = 20_000
 SEED = 20260101  # the Monte Carlo's fixed seed: a report rewritten from the same runs gives the same p
-
-
-# ------------------------------------------------------------------ the t distribution
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """The continued fraction of the incomplete beta function (modified Lentz), as NR's ``betacf``."""
-    tiny, eps = 1e-300, 3e-16
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 1000):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < eps:
-            return h
-    raise ArithmeticError(f"incomplete beta: no convergence for a={a}, b={b}, x={x}")
-
-
-def betai(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b), for a, b > 0 and 0 ≤ x ≤ 1."""
-    if a <= 0 or b <= 0 or not 0.0 <= x <= 1.0:
-        raise ValueError(f"betai: need a, b > 0 and 0 <= x <= 1 (a={a}, b={b}, x={x})")
-    if x in (0.0, 1.0):
-        return x
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):  # where the fraction converges fast; else by symmetry
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_sf2(t: float, df: float) -> float:
-    """The two-sided tail P(|T| ≥ |t|) of Student's t with ``df`` (> 0, not necessarily whole) degrees of freedom."""
-    if df <= 0:
-        raise ValueError(f"t distribution: df must be > 0 (got {df})")
-    if math.isinf(t):
-        return 0.0
-    return min(1.0, betai(df / 2.0, 0.5, df / (df + t * t)))
-
-
-def t_cdf(t: float, df: float) -> float:
-    """P(T ≤ t) for Student's t with ``df`` degrees of freedom."""
-    half = t_sf2(t, df) / 2.0
-    return 1.0 - half if t > 0 else half
-
-
-def t_quantile(q: float, df: float) -> float:
-    """The t with P(T ≤ t) = q, by bisection on :func:`t_cdf` (to about 1e-12)."""
-    if not 0.0 < q < 1.0:
-        raise ValueError(f"t quantile: q must be in (0, 1) (got {q})")
-    if q < 0.5:
-        return -t_quantile(1.0 - q, df)
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < q:
-        lo, hi = hi, hi * 2.0
-    for _ in range(200):
-        mid = (lo + hi) / 2.0
-        if t_cdf(mid, df) < q:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-12 * max(1.0, hi):
-            break
-    return (lo + hi) / 2.0
 
 
 # ------------------------------------------------------------------ two samples
@@ -135,15 +57,14 @@ def welch(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Welch 
     difference = statistics.fmean(a) - statistics.fmean(b)
     if len(a) < 2 or len(b) < 2:
         return Welch(difference, why="one seed in an arm: no spread, no test")
+    from scipy import stats
+
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    se2 = va + vb
-    if se2 == 0:
+    if va + vb == 0:
         return Welch(difference, why="sd 0 in both arms: permutation test only")
-    se = math.sqrt(se2)
-    df = se2 * se2 / ((va * va) / (len(a) - 1) + (vb * vb) / (len(b) - 1))
-    t = difference / se
-    half = t_quantile(0.5 + level / 2.0, df) * se
-    return Welch(difference, difference - half, difference + half, t, df, t_sf2(t, df))
+    test = stats.ttest_ind(a, b, equal_var=False)
+    interval = test.confidence_interval(level)
+    return Welch(difference, float(interval.low), float(interval.high), float(test.statistic), float(test.df), float(test.pvalue))
 
 
 @dataclass(frozen=True)
@@ -168,24 +89,18 @@ def permutation_test(a: Sequence[float], b: Sequence[float], *, limit: int = EXA
     None when either sample is empty."""
     if not a or not b:
         return None
-    values = np.asarray([*a, *b], dtype=float)
-    n, k = len(values), len(a)
-    total = values.sum()
+    from scipy import stats
 
-    def gap(sum_a: np.ndarray | float) -> np.ndarray | float:
-        return np.abs(sum_a / k - (total - sum_a) / (n - k))
+    splits = math.comb(len(a) + len(b), len(a))
+    exact = splits <= limit or draws >= splits  # scipy enumerates every split when the draws would cover them
 
-    observed = float(gap(values[:k].sum()))
-    tolerance = 1e-9 * max(1.0, float(np.abs(values).max()))  # equal differences that float sums split
-    splits = math.comb(n, k)
-    if splits <= limit:
-        sums = np.fromiter((values[list(c)].sum() for c in itertools.combinations(range(n), k)), dtype=float, count=splits)
-        hits = int(np.count_nonzero(gap(sums) >= observed - tolerance))
-        return Permutation(hits / splits, splits, True)
-    rng = np.random.default_rng(seed)
-    sums = values[np.argsort(rng.random((draws, n)), axis=1)[:, :k]].sum(axis=1)
-    hits = int(np.count_nonzero(gap(sums) >= observed - tolerance))
-    return Permutation((1 + hits) / (1 + draws), draws, False)
+    def gap(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.abs(np.mean(x, axis=axis) - np.mean(y, axis=axis))
+
+    result = stats.permutation_test((np.asarray(a, dtype=float), np.asarray(b, dtype=float)), gap, vectorized=True,
+                                    permutation_type="independent", alternative="greater",
+                                    n_resamples=np.inf if exact else draws, rng=np.random.default_rng(seed))
+    return Permutation(float(result.pvalue), splits if exact else draws, exact)
 
 
 # ------------------------------------------------------------------ families and summaries
