@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def quickstart_policy():
     """The quickstart's tiny policy on its shipped base, and the task's generator."""
     from envengineer.registry import load_registry
-    from envengineer.runconfig import load_run_config
+    from envengineer.loop.runconfig import load_run_config
 
     registry = load_registry(entry_points=False)
     config = load_run_config(ROOT / "examples" / "quickstart.yaml")
@@ -182,7 +182,7 @@ def _run_three(out: Path, repeat: int, threads: int, console: Console) -> dict[s
     suffix = "" if repeat == 1 else f"-{repeat}"
     for label, extra in (("as filed", FILED), ("before", [*thread_args, *BEFORE]), ("now", thread_args)):
         runs[label] = out / (label.replace(" ", "-") + suffix)
-        command = [sys.executable, "-c", "from envengineer.cli import main; main()", "run", str(ROOT / "examples" / "quickstart.yaml"),
+        command = [sys.executable, "-c", "from envengineer.cli.commands import main; main()", "run", str(ROOT / "examples" / "quickstart.yaml"),
                    "rounds=2", f"output={runs[label]}", *extra]
         if (runs[label] / "history.jsonl").exists():
             console.print(f"[dim]{label}: {runs[label]} exists; reusing its records[/]")

@@ -35,8 +35,8 @@ KINDS = ("no block", "unclosed block", "YAML error", "not a mapping", "unknown k
 
 def refusal(reply_text: str) -> tuple[str, str] | None:
     """(kind, reason) when the parser refuses the reply (no block, unclosed block, YAML error, not a mapping), else None."""
-    from envengineer.contract import EngineerReply
-    from envengineer.proposals import UnusableProposal, proposal_of
+    from envengineer.design.contract import EngineerReply
+    from envengineer.design.proposals import UnusableProposal, proposal_of
 
     try:
         proposal_of(EngineerReply(text=reply_text))
@@ -50,8 +50,8 @@ def refusal(reply_text: str) -> tuple[str, str] | None:
 def classify(reply_text: str, request: Any) -> tuple[str, str]:
     """(kind, detail) of one reply: applied (as is, empty, renormalised, unknown keys dropped, projection changed it) /
     no block / unclosed block / YAML error / not a mapping / unknown key / nothing applied."""
-    from envengineer.contract import EngineerReply
-    from envengineer.proposals import nothing_applied, proposal_of
+    from envengineer.design.contract import EngineerReply
+    from envengineer.design.proposals import nothing_applied, proposal_of
 
     refused = refusal(reply_text)
     if refused:
@@ -76,9 +76,9 @@ def classify(reply_text: str, request: Any) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace) -> None:
-    from envengineer.design import design
-    from envengineer.evidence import load_evidence
-    from envengineer.prompts import build_request
+    from envengineer.design.step import design
+    from envengineer.design.evidence import load_evidence
+    from envengineer.design.prompts import build_request
     from envengineer.registry import load_registry
 
     registry = load_registry()
@@ -132,8 +132,8 @@ def reclassify(path: str) -> None:
     """Classify every recorded reply again with today's parser and projection (no model call), where the
     record's run directory is still there; elsewhere a reply the parser refuses gets today's reason and
     a parsed one keeps its kind (projecting it needs the run's config)."""
-    from envengineer.evidence import load_evidence
-    from envengineer.prompts import build_request
+    from envengineer.design.evidence import load_evidence
+    from envengineer.design.prompts import build_request
     from envengineer.registry import load_registry
 
     registry = load_registry()

@@ -74,7 +74,7 @@ def fresh(generator: Any, group: str, n: int, seed: int) -> list[dict[str, Any]]
 
 def per_instance(policy: Any, generator: Any, validator: Any, records: list[dict[str, Any]], *, n: int, style: str) -> list[float]:
     """Each record's share of valid answers among ``n`` samples (``n`` = 1 with a greedy policy)."""
-    from envengineer.evaluation import score_response
+    from envengineer.loop.evaluation import score_response
 
     rates: list[float] = []
     for start in range(0, len(records), 64):
@@ -117,7 +117,7 @@ def profile(policy: Any, generator: Any, validator: Any, sets: dict[str, list[di
 def run_gate(name: str, *, per_group: int, samples: int, train: int, seed: int, out: Path, console: Console,
              frontier: str | None = None, trainer_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     from envengineer.registry import load_registry
-    from envengineer.training import TrainRequest
+    from envengineer.components.training import TrainRequest
 
     cand = CANDIDATES[name]
     if trainer_overrides:

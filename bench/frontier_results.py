@@ -97,7 +97,7 @@ def graded(run: Path, bench: str) -> dict[int, dict[str, float]] | None:
 
 def fresh_rates(run: Path, groups: list[str], n: int) -> dict[str, float] | None:
     """The run's last checkpoint, greedy, on ``n`` fresh walks of each group: the valid share per group."""
-    from envengineer.evaluation import score_response
+    from envengineer.loop.evaluation import score_response
 
     checkpoints = sorted(run.glob("round-*/train/checkpoint/config.json"))
     if not checkpoints:
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         table.add_row(arm, *row)
     console.print(table)
     if args.fresh:
-        from envengineer.comparison_stats import permutation_test, welch
+        from envengineer.plugins.suite.arms.stats import permutation_test, welch
 
         finished = {arm: [s for s, r in seeds.items() if len(r) == rounds] for arm, seeds in arms.items()}
         fresh = {arm: [fresh_rates(args.output / arm / f"seed-{s}", args.fresh_groups, args.fresh) for s in ss] for arm, ss in finished.items()}

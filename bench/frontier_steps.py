@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from llm_engineer_claims import arm_runs, family, rate, tests_table, verdicts  # noqa: E402
 
 from envengineer.fileio import read_jsonl, write_text  # noqa: E402
-from envengineer.rundir import RunDir, Step  # noqa: E402
+from envengineer.store.rundir import RunDir, Step  # noqa: E402
 
 TARGET, BEYOND, VALIDATION = "bench:grid-walk-target", "bench:grid-walk-beyond", "eval"
 #: what --export keeps of a finished run: what this script reads, without checkpoints and training records

@@ -25,17 +25,17 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from envengineer.comparison_stats import holm
+from envengineer.plugins.suite.arms.stats import holm
 from envengineer.fileio import read_jsonl, write_text
-from envengineer.rundir import RunDir, Step
-from envengineer.suite_paired import paired, pooled
+from envengineer.store.rundir import RunDir, Step
+from envengineer.plugins.suite.arms.paired import paired, pooled
 
 LLM, DONOR, NO_F, FIXED = "smollm2-v6", "smollm2-v6-donor", "smollm2-no-f", "fixed"
 
 
 def verdicts(run: Path, where: str) -> dict[str, dict[str, bool]]:
     """Instance id -> {"valid": ...} after the run's last round, for ``eval`` or ``bench:NAME`` (the mapping
-    :func:`envengineer.suite_paired.paired` reads)."""
+    :func:`envengineer.plugins.suite.arms.paired.paired` reads)."""
     rounds = sorted(p for p in run.glob("round-*") if p.is_dir())
     if not rounds:
         raise SystemExit(f"{run}: no rounds")
@@ -91,7 +91,7 @@ def family(name: str, pairs: list[tuple[str, str]], outcomes: dict[str, dict[int
         diffs = [s["diff"] for s in row["per_seed"]]
         row["mean_diff"] = statistics.fmean(diffs) if diffs else None
         if len(diffs) > 1:
-            from envengineer.comparison_stats import t_quantile
+            from envengineer.plugins.suite.arms.stats import t_quantile
 
             half = t_quantile(0.975, len(diffs) - 1) * statistics.stdev(diffs) / len(diffs) ** 0.5
             row["interval"] = [row["mean_diff"] - half, row["mean_diff"] + half]

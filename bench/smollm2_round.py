@@ -93,11 +93,11 @@ def main() -> None:
 
     import torch
 
-    from envengineer.evaluation import score_response
+    from envengineer.loop.evaluation import score_response
     from envengineer.plugins.models import resolve_model
     from envengineer.plugins.policies import fast_sampler
     from envengineer.registry import load_registry
-    from envengineer.training import TrainRequest
+    from envengineer.components.training import TrainRequest
 
     torch.set_num_threads(1)
     registry = load_registry(entry_points=False)

@@ -109,7 +109,7 @@ def main() -> None:
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     from envengineer.registry import load_registry
-    from envengineer.training import TrainRequest
+    from envengineer.components.training import TrainRequest
 
     registry = load_registry(entry_points=False)
     generator, validator = registry.task("mapf-frozenlake", {"agents": 2})

@@ -21,7 +21,7 @@ so the module's current attribute is what a caller gets (a test's ``monkeypatch`
 
 from typing import TYPE_CHECKING, Any
 
-from envengineer.benchmarks import SUMS, read_checksums, sha256_file
+from envengineer.store.benchmarks import SUMS, read_checksums, sha256_file
 from envengineer.components import (
     Aggregate,
     Benchmark,
@@ -42,11 +42,11 @@ from envengineer.components import (
     Verdict,
     retired_options,
 )
-from envengineer.contract import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply
+from envengineer.design.contract import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply
 from envengineer.display import stage_progress
-from envengineer.doctor import Check, package_check, torch_check, version
+from envengineer.loop.preflight import Check, package_check, torch_check, version
 from envengineer.errors import ConfigError, EnvEngineerError, InputError
-from envengineer.evidence import Evidence, RoundRecord, load_signal, round_failures
+from envengineer.design.evidence import Evidence, RoundRecord, load_signal, round_failures
 from envengineer.fileio import (
     atomic_open,
     cache_root,
@@ -58,15 +58,15 @@ from envengineer.fileio import (
     write_text,
     write_yaml,
 )
-from envengineer.gpus import Gpu, GpuProcess, driver_problem, read_gpus, read_processes, visible_gpus
+from envengineer.components.gpus import Gpu, GpuProcess, driver_problem, read_gpus, read_processes, visible_gpus
 from envengineer.hookspecs import hookimpl
-from envengineer.knobs import number, split_budget, toward
-from envengineer.memory import Fix, MemoryEstimate
-from envengineer.model_shape import GB, ModelShape
-from envengineer.prompts import build_request, factual_note, load_prompt, summary_prompt
-from envengineer.proposals import UnusableProposal, extract_yaml_block, parse_proposal
-from envengineer.rundir import RunDir
-from envengineer.trackers import (
+from envengineer.components.knobs import number, split_budget, toward
+from envengineer.components.resources import Fix, MemoryEstimate
+from envengineer.components.model_shape import GB, ModelShape
+from envengineer.design.prompts import build_request, factual_note, load_prompt, summary_prompt
+from envengineer.design.proposals import UnusableProposal, extract_yaml_block, parse_proposal
+from envengineer.store.rundir import RunDir
+from envengineer.loop.trackers import (
     Tracker,
     TrackerUnavailable,
     benchmark_scalars,
@@ -85,7 +85,7 @@ from envengineer.trackers import (
     round_scalars,
     write_state,
 )
-from envengineer.training import (
+from envengineer.components.training import (
     CURVE_KEYS,
     REWARDS,
     ROLLOUTS_FILE,
@@ -101,47 +101,47 @@ from envengineer.training import (
 #: Names looked up in their module at each import from here (see the module's docstring), each -> that module.
 _LAZY: dict[str, str] = {
     # prompt budgets (context modules, engineers)
-    "Cut": "envengineer.budget",
-    "PromptBudgetOptions": "envengineer.budget",
+    "Cut": "envengineer.design.budget",
+    "PromptBudgetOptions": "envengineer.design.budget",
     # structured replies (engineers: docs/engineers.md#structured-replies)
-    "ANALYSIS_DESCRIPTION": "envengineer.structured",
-    "SCHEMA_NAME": "envengineer.structured",
-    "block_token_limit": "envengineer.structured",
-    "config_schema": "envengineer.structured",
-    "reply_schema": "envengineer.structured",
-    "structured_reply": "envengineer.structured",
-    "with_instruction": "envengineer.structured",
+    "ANALYSIS_DESCRIPTION": "envengineer.design.structured",
+    "SCHEMA_NAME": "envengineer.design.structured",
+    "block_token_limit": "envengineer.design.structured",
+    "config_schema": "envengineer.design.structured",
+    "reply_schema": "envengineer.design.structured",
+    "structured_reply": "envengineer.design.structured",
+    "with_instruction": "envengineer.design.structured",
     # per-group success and rollout lines (engineers, trainers)
-    "group_success": "envengineer.signal",
-    "rollout_line": "envengineer.signal",
+    "group_success": "envengineer.loop.signal",
+    "rollout_line": "envengineer.loop.signal",
     # scoring and evaluation sets (trainers, commands)
-    "score_response": "envengineer.evaluation",
-    "spread": "envengineer.evaluation",
+    "score_response": "envengineer.loop.evaluation",
+    "spread": "envengineer.loop.evaluation",
     # model folders (policies, trainers)
-    "folder_problem": "envengineer.model_folder",
-    "missing_files": "envengineer.model_folder",
+    "folder_problem": "envengineer.components.model_folder",
+    "missing_files": "envengineer.components.model_folder",
     # the registry and run configs (commands a plugin adds); load_registry is also ``envengineer.load_registry``
     "load_registry": "envengineer.registry",
-    "only_task": "envengineer.runconfig",
+    "only_task": "envengineer.loop.runconfig",
     # the lifecycle hooks' payloads as models (plugins, trackers: docs/writing-a-plugin.md#lifecycle-hooks-and-their-payloads)
-    "PAYLOADS": "envengineer.payloads",
-    "BenchmarkPayload": "envengineer.payloads",
-    "DesignPayload": "envengineer.payloads",
-    "RoundPayload": "envengineer.payloads",
-    "RunEndPayload": "envengineer.payloads",
-    "RunStartPayload": "envengineer.payloads",
-    "watched": "envengineer.payloads",
+    "PAYLOADS": "envengineer.loop.payloads",
+    "BenchmarkPayload": "envengineer.loop.payloads",
+    "DesignPayload": "envengineer.loop.payloads",
+    "RoundPayload": "envengineer.loop.payloads",
+    "RunEndPayload": "envengineer.loop.payloads",
+    "RunStartPayload": "envengineer.loop.payloads",
+    "watched": "envengineer.loop.payloads",
 }
 
 if TYPE_CHECKING:  # what static tools see; at run time these come through __getattr__
-    from envengineer.budget import Cut, PromptBudgetOptions
-    from envengineer.evaluation import score_response, spread
-    from envengineer.model_folder import folder_problem, missing_files
-    from envengineer.payloads import PAYLOADS, BenchmarkPayload, DesignPayload, RoundPayload, RunEndPayload, RunStartPayload, watched
+    from envengineer.design.budget import Cut, PromptBudgetOptions
+    from envengineer.loop.evaluation import score_response, spread
+    from envengineer.components.model_folder import folder_problem, missing_files
+    from envengineer.loop.payloads import PAYLOADS, BenchmarkPayload, DesignPayload, RoundPayload, RunEndPayload, RunStartPayload, watched
     from envengineer.registry import load_registry
-    from envengineer.runconfig import only_task
-    from envengineer.signal import group_success, rollout_line
-    from envengineer.structured import (
+    from envengineer.loop.runconfig import only_task
+    from envengineer.loop.signal import group_success, rollout_line
+    from envengineer.design.structured import (
         ANALYSIS_DESCRIPTION,
         SCHEMA_NAME,
         block_token_limit,

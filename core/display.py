@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from envengineer.components import Aggregate, Grouping
-from envengineer.metrics import Rates, Summary
+from envengineer.components.metrics import Rates, Summary
 
 
 class Console(rich.console.Console):

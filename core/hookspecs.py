@@ -79,7 +79,7 @@ def register_policies(register: Callable[[type], None]) -> None:
 
 @hookspec
 def register_trackers(register: Callable[[type], None]) -> None:
-    """Register experiment trackers: subclasses of :class:`envengineer.trackers.Tracker`, chosen per run by the
+    """Register experiment trackers: subclasses of :class:`envengineer.loop.trackers.Tracker`, chosen per run by the
     run config's ``trackers`` list. A tracker implements the lifecycle hooks (``on_run_start``, ...) as ``@hookimpl`` methods;
     one that raises is disabled for the rest of the run with one warning, never failing the run."""
 
@@ -109,7 +109,7 @@ def doctor_checks(components: list[Any] | None) -> list[Any]:
 
     :param components: the run's trainer, policy and engineer objects (their options validated), or None for
         ``envengineer doctor`` without a config: check everything your plugin could need.
-    :returns: :class:`envengineer.doctor.Check` results (``ok``, ``warn`` or ``missing``, a one-line detail and a
+    :returns: :class:`envengineer.loop.preflight.Check` results (``ok``, ``warn`` or ``missing``, a one-line detail and a
         fix); ``[]`` when no component is yours or none of yours needs a GPU. Returning checks for a run's
         component says that the run needs a GPU: ``run`` then checks the machine too (driver, GPUs) and stops
         before anything trains on any ``missing`` one. The first check of each name is kept. Import heavy modules
@@ -124,7 +124,7 @@ def doctor_checks(components: list[Any] | None) -> list[Any]:
 def report_sections(run: Any, generator: Any) -> list[tuple[str, str]]:
     """Sections of a task's own for ``envengineer report`` (shown after the benchmarks).
 
-    :param run: the :class:`envengineer.runview.RunView` being reported (its files, ``run.task``
+    :param run: the :class:`envengineer.plugins.report.view.RunView` being reported (its files, ``run.task``
         the task's name, ``run.path`` the run directory).
     :param generator: the run's task :class:`envengineer.components.Generator`, or None when the
         run's task is not installed here.
@@ -142,7 +142,7 @@ def report_sections(run: Any, generator: Any) -> list[tuple[str, str]]:
 # dashboard, a chat message). Each payload (``info``, ``metrics``, ``design``, ``benchmark``) is plain
 # JSON data (dicts, lists, str, int, float, bool, None) built from the files the step wrote, so a
 # plugin never needs the loop's objects; the run directory stays the record. Each is built through its
-# model in envengineer.payloads (envengineer.api.PAYLOADS: RunStartPayload, BenchmarkPayload, DesignPayload,
+# model in envengineer.loop.payloads (envengineer.api.PAYLOADS: RunStartPayload, BenchmarkPayload, DesignPayload,
 # RoundPayload, RunEndPayload), which declares every key, and handed on as the model's JSON dump (a dict);
 # ``RoundPayload.model_validate(metrics)`` gives it back typed. docs/writing-a-plugin.md lists every key.
 # A hook is called once per event in the process that did it: a resumed run does not repeat the events
@@ -155,14 +155,14 @@ def report_sections(run: Any, generator: Any) -> list[tuple[str, str]]:
 def on_run_start(run_dir: Any, config: Any, info: dict) -> None:
     """A run is starting (fresh or resumed) in ``run_dir`` with the resolved ``config``.
 
-    :param run_dir: the :class:`envengineer.rundir.RunDir`.
-    :param config: the resolved run config (the :class:`envengineer.runconfig.RunConfig` object).
+    :param run_dir: the :class:`envengineer.store.rundir.RunDir`.
+    :param config: the resolved run config (the :class:`envengineer.loop.runconfig.RunConfig` object).
     :param info: the same as plain data: ``name``, ``run_dir``, ``resumed`` (the directory held a
         started run), ``config`` (the run config as ``run.yaml`` records it), ``suite`` (``{table, row,
         order}`` or None), ``seed``, ``rounds``, ``task``, ``engineer``, ``policy``, ``trainer``,
         ``validation``, ``benchmarks``, ``trackers`` (the names selected), ``knobs`` (the task's declared
         knobs: ``{name, low, high, step, integer, harder, share}``) and ``knob_table``
-        (:class:`envengineer.payloads.RunStartPayload`).
+        (:class:`envengineer.loop.payloads.RunStartPayload`).
     """
 
 
@@ -170,7 +170,7 @@ def on_run_start(run_dir: Any, config: Any, info: dict) -> None:
 def on_step_end(run_dir: Any, round: int | None, step: str, record: dict) -> None:
     """A loop step finished and its history line was written.
 
-    :param run_dir: the :class:`envengineer.rundir.RunDir`.
+    :param run_dir: the :class:`envengineer.store.rundir.RunDir`.
     :param round: the round, or None for the steps before round 0 (``pretrain``, ``base_eval``, ``bench``).
     :param step: ``pretrain``, ``base_eval``, ``generate``, ``train``, ``eval``, ``bench`` or ``design``.
     :param record: the line appended to ``history.jsonl`` (free-form: each step writes its own fields).
@@ -188,7 +188,7 @@ def on_benchmark_end(run_dir: Any, round: int | None, benchmark: dict) -> None:
         ``overall`` (``n``, ``valid_rate``, ``optimal_rate``, ``mean_score``, ...), ``by`` (``{grouping:
         {group: rates}}``, the set's subsets included), ``subsets`` (the grouping holding the set's
         subsets, or None), ``aggregate`` (``{key, title, how, values: {metric: value}}`` or None) and
-        ``summary`` (the path of its ``summary.json``) (:class:`envengineer.payloads.BenchmarkPayload`).
+        ``summary`` (the path of its ``summary.json``) (:class:`envengineer.loop.payloads.BenchmarkPayload`).
     """
 
 
@@ -203,7 +203,7 @@ def on_design_end(run_dir: Any, round: int, design: dict) -> None:
         (``{group: {knob: value}}`` of it), ``notes`` (the engineer's S note, or None), ``tokens``
         (``{prompt, completion, reasoning, total}`` summed over its calls, or None when its calls report
         none), ``calls`` (API calls made), ``engineer_seconds`` (their summed latency) and ``seconds``
-        (the whole step) (:class:`envengineer.payloads.DesignPayload`).
+        (the whole step) (:class:`envengineer.loop.payloads.DesignPayload`).
     """
 
 
@@ -211,7 +211,7 @@ def on_design_end(run_dir: Any, round: int, design: dict) -> None:
 def on_round_end(run_dir: Any, round: int, metrics: dict) -> None:
     """A round finished (trained, evaluated, benchmarked when due, designed when not the last).
 
-    :param run_dir: the :class:`envengineer.rundir.RunDir` (its files hold everything else).
+    :param run_dir: the :class:`envengineer.store.rundir.RunDir` (its files hold everything else).
     :param metrics: ``valid_rate``, ``optimal_rate``, ``fallback`` (whether its design step fell back;
         None for the last round), and ``round``, ``n``, ``sampled_pass1`` (or None), ``validation``
         (``{name, label, overall, by, subsets, aggregate}`` as in :func:`on_benchmark_end`), ``signal``
@@ -221,7 +221,7 @@ def on_round_end(run_dir: Any, round: int, metrics: dict) -> None:
         trainer wrote its own step metrics to, and ``metrics``: the round's train line of
         ``history.jsonl``), ``curves`` (the trainer's ``curves.jsonl`` lines, steps counted within the
         round), ``config`` (the generator config the round trained on), ``config_yaml`` (its file's
-        text) and ``knob_values`` (``{group: {knob: value}}`` of it) (:class:`envengineer.payloads.RoundPayload`).
+        text) and ``knob_values`` (``{group: {knob: value}}`` of it) (:class:`envengineer.loop.payloads.RoundPayload`).
     """
 
 
@@ -231,5 +231,5 @@ def on_run_end(run_dir: Any, metrics: dict) -> None:
 
     :param metrics: ``rounds`` (the per-round table the command prints: one dict per row, the base
         policy first), ``status`` (``finished``, ``failed`` or ``interrupted``) and ``error`` (the error's
-        message, or None) (:class:`envengineer.payloads.RunEndPayload`).
+        message, or None) (:class:`envengineer.loop.payloads.RunEndPayload`).
     """

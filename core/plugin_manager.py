@@ -44,6 +44,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "envengineer.plugins.policies", "envengineer.plugins.trainers",
     "envengineer.plugins.simulated", "envengineer.plugins.trackers",
     "envengineer.plugins.serve",
+    # the commands that read runs, run suites and plan GPUs: plugins of the core's own (docs/architecture.md)
+    "envengineer.plugins.report", "envengineer.plugins.suite", "envengineer.plugins.gpu", "envengineer.plugins.score",
 )
 
 

@@ -44,7 +44,7 @@ class Entry:
 
 def _bases() -> dict[str, type]:
     """The base class each kind of component must subclass."""
-    from envengineer.trackers import Tracker
+    from envengineer.components import Tracker
 
     return {**KINDS, "tracker": Tracker}
 

@@ -1,6 +1,6 @@
 """The context modules F, G, H, S, T: each renders one block of the engineer's prompt.
 
-They read only :class:`envengineer.evidence.Evidence`; task-specific text (the knobs, the
+They read only :class:`envengineer.design.evidence.Evidence`; task-specific text (the knobs, the
 rules, the answer format) comes from the task's generator, so a new task family needs
 no new module. Text from the policy's responses is untrusted and only ever shown inside
 delimited data blocks.

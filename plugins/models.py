@@ -101,7 +101,7 @@ class PackagedModel:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-        from envengineer.plugins.policies.transformers_policy import quiet_hf
+        from envengineer.plugins.policies.hf import quiet_hf
 
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))

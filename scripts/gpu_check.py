@@ -46,7 +46,7 @@ CHECKS = ("actor", "trl", "reload", "policy")
 @dataclass(frozen=True)
 class Scale:
     device: str
-    shape: object  # envengineer.model_shape.ModelShape
+    shape: object  # envengineer.components.model_shape.ModelShape
     actor_layers: tuple[tuple[str, int], ...]  # (size name, layers)
     actor_rows: int
     prompt: int
@@ -58,7 +58,7 @@ class Scale:
 
 
 def scales(cpu_smoke: bool) -> Scale:
-    from envengineer.model_shape import KNOWN_SHAPES, ModelShape
+    from envengineer.components.model_shape import KNOWN_SHAPES, ModelShape
 
     if cpu_smoke:
         tiny = ModelShape("tiny Qwen3", 64, 2, 4, 2, 16, 128, 512, True, True, source="--cpu-smoke")

@@ -25,8 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from envengineer.rundir import RunDir
-from envengineer.runview import load_run, paired_with_base, rate
+from envengineer.store.rundir import RunDir
+from envengineer.plugins.report.view import load_run, paired_with_base, rate
 
 
 def gpu_name() -> str | None:

@@ -52,7 +52,7 @@ def env(tmp_path_factory):
 
 def cli(env, *args, cwd=None, ok=True):
     """``envengineer ARGS`` in a subprocess; its output (stdout + stderr)."""
-    out = subprocess.run([sys.executable, "-c", "from envengineer.cli import main; main()", *map(str, args)],
+    out = subprocess.run([sys.executable, "-c", "from envengineer.cli.commands import main; main()", *map(str, args)],
                          capture_output=True, text=True, env=env["env"], cwd=cwd or env["root"], timeout=600)
     text = out.stdout + out.stderr
     if ok:
@@ -144,7 +144,7 @@ def test_context_modules_and_baselines_on_the_arith_run(env, arith_run):
         import json, sys, tempfile, yaml
         from pathlib import Path
         from typer.testing import CliRunner
-        from envengineer.cli import app
+        from envengineer.cli.commands import app
         run = {str(run_dir)!r}
         runner, results = CliRunner(), {{}}
         for preset in ("V1", "V2", "V3", "V4", "V5", "V6"):

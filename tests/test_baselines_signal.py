@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from envengineer.design import design
-from envengineer.evidence import Evidence, RoundRecord
-from envengineer.prompts import build_request
-from envengineer.signal import Cell
+from envengineer.design.step import design
+from envengineer.design.evidence import Evidence, RoundRecord
+from envengineer.design.prompts import build_request
+from envengineer.loop.signal import Cell
 
 SIZES = ("3x3", "4x4", "5x5", "6x6", "7x7", "8x8", "9x9", "10x10")
 N_VAL = 60  # greedy validation instances per size
@@ -27,7 +27,7 @@ FLOOR = 0.02  # mapf-frozenlake's ratio floor
 
 
 def cell(p: float, mixed_share: float, prompts: int = 150, k: int = 4) -> dict:
-    """A signal cell as :func:`envengineer.signal.aggregate` writes it, from rollout lines with
+    """A signal cell as :func:`envengineer.loop.signal.aggregate` writes it, from rollout lines with
     sampled success ``p`` and ``mixed_share`` of the prompts mixed (k samples each)."""
     valid, mixed = round(p * prompts * k), round(mixed_share * prompts)
     right = min(prompts - mixed, max(0, round((valid - mixed * k / 2) / k)))

@@ -8,8 +8,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from envengineer import hookimpl
-from envengineer.benchmarks import build, read_checksums, verify
-from envengineer.cli import app
+from envengineer.store.benchmarks import build, read_checksums, verify
+from envengineer.cli.commands import app
 from envengineer.components import Benchmark
 from envengineer.fileio import read_jsonl
 from envengineer.registry import Registry

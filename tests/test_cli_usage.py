@@ -7,7 +7,7 @@ import sys
 
 
 def _envengineer(*args):
-    return subprocess.run([sys.executable, "-c", "from envengineer.cli import main; main()", *args],
+    return subprocess.run([sys.executable, "-c", "from envengineer.cli.commands import main; main()", *args],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -26,8 +26,8 @@ def test_a_command_that_fails_its_check_exits_non_zero(monkeypatch):
     standalone, and it used to be dropped (exit 0 after printing FAIL)."""
     import pytest
 
-    import envengineer.benchmarks as benchmarks
-    from envengineer.cli import main
+    import envengineer.store.benchmarks as benchmarks
+    from envengineer.cli.commands import main
 
     monkeypatch.setattr(benchmarks, "verify", lambda *a, **k: ["x: damaged"])
     with pytest.raises(SystemExit) as exited:
@@ -41,7 +41,7 @@ def test_consoles_follow_the_environment_after_a_library_replaces_os_environ(mon
     """rich binds os.environ's object when it is imported; datasets' multiprocessing (among others)
     swaps os.environ for a copy. Our consoles read whichever os.environ is current, so a width set
     afterwards (CliRunner's env, a user's COLUMNS) is honoured."""
-    from envengineer import cli
+    from envengineer.cli import commands as cli
     from envengineer.display import Console
 
     monkeypatch.setitem(os.environ, "COLUMNS", "80")  # a width when the consoles were made (pytest-xdist sets one)
@@ -56,7 +56,7 @@ def test_consoles_follow_the_environment_after_a_library_replaces_os_environ(mon
 def test_an_error_naming_a_long_path_prints_the_path_whole(tmp_path, monkeypatch):
     """Errors are soft-wrapped: a long path is never broken across lines (it is copied from there)."""
     deep = tmp_path / ("d" * 60) / ("e" * 60) / "run.yaml"
-    code = "import sys; from envengineer.cli import main; sys.argv = ['envengineer', 'run', sys.argv[1]]; main()"
+    code = "import sys; from envengineer.cli.commands import main; sys.argv = ['envengineer', 'run', sys.argv[1]]; main()"
     result = subprocess.run([sys.executable, "-c", code, str(deep)], capture_output=True, text=True,
                             env={**os.environ, "COLUMNS": "80"})
     assert result.returncode == 2 and str(deep) in result.stderr
@@ -69,7 +69,7 @@ def test_the_readme_lists_every_command():
 
     import typer
 
-    from envengineer.cli import app
+    from envengineer.cli.commands import app
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     block = readme.split("## Commands", 1)[1].split("```", 2)[1]
@@ -92,7 +92,7 @@ def test_run_configs_override_examples_name_files_that_exist(tmp_path):
     (tmp_path / "examples").symlink_to(root / "examples")
     for command in commands:
         assert (root / command[2]).is_file(), command[2]
-        code = "import sys; from envengineer.cli import main; sys.argv = sys.argv[1:]; main()"
+        code = "import sys; from envengineer.cli.commands import main; sys.argv = sys.argv[1:]; main()"
         done = subprocess.run([sys.executable, "-c", code, *command, "--dry-run"], capture_output=True, text=True,
                               timeout=300, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"})
         assert done.returncode == 0, (command, (done.stdout + done.stderr)[-2000:])

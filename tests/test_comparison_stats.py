@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from envengineer.comparison_stats import area_under_rounds, holm, permutation_test, welch
+from envengineer.plugins.suite.arms.stats import area_under_rounds, holm, permutation_test, welch
 
 
 # ------------------------------------------------------------------ two samples
@@ -96,9 +96,9 @@ def test_the_mean_over_rounds():
 def report(values: dict[str, list[tuple[float, list[float]]]], verdicts: dict[str, list[str]] | None = None):
     """Arms of one validation set: per seed (last-round valid rate, every round's valid rate); the first arm
     is the baseline. ``verdicts``: per arm, per seed, 'V' solved / '.' not, for the paired tests."""
-    from envengineer.drawn import BenchView
-    from envengineer.runview import RunView, Stage
-    from envengineer.suite_arms import Arm, ArmRun, ArmsReport, SetResult
+    from envengineer.plugins.report.drawn import BenchView
+    from envengineer.plugins.report.view import RunView, Stage
+    from envengineer.plugins.suite.arms.runs import Arm, ArmRun, ArmsReport, SetResult
 
     arms = []
     for index, (label, seeds) in enumerate(values.items()):
@@ -115,8 +115,8 @@ def report(values: dict[str, list[tuple[float, list[float]]]], verdicts: dict[st
 
 
 def test_the_seed_table_tests_each_arm_against_the_baseline_with_holm_across_arms():
-    from envengineer.compare import to_csv, to_markdown
-    from envengineer.suite_stats import seed_table
+    from envengineer.plugins.report.compare import to_csv, to_markdown
+    from envengineer.plugins.suite.arms.seeds import seed_table
 
     rep = report({
         "fixed": [(20.0, [10.0, 20.0]), (21.0, [12.0, 21.0]), (22.0, [14.0, 22.0])],
@@ -152,7 +152,7 @@ def test_the_seed_table_tests_each_arm_against_the_baseline_with_holm_across_arm
 
 
 def test_the_seed_table_says_why_there_is_no_test():
-    from envengineer.suite_stats import seed_table
+    from envengineer.plugins.suite.arms.seeds import seed_table
 
     rep = report({"fixed": [(20.0, [20.0]), (20.0, [20.0])], "flat": [(25.0, [25.0]), (25.0, [25.0])],
                   "single": [(30.0, [30.0])]})
@@ -165,8 +165,8 @@ def test_the_seed_table_says_why_there_is_no_test():
 
 
 def test_the_pooled_sign_tests_are_holm_adjusted_across_the_arms():
-    from envengineer.metrics import sign_test
-    from envengineer.suite_paired import paired_tables
+    from envengineer.components.metrics import sign_test
+    from envengineer.plugins.suite.arms.paired import paired_tables
 
     rep = report({"fixed": [(0.0, [0.0])] * 2, "a": [(0.0, [0.0])] * 2, "b": [(0.0, [0.0])] * 2},
                  {"fixed": ["V.....", "V....."], "a": ["VVVVVV", "VVVVV."], "b": ["VV....", "......"]})
@@ -181,7 +181,7 @@ def test_the_pooled_sign_tests_are_holm_adjusted_across_the_arms():
 
 
 def test_sampled_pass1_is_read_defensively():
-    from envengineer.suite_stats import sampled
+    from envengineer.plugins.suite.arms.seeds import sampled
 
     block = sampled({"overall": {}, "sampled": {"n": 4, "temperature": 1.0, "pass1": 0.25, "by": {"size": {"3x3": 0.5}}}})
     assert block.pass1 == 0.25 and block.n == 4 and block.by == {"size": {"3x3": 0.5}}

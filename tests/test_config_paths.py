@@ -10,10 +10,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from envengineer.cli import app
+from envengineer.cli.commands import app
 from envengineer.registry import load_registry
-from envengineer.runconfig import load_run_config
-from envengineer.suite_manifest import read_entries
+from envengineer.loop.runconfig import load_run_config
+from envengineer.plugins.suite.manifest import read_entries
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {"ENVENGINEER_LOAD_PLUGINS": "", "COLUMNS": "250"}

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from envengineer.errors import ConfigError
-from envengineer.context import PRESETS, compose_context, resolve_context
-from envengineer.evidence import RoundRecord, load_evidence
+from envengineer.design.context import PRESETS, compose_context, resolve_context
+from envengineer.design.evidence import RoundRecord, load_evidence
 
 SNAPSHOTS = Path(__file__).with_name("snapshots") / "context"
 UPDATE = os.environ.get("ENVENGINEER_UPDATE_SNAPSHOTS") == "1"
@@ -99,14 +99,14 @@ def test_summary_module_is_empty_without_notes(registry, evidence):
 
 
 def test_analysis_prompt_snapshot(registry, evidence):
-    from envengineer.prompts import build_request
+    from envengineer.design.prompts import build_request
 
     check_snapshot("prompt-analysis-V6", build_request(evidence, registry, "V6").prompt)
 
 
 def test_summary_prompt_snapshot(registry, evidence):
-    from envengineer.contract import DesignOutcome
-    from envengineer.prompts import build_request, summary_prompt
+    from envengineer.design.contract import DesignOutcome
+    from envengineer.design.prompts import build_request, summary_prompt
 
     request = build_request(evidence, registry, "V6")
     projection = evidence.task.project({"sizes": {"9x9": {"ratio": 0.2, "wait_ratio": 0.5}}}, request.current_config)
@@ -120,7 +120,7 @@ def test_summary_prompt_snapshot(registry, evidence):
 @pytest.mark.parametrize("preset", ["V1", "V6"])
 def test_every_prompt_states_the_setting_and_the_constraints(preset, registry, evidence):
     """Even without G: training on 2 agents vs held-out 3-5 agents, continual rounds, the hard rules."""
-    from envengineer.prompts import build_request
+    from envengineer.design.prompts import build_request
 
     prompt = build_request(evidence, registry, preset).prompt
     assert ("## Task guidelines (G)" in prompt) == (preset == "V6")
@@ -152,8 +152,8 @@ def test_default_design_brief_is_task_neutral(registry):
 def test_rounds_are_numbered_as_their_folders(round, registry, recorded_run):
     """round-NN is round NN in every module and prompt: the evidence of round-01 is "round 1", and
     the engineer after it designs round 2 (round-02/config.yaml)."""
-    from envengineer.contract import DesignOutcome
-    from envengineer.prompts import build_request, factual_note, summary_prompt
+    from envengineer.design.contract import DesignOutcome
+    from envengineer.design.prompts import build_request, factual_note, summary_prompt
 
     evidence = load_evidence(recorded_run, round, registry)
     request = build_request(evidence, registry, "V6")
@@ -181,7 +181,7 @@ def test_rounds_are_numbered_as_their_folders(round, registry, recorded_run):
 def test_modules_head_groupings_by_their_titles(registry):
     """grid-walk files validation by `moves` (titled "moves") and `size` (titled "grid"): F, H and T
     head the size tables "grid", as the report does, never the key "size"."""
-    from envengineer.evidence import Evidence
+    from envengineer.design.evidence import Evidence
 
     task = registry.create("generator", "grid-walk", {})
     rates = lambda v: {"n": 10, "valid": int(10 * v), "valid_rate": v, "optimal": int(10 * v), "optimal_rate": v, "failures": {"wrong": 10 - int(10 * v)}}  # noqa: E731
@@ -237,7 +237,7 @@ def test_round0_only_history_is_left_out_when_omitted(registry, recorded_run):
 
 
 def test_round0_start_has_one_source(registry, tmp_path):
-    from envengineer.context import choose_start
+    from envengineer.design.context import choose_start
     from envengineer.tasks.mapf_frozenlake.config import uniform_config
 
     generator = registry.create("generator", "mapf-frozenlake", {})
@@ -261,7 +261,7 @@ def test_round0_start_has_one_source(registry, tmp_path):
 
 
 def test_run_config_chooses_the_other_reading_of_v4(registry, tmp_path):
-    from envengineer.runconfig import parse_run_config, resolve
+    from envengineer.loop.runconfig import parse_run_config, resolve
 
     data = {"name": "v4-random", "task": "mapf-frozenlake", "context": {"preset": "V4", "start": "random", "options": {"H": {"omit_round0": True}}}}
     run = resolve(parse_run_config(data), registry, base_dir=tmp_path)

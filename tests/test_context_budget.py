@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from envengineer.budget import STAGES, estimate_tokens
+from envengineer.design.budget import STAGES, estimate_tokens
 from envengineer.errors import ConfigError
-from envengineer.evidence import RoundRecord, load_evidence
-from envengineer.prompts import build_request
+from envengineer.design.evidence import RoundRecord, load_evidence
+from envengineer.design.prompts import build_request
 
 SNAPSHOTS = Path(__file__).with_name("snapshots") / "context"
 
@@ -104,8 +104,8 @@ def test_the_option_is_checked(registry):
 
 
 def test_the_design_record_holds_the_cuts(registry, evidence, tmp_path):
-    from envengineer.contract import DesignOutcome
-    from envengineer.design import write_outcome
+    from envengineer.design.contract import DesignOutcome
+    from envengineer.design.step import write_outcome
 
     limit = int(estimate_tokens(build_request(evidence, registry, "V6").prompt) * 0.6)
     request = build_request(evidence, registry, "V6", engineer=engineer(registry, limit))
@@ -139,7 +139,7 @@ def test_checkpoint_engineer_counts_with_its_tokenizer(registry, evidence, smoll
 def test_a_design_step_under_a_budget_records_it(registry, recorded_run, tmp_path):
     """envengineer propose (the loop's design step offline): the engineer reads the shortened prompt; its files
     hold the note and budget.json, whatever the engineer then answers (here: no server, a recorded fallback)."""
-    from envengineer.replay import propose_offline
+    from envengineer.loop.replay import propose_offline
 
     config = tmp_path / "engineer.yaml"
     config.write_text("name: openai-compatible\nmodel: test-model\nbase_url: http://127.0.0.1:9\nmax_retries: 0\ntimeout: 2\nmax_prompt_tokens: 1500\n")
@@ -156,7 +156,7 @@ def test_a_design_step_under_a_budget_records_it(registry, recorded_run, tmp_pat
 
 def test_the_loop_passes_the_engineer_and_records_the_cuts(tmp_path, registry):
     """A whole run (simulated student): the design step's engineer files hold budget.json, its history line prompt_cuts."""
-    from envengineer.loop import run
+    from envengineer.loop.steps import run
 
     config = tmp_path / "sim.yaml"
     config.write_text("name: sim\nrounds: 2\nbudget: 60\ntask: {name: mapf-frozenlake}\npolicy: simulated\ntrainer: simulated\n"

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from envengineer.cli import app, main
-from envengineer.metrics import sign_test
+from envengineer.cli.commands import app, main
+from envengineer.components.metrics import sign_test
 
 ENV = {"ENVENGINEER_LOAD_PLUGINS": "", "COLUMNS": "250"}
 REPO = Path(__file__).resolve().parents[1]
@@ -64,8 +64,8 @@ def write_suite(folder: Path, base: dict, arms: dict, **manifest) -> Path:
 
 
 def test_the_shipped_manifest_gives_one_arm_per_engineer_and_the_probe(tmp_path):
-    from envengineer.runconfig import load_run_config
-    from envengineer.suite import plan
+    from envengineer.loop.runconfig import load_run_config
+    from envengineer.plugins.suite.tables import plan
 
     cwd = os.getcwd()
     os.chdir(REPO)  # the probe's generator config is named from the manifest's folder, recorded from the working directory
@@ -129,7 +129,7 @@ def test_a_bad_manifest_or_arm_is_refused_naming_the_file_and_field(tmp_path, ca
 
 
 def test_common_overrides_come_before_each_arms_own(tmp_path):
-    from envengineer.suite import plan
+    from envengineer.plugins.suite.tables import plan
 
     folder = write_suite(tmp_path / "s", tiny_base(tmp_path / "cache"), {"fixed": {"engineer.name": "fixed"},
                          "short": {"engineer.name": "fixed", "rounds": 1}}, common={"rounds": 2, "budget": 7})
@@ -142,8 +142,8 @@ def test_a_manifests_seeds_and_their_overrides_apply_to_every_arm(tmp_path, caps
     """seeds: a list is the seeds run without --seeds; a mapping gives a seed overrides of its own (e.g. its own
     warm start), applied after the arm's; --seeds takes N, A-B or a,b,c, and may not ask for a seed the mapping lacks."""
     from envengineer.errors import EnvEngineerError
-    from envengineer.suite import plan
-    from envengineer.suite_plan import parse_seeds
+    from envengineer.plugins.suite.tables import plan
+    from envengineer.plugins.suite.plan import parse_seeds
 
     assert parse_seeds("3") == (0, 1, 2) and parse_seeds("4-7") == (4, 5, 6, 7) and parse_seeds("6, 4") == (6, 4)
     assert parse_seeds(2) == (0, 1) and parse_seeds(None) is None
@@ -171,7 +171,7 @@ def test_a_manifests_seeds_and_their_overrides_apply_to_every_arm(tmp_path, caps
 def test_the_llm_engineer_manifests_share_their_engineer_and_set_the_donor_per_seed():
     """examples/llm-engineer: the SmolLM2 arms are one engineer, the donor arm reads the next seed of smollm2-v6
     (under the output the manifest's comment names), and the grid-walk arms train at equal optimizer steps."""
-    from envengineer.suite import plan
+    from envengineer.plugins.suite.tables import plan
 
     for name, out in (("sim", "runs/llm-engineer/sim"), ("gw", "runs/llm-engineer/gw")):
         suite = plan([REPO / f"examples/llm-engineer/{name}-suite.yaml"], seeds=4, output=out)
@@ -209,7 +209,7 @@ def test_arms_and_config_files_that_would_share_a_folder_are_refused(tmp_path, c
 
 
 def test_an_override_value_is_the_yaml_the_command_line_would_read():
-    from envengineer.suite_manifest import yaml_value
+    from envengineer.plugins.suite.manifest import yaml_value
 
     for value in ("fixed", 0.01, 1e-5, "yes", "a: b", {"name": "learnability", "mix": 0.5}, [1, 2], None, True, 3):
         assert yaml.safe_load(yaml_value(value)) == value
@@ -293,7 +293,7 @@ def test_a_finished_suite_runs_nothing_and_a_killed_one_resumes_to_the_same_resu
     assert result.exit_code == 0 and "4 finished run(s) skipped" in result.output and "own process" not in result.output
     # kill the suite (and its runs) while runs are under way, then start it again
     env = {**os.environ, **ENV}
-    command = [sys.executable, "-c", "from envengineer.cli import main; main()", "suite", str(mini["folder"]), "--seeds", "2",
+    command = [sys.executable, "-c", "from envengineer.cli.commands import main; main()", "suite", str(mini["folder"]), "--seeds", "2",
                "--jobs", "2", "--output", str(out)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
@@ -358,8 +358,8 @@ def write_finished(run, verdicts: dict[str, list[tuple[bool, bool]]], configs: l
     the validation verdicts of the rounds before (``earlier``), the last validation summary's
     ``sampled`` block, and, per round, the (prompts used, steps) its train step recorded."""
     from envengineer.components import Verdict
-    from envengineer.metrics import summarize
-    from envengineer.rundir import RunDir
+    from envengineer.components.metrics import summarize
+    from envengineer.store.rundir import RunDir
 
     folder = RunDir(run.run_dir)
     folder.path.mkdir(parents=True, exist_ok=True)
@@ -393,7 +393,7 @@ def flags(text: str) -> list[tuple[bool, bool]]:
 
 
 def test_the_comparison_holds_per_subset_means_and_paired_tests_against_fixed(tmp_path):
-    from envengineer.suite import plan, write_tables
+    from envengineer.plugins.suite.tables import plan, write_tables
 
     folder = write_suite(tmp_path / "s", tiny_base(tmp_path / "cache"),
                          {"fixed": {"engineer.name": "fixed"}, "heuristic": {"engineer.name": "heuristic"}}, table="hand")
@@ -474,7 +474,7 @@ def test_the_comparison_holds_per_subset_means_and_paired_tests_against_fixed(tm
     # the pooled sign tests with Holm's adjustment: one arm, so the same p
     assert pooled["heuristic"][f"{val} valid Holm p"] == f"{sign_test(6, 2):.3f}"
     # seeds as the unit: last-round validation valid, fixed 50 and 66.7, heuristic 91.7 and 58.3
-    from envengineer.comparison_stats import welch
+    from envengineer.plugins.suite.arms.stats import welch
 
     tests = {(r["figure"], r["arm"]): r for r in read_csv(out / "hand-seed-tests.csv")}
     assert list(tests) == [(f"{val} valid %", "heuristic"), (f"{val} valid, mean over rounds %", "heuristic"),
@@ -498,8 +498,8 @@ def test_the_comparison_holds_per_subset_means_and_paired_tests_against_fixed(tm
 def test_the_noise_row_pools_a_chain_of_seeds_not_a_cycle():
     """Around a closed cycle of seeds (0-1, 1-2, 2-0) every instance is gained as often as lost, so a
     pooled cycle always reads + = −; the noise row pairs 0 with 1 and 1 with 2."""
-    from envengineer.suite_arms import Arm, ArmRun, ArmsReport, SetResult
-    from envengineer.suite_paired import noise_rows
+    from envengineer.plugins.suite.arms.runs import Arm, ArmRun, ArmsReport, SetResult
+    from envengineer.plugins.suite.arms.paired import noise_rows
 
     solved = {0: "VV..", 1: "V.V.", 2: "VVVV"}
     runs = [ArmRun(seed, None, {"validation": SetResult(None, {f"i{k}": {"valid": c == "V", "optimal": False}

@@ -7,11 +7,11 @@ import yaml
 from hypothesis import given, settings, strategies as st
 
 from envengineer.components import Engineer
-from envengineer.contract import EngineerReply
-from envengineer.design import design
-from envengineer.prompts import build_request
-from envengineer.proposals import UnusableProposal, extract_yaml_block, parse_proposal
-from envengineer.evidence import load_evidence
+from envengineer.design.contract import EngineerReply
+from envengineer.design.step import design
+from envengineer.design.prompts import build_request
+from envengineer.design.proposals import UnusableProposal, extract_yaml_block, parse_proposal
+from envengineer.design.evidence import load_evidence
 
 
 class Scripted(Engineer):
@@ -112,7 +112,7 @@ def test_every_engineer_has_forbidding_options(registry):
 def test_cli_context_and_propose(recorded_run):
     from typer.testing import CliRunner
 
-    from envengineer.cli import app
+    from envengineer.cli.commands import app
 
     runner = CliRunner()
     result = runner.invoke(app, ["context", "--run", str(recorded_run), "--round", "1", "--modules", "F,H"])

@@ -175,7 +175,7 @@ def check_cli(block: Block) -> list[str]:
     """What is wrong with the block's ``envengineer`` commands against the real CLI (empty: nothing)."""
     import typer
 
-    from envengineer.cli import app
+    from envengineer.cli.commands import app
 
     root = typer.main.get_command(app)
     problems = []

@@ -9,8 +9,8 @@ import yaml
 from rich.console import Console
 from typer.testing import CliRunner
 
-from envengineer import gpus as gpu_info
-from envengineer.doctor import Check, NotReady, driver_check, gpus_check, nccl_check, plugin_checks, preflight, torch_check
+from envengineer.components import gpus as gpu_info
+from envengineer.loop.preflight import Check, NotReady, driver_check, gpus_check, nccl_check, plugin_checks, preflight, torch_check
 
 #: ``nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,memory.free,driver_version --format=csv,noheader,nounits``
 #: on a 4×H100 node with vLLM holding most of GPU 2.
@@ -24,7 +24,7 @@ SMI_APPS = "GPU-7d9e2f30-aaaa-bbbb-cccc-000000000002, 31337, /usr/bin/python3, 7
 
 
 def cli(*args: str):
-    from envengineer import cli as command_line
+    from envengineer.cli import commands as command_line
 
     # whole table rows, whatever the terminal; the module's console is left as it was (its width
     # follows the terminal: setting it back would fix it at what it read here)
@@ -70,7 +70,7 @@ def test_doctor_for_a_cpu_run_says_nothing_stops_it(tmp_path):
 @pytest.mark.slow
 def test_doctor_and_run_stop_a_verl_run_this_machine_cannot_do(tmp_path):
     """A verl round on a machine without a GPU: doctor exits 1, and run stops before writing anything."""
-    from envengineer.loop import run
+    from envengineer.loop.steps import run
 
     config = write_config(tmp_path, {"name": "verl", "train_batch_size": 8, "ppo_mini_batch_size": 8})
     result = cli("doctor", str(config))
@@ -95,7 +95,7 @@ def test_a_missing_model_folder_stops_the_dry_run_before_anything_is_written(tmp
     """The README's dry run without the weights: one ConfigError naming the folder and the download command,
     and no runs/paper-v6 half written (it was a 144-line Hydra traceback after writing round 0's data)."""
     from envengineer.errors import ConfigError
-    from envengineer.loop import run
+    from envengineer.loop.steps import run
 
     config = paper_config(tmp_path, monkeypatch)
     with pytest.raises(ConfigError, match=r"policy\.vllm\.path: the model folder models/Qwen3-4B .* does not exist; .*"
@@ -120,9 +120,9 @@ def test_doctor_reports_the_missing_model_folder_as_a_failed_check(tmp_path, mon
     assert "│ model folder │ missing │ policy.vllm.path: the model folder models/Qwen3-4B" in out
     assert "would stop before it starts: model folder missing" in out
     assert not (tmp_path / "runs").exists()
-    from envengineer.doctor import input_checks
+    from envengineer.loop.preflight import input_checks
     from envengineer.registry import load_registry
-    from envengineer.runconfig import load_run_config, resolve
+    from envengineer.loop.runconfig import load_run_config, resolve
 
     registry = load_registry()
     resolved = resolve(load_run_config(config, (), registry), registry)
@@ -133,7 +133,7 @@ def test_doctor_reports_the_missing_model_folder_as_a_failed_check(tmp_path, mon
 def test_a_model_folder_is_complete_with_config_weights_every_shard_and_a_tokenizer(tmp_path):
     import json
 
-    from envengineer.model_folder import download_command, missing_files
+    from envengineer.components.model_folder import download_command, missing_files
 
     folder = tmp_path / "m"
     assert missing_files(folder) == ["the folder itself"]

@@ -63,7 +63,7 @@ def registry():
 @pytest.fixture(scope="module")
 def sim_runs(tmp_path_factory, registry):
     """Two recorded sim-student runs (fixed, seeds 0 and 1), 3 rounds each."""
-    from envengineer.loop import run
+    from envengineer.loop.steps import run
 
     root = tmp_path_factory.mktemp("sim-runs")
     out = []
@@ -76,7 +76,7 @@ def sim_runs(tmp_path_factory, registry):
 
 
 def _score(registry, runs, engineers, cache, recorded=False, **settings):
-    from envengineer.engineer_score import ScoreSettings, score_runs
+    from envengineer.plugins.score.engineer_score import ScoreSettings, score_runs
 
     return score_runs(registry, runs, engineers, ScoreSettings(**{"proposals": 2, "instances": 48, "draws": 8, **settings}), cache,
                       recorded=recorded)
@@ -132,7 +132,7 @@ def test_the_cache_makes_a_second_scoring_draw_nothing(registry, sim_runs, tmp_p
 
 
 def test_group_figures_are_unbiased():
-    from envengineer.engineer_score import instance_figures
+    from envengineer.plugins.score.engineer_score import instance_figures
 
     s, g = 8, 4
     for p in (0.1, 0.37, 0.8):
@@ -150,7 +150,7 @@ def test_group_figures_are_unbiased():
 
 
 def test_a_run_without_rounds_is_refused_by_name(registry, tmp_path):
-    from envengineer.engineer_score import ScoreSettings, score_runs
+    from envengineer.plugins.score.engineer_score import ScoreSettings, score_runs
     from envengineer.errors import InputError
 
     empty = tmp_path / "empty-run"
@@ -163,7 +163,7 @@ def test_a_run_without_rounds_is_refused_by_name(registry, tmp_path):
 
 
 def test_the_command_end_to_end(sim_runs, tmp_path, capsys):
-    from envengineer.cli import main
+    from envengineer.cli.commands import main
 
     out = tmp_path / "out"
     main(["engineers", "score", str(sim_runs[0]), "--engineer", "inverted", "--samples", "1", "--instances", "16", "--draws", "4",
@@ -178,7 +178,7 @@ def test_the_command_end_to_end(sim_runs, tmp_path, capsys):
     assert (out / "score.png").stat().st_size > 0
     assert any((out / "cache").rglob("*.json"))
     # the run keeps its slice, and its report shows it as a section with the run's own plot
-    from envengineer.report import write_report
+    from envengineer.plugins.report.page import write_report
 
     record = json.loads((sim_runs[0] / "engineer-score" / "out.json").read_text())
     assert record["output"] == str(out.resolve()) and set(record["summary"]) == {"reference", "inverted"}
@@ -201,7 +201,7 @@ def test_the_command_end_to_end(sim_runs, tmp_path, capsys):
 
 
 def test_spearman_matches_the_textbook():
-    from envengineer.engineer_score import spearman
+    from envengineer.plugins.score.engineer_score import spearman
 
     # scipy.stats.spearmanr([1, 2, 3, 4, 5, 6], [2, 1, 4, 3, 6, 6]): 0.8696565534786727, p 0.02437689168569078 (ties, t approximation)
     got = spearman([1, 2, 3, 4, 5, 6], [2, 1, 4, 3, 6, 6])
@@ -211,7 +211,7 @@ def test_spearman_matches_the_textbook():
 
 def test_recorded_scores_the_config_trained_next_with_its_gain(registry, sim_runs, tmp_path):
     from envengineer.fileio import read_yaml
-    from envengineer.rundir import RunDir
+    from envengineer.store.rundir import RunDir
 
     result = _score(registry, sim_runs, ["inverted"], tmp_path / "cache", proposals=1, instances=16, draws=4, recorded=True)
     recorded = [l for l in result["lines"] if l["engineer"] == "recorded"]
@@ -229,7 +229,7 @@ def test_recorded_scores_the_config_trained_next_with_its_gain(registry, sim_run
 def test_the_answers_that_decide_a_kept_prompt(registry, sim_runs):
     from dataclasses import replace
 
-    from envengineer.engineer_score import load_run
+    from envengineer.plugins.score.engineer_score import load_run
 
     run = load_run(registry, sim_runs[0])
     assert run.group_size == 8  # no prefilter: the GRPO group (num_generations)
@@ -254,7 +254,7 @@ def test_recorded_kept_is_checked_against_what_the_trainer_found(registry, sim_r
 def test_self_prediction_is_scored_by_brier_against_what_the_reference_measured(registry, sim_runs, tmp_path):
     """--predict: an engineer with a model is asked, on the round's own context, for the checkpoint's sampled success
     per group; a prediction of 0.5 everywhere scores exactly the no-knowledge reference; a rule-based engineer is not asked."""
-    from envengineer.engineer_score import brier, parse_prediction, prediction_schema
+    from envengineer.plugins.score.engineer_score import brier, parse_prediction, prediction_schema
 
     HalfPredictor.asked.clear()
     result = _score(registry, sim_runs[:1], ["half-predictor", "inverted"], tmp_path / "cache", proposals=1, predictions=2)
@@ -291,7 +291,7 @@ def test_self_prediction_through_an_openai_compatible_server(registry, sim_runs,
     and the server's JSON answer is parsed and scored."""
     import yaml
 
-    from envengineer.engineer_score import REFERENCE
+    from envengineer.plugins.score.engineer_score import REFERENCE
 
     first = _score(registry, sim_runs[:1], [], tmp_path / "cache", proposals=1, recorded=True)
     groups = list(next(l for l in first["lines"] if l["engineer"] == REFERENCE and l["round"] == 0)["by_group"])

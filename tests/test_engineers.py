@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envengineer.design import design
-from envengineer.prompts import build_request
+from envengineer.design.step import design
+from envengineer.design.prompts import build_request
 from envengineer.errors import ConfigError
-from envengineer.evidence import load_evidence
+from envengineer.design.evidence import load_evidence
 
 pytest.importorskip("openai")
 pytest.importorskip("google.genai")
@@ -317,7 +317,7 @@ def test_loopback_server_lets_gemini_thinking_eat_the_answer(fake_llm):
 
 def _example_engineer(registry, path, server, monkeypatch):
     """An examples/engineers file loaded as `envengineer propose --engineer-config` loads it, aimed at the loopback server."""
-    from envengineer.replay import engineer_section
+    from envengineer.loop.replay import engineer_section
 
     name, options = engineer_section(path.parent, None, path)
     options["base_url"] = server.url if name == "gemini" else server.url + "/v1"

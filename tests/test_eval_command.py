@@ -5,7 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from envengineer.cli import app
+from envengineer.cli.commands import app
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_eval_writes_rates_per_subset_size_and_hole_ratio(model_dir, tmp_path):
 
 
 def test_eval_rejects_unknown_policies_and_benchmarks(tmp_path):
-    from envengineer.cli import main
+    from envengineer.cli.commands import main
 
     for args in (["eval", "--policy", "no-such", "--bench", "mapf-3agents"],
                  ["eval", "--policy", "transformers:/nonexistent", "--bench", "no-such-bench"]):
@@ -69,7 +69,7 @@ def _api_policy(tmp_path, fake_llm, monkeypatch, **options):
 
 
 def _bench_records(limit):
-    from envengineer.evaluation import spread
+    from envengineer.loop.evaluation import spread
     from envengineer.fileio import read_jsonl
     from envengineer.registry import load_registry
 
@@ -103,7 +103,7 @@ def test_eval_runs_an_api_policy_without_weights(tmp_path, fake_llm, monkeypatch
 
 
 def test_eval_records_failed_calls_and_their_first_error(tmp_path, fake_llm, monkeypatch, capsys):
-    from envengineer.cli import main
+    from envengineer.cli.commands import main
 
     generator, records = _bench_records(4)
     answer = generator.reference_answer(records[0])
@@ -121,7 +121,7 @@ def test_eval_records_failed_calls_and_their_first_error(tmp_path, fake_llm, mon
 
 
 def test_eval_fails_when_every_call_fails(tmp_path, fake_llm, monkeypatch, capsys):
-    from envengineer.cli import main
+    from envengineer.cli.commands import main
 
     fake_llm.script = [fake_llm.Step("<answer></answer>")]
     # forcing a temperature on gpt-5: the service refuses every call

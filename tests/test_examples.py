@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envengineer.runconfig import load_run_config, parse_run_config, resolve
+from envengineer.loop.runconfig import load_run_config, parse_run_config, resolve
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 #: Run configs have a name; a suite manifest (suite.yaml) or a generator config beside them has none.

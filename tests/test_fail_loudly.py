@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from envengineer.gpus import Gpu, GpuProcess
+from envengineer.components.gpus import Gpu, GpuProcess
 
 HANGING_JOB = """
 import os, subprocess, sys, time
@@ -223,7 +223,7 @@ def test_the_vllm_options_carry_the_limits(registry):
 
 def test_mig_instances_are_not_waited_for(monkeypatch):
     """A MIG instance's free memory is not the whole GPU's: no reading, so no wait (vLLM itself still checks)."""
-    from envengineer.gpus import visible_gpus
+    from envengineer.components.gpus import visible_gpus
     from envengineer.plugins.vllm_child import wait_for_memory
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4f8e1c2a-1111-2222-3333-444455556666")

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("trl")
 torch = pytest.importorskip("torch")
 
-from envengineer.training import ROLLOUTS_FILE, TrainRequest  # noqa: E402
+from envengineer.components.training import ROLLOUTS_FILE, TrainRequest  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ PROMPTS = [f"{w} {i}" if i else w for i in range(5) for w in WORDS]  # 60 prompt
 def shipped():
     """The quickstart's shipped tiny base (model, tokenizer) and 160 compact prompts."""
     from envengineer.registry import load_registry
-    from envengineer.runconfig import load_run_config
+    from envengineer.loop.runconfig import load_run_config
 
     registry = load_registry(entry_points=False)
     config = load_run_config(ROOT / "examples" / "quickstart.yaml")

@@ -25,7 +25,7 @@ def at_repo_root():
 
 
 def test_every_arm_takes_the_same_optimizer_steps_on_fresh_seeds_and_two_warm_starts(tmp_path, at_repo_root):
-    from envengineer.suite import plan
+    from envengineer.plugins.suite.tables import plan
 
     primary = plan([str(STEPS)], output=tmp_path / "steps")
     secondary = plan([str(STEPS / "instances.yaml")], output=tmp_path / "instances")
@@ -60,7 +60,7 @@ def test_no_config_can_train_on_the_never_trained_lengths():
 def test_the_check_reads_every_training_record_and_fails_on_a_never_trained_walk(tmp_path, at_repo_root):
     from typer.testing import CliRunner
 
-    from envengineer.cli import app
+    from envengineer.cli.commands import app
 
     folder = tmp_path / "steps"
     folder.mkdir()

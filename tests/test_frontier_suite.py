@@ -11,7 +11,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from envengineer.cli import app
+from envengineer.cli.commands import app
 
 REPO = Path(__file__).resolve().parents[1]
 FRONTIER = REPO / "examples" / "frontier"
@@ -29,8 +29,8 @@ def at_repo_root():
 
 def test_the_manifest_is_the_base_plus_each_arms_overrides(tmp_path, at_repo_root):
     from envengineer.registry import load_registry
-    from envengineer.runconfig import load_run_config
-    from envengineer.suite import plan
+    from envengineer.loop.runconfig import load_run_config
+    from envengineer.plugins.suite.tables import plan
 
     suite = plan([str(FRONTIER)], seeds=4, output=tmp_path / "out")
     arms = {e.arm: e for e in suite.entries}

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from envengineer import hookimpl
 from envengineer.components import Change, GenerationResult, Generator, Projection, Validator, Verdict
 from envengineer.registry import Registry
-from envengineer.taskops import generate_file, score_file, solve_file
+from envengineer.loop.taskops import generate_file, score_file, solve_file
 
 
 class ToyConfig(BaseModel):
@@ -109,7 +109,7 @@ def test_generate_solve_score_project_render(pm, tmp_path):
 
 
 def test_cli_paths_work_for_the_toy_task(pm, tmp_path, monkeypatch):
-    from envengineer import cli
+    from envengineer.cli import commands as cli
 
     registry = _registry(pm)
     monkeypatch.setattr(cli, "_registry", lambda: registry)

@@ -111,7 +111,7 @@ def test_the_command_line_keeps_working_and_prints_the_error_once(tmp_path):
     env.pop("ENVENGINEER_LOAD_PLUGINS", None)
     env["COLUMNS"] = "400"  # no wrapped lines
     message = "register_generator is marked @hookimpl but no hook is named 'register_generator': did you mean register_generators?"
-    listing = subprocess.run([sys.executable, "-m", "envengineer.cli", "plugins"], capture_output=True, text=True, env=env, timeout=300,
+    listing = subprocess.run([sys.executable, "-m", "envengineer.cli.commands", "plugins"], capture_output=True, text=True, env=env, timeout=300,
                              cwd=tmp_path)
     assert listing.returncode == 0, listing.stderr
     output = listing.stdout + listing.stderr
@@ -119,7 +119,7 @@ def test_the_command_line_keeps_working_and_prints_the_error_once(tmp_path):
     assert output.count("RuntimeError: boom at import") == 1  # before: twice (a manager at import, one for the command), then the listing
     assert "mapf-frozenlake" in listing.stdout
     out = tmp_path / "walks.jsonl"
-    generate = subprocess.run([sys.executable, "-m", "envengineer.cli", "generate", "grid-walk", "--n", "2", "--output", str(out)],
+    generate = subprocess.run([sys.executable, "-m", "envengineer.cli.commands", "generate", "grid-walk", "--n", "2", "--output", str(out)],
                               capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert generate.returncode == 0, generate.stderr
     assert (generate.stdout + generate.stderr).count(message) == 1 and len(out.read_text().splitlines()) == 2

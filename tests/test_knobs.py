@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from pydantic import BaseModel, ConfigDict, Field
 
 from envengineer.components import Engineer, GenerationResult, Generator, Knob, Validator, Verdict
-from envengineer.contract import EngineerReply
-from envengineer.design import design
-from envengineer.prompts import build_request
+from envengineer.design.contract import EngineerReply
+from envengineer.design.step import design
+from envengineer.design.prompts import build_request
 from envengineer.errors import ConfigError
-from envengineer.evidence import Evidence, RoundRecord
-from envengineer.knobs import renormalize
+from envengineer.design.evidence import Evidence, RoundRecord
+from envengineer.components.knobs import renormalize
 from envengineer.registry import Registry
 
 ARITH = Path(__file__).resolve().parents[1] / "examples" / "envengineer-arith"

@@ -14,7 +14,7 @@ import yaml
 from rich.console import Console
 from typer.testing import CliRunner
 
-from envengineer.cli import app
+from envengineer.cli.commands import app
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {"ENVENGINEER_LOAD_PLUGINS": "", "COLUMNS": "200", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -100,11 +100,11 @@ def test_ray_runs_give_the_tables_of_jobs_1_and_a_second_invocation_submits_noth
 
 
 def test_ray_jobs_submitted_by_an_earlier_invocation_are_followed_not_submitted_again(reference, ray_cluster):
-    from envengineer.launchers import launcher_options
+    from envengineer.plugins.suite.launch.base import launcher_options
     from envengineer.registry import load_registry
-    from envengineer.suite import plan
-    from envengineer.suite_launch import make_launcher, submit
-    from envengineer.suite_runner import unfinished
+    from envengineer.plugins.suite.tables import plan
+    from envengineer.plugins.suite.launch.jobs import make_launcher, submit
+    from envengineer.plugins.suite.local import unfinished
 
     out = reference["root"] / "ray-followed"
     registry = load_registry()
@@ -137,11 +137,11 @@ def cpus_freed(ray, seconds: float = 10.0) -> bool:
 
 
 def test_a_run_waiting_for_resources_shows_pending_and_a_run_on_several_nodes_needs_a_cluster(reference, ray_cluster):
-    from envengineer.launchers import launcher_options
+    from envengineer.plugins.suite.launch.base import launcher_options
     from envengineer.registry import load_registry
-    from envengineer.suite import plan
-    from envengineer.suite_launch import make_launcher, submit
-    from envengineer.suite_runner import unfinished
+    from envengineer.plugins.suite.tables import plan
+    from envengineer.plugins.suite.launch.jobs import make_launcher, submit
+    from envengineer.plugins.suite.local import unfinished
 
     out = reference["root"] / "ray-pending"
     registry = load_registry()
@@ -162,8 +162,8 @@ def test_a_run_waiting_for_resources_shows_pending_and_a_run_on_several_nodes_ne
     assert cpus_freed(ray_cluster)
     from envengineer.components import Resources
     from envengineer.errors import EnvEngineerError
-    from envengineer.runconfig import parse_run_config
-    from envengineer.suite_launch import run_resources
+    from envengineer.loop.runconfig import parse_run_config
+    from envengineer.plugins.suite.launch.jobs import run_resources
 
     run = suite.runs[0]
     verl = {"name": "verl", "nnodes": 2, "n_gpus_per_node": 4, "preset": "paper-4xh100"}
@@ -192,11 +192,11 @@ def test_slurm_jobs_through_submitits_local_executor_give_the_tables_of_jobs_1(r
 
 def test_slurm_jobs_still_running_are_followed_and_a_failed_run_shows_its_logs_tail(reference, tmp_path):
     pytest.importorskip("submitit")
-    from envengineer.launchers import launcher_options
+    from envengineer.plugins.suite.launch.base import launcher_options
     from envengineer.registry import load_registry
-    from envengineer.suite import plan
-    from envengineer.suite_launch import make_launcher, submit
-    from envengineer.suite_runner import unfinished
+    from envengineer.plugins.suite.tables import plan
+    from envengineer.plugins.suite.launch.jobs import make_launcher, submit
+    from envengineer.plugins.suite.local import unfinished
 
     folder = write_suite(tmp_path / "s", launcher={"name": "slurm", "executor": "local", "poll_seconds": 0.2},
                          broken={"policy.path": str(tmp_path / "no-student")})  # fails only when the run loads it
@@ -224,11 +224,11 @@ def test_the_sbatch_lines_of_the_paper_suite_come_from_its_configs_and_the_launc
     submitit = pytest.importorskip("submitit")
     from submitit.slurm.slurm import SlurmExecutor, _make_sbatch_string
 
-    from envengineer.launchers import launcher_options
+    from envengineer.plugins.suite.launch.base import launcher_options
     from envengineer.registry import load_registry
-    from envengineer.suite import plan
-    from envengineer.suite_launch import run_resources
-    from envengineer.suite_launch_slurm import sbatch_parameters
+    from envengineer.plugins.suite.tables import plan
+    from envengineer.plugins.suite.launch.jobs import run_resources
+    from envengineer.plugins.suite.launch.slurm import sbatch_parameters
 
     monkeypatch.chdir(REPO)
     registry = load_registry()
@@ -237,7 +237,7 @@ def test_the_sbatch_lines_of_the_paper_suite_come_from_its_configs_and_the_launc
     options = launcher_options(section, {"partition": None, "account": "rl-lab"})  # a command-line option on top; None: not given
     run = suite.runs[0]
     resources = run_resources(run, registry, options)
-    from envengineer.runconfig import resolve
+    from envengineer.loop.runconfig import resolve
 
     trainer = resolve(run.config, registry).trainer.options  # the verl preset paper-4xh100
     assert (resources.gpus_per_node, resources.nodes) == (trainer.n_gpus_per_node, trainer.nnodes) == (4, 1)
@@ -269,8 +269,8 @@ def test_a_bad_launcher_section_is_named_and_jobs_is_for_the_local_launcher(tmp_
     settings.write_text("name: slurm\npartition: h100\nsbatch: {qos: high}\nwalltime: 5\n")
     result = suite_cmd(folder, tmp_path / "out", "--launcher-file", str(settings))
     assert "slurm.yaml: launcher.walltime: Extra inputs are not permitted" in str(result.exception)
-    from envengineer.launchers import suite_launcher
-    from envengineer.suite_manifest import read_entries
+    from envengineer.plugins.suite.launch.base import suite_launcher
+    from envengineer.plugins.suite.manifest import read_entries
 
     settings.write_text("name: slurm\npartition: h100\nsbatch: {qos: high}\n")
     plain, ray, slurm = (read_entries([write_suite(tmp_path / n, launcher=section)]) for n, section in
@@ -289,7 +289,7 @@ def test_a_cluster_job_starts_in_the_suites_folder_with_its_variables_and_notes_
     import os
     import socket
 
-    from envengineer import suite_worker
+    from envengineer.plugins.suite import worker as suite_worker
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.chdir(tmp_path.parent)
@@ -307,8 +307,8 @@ def test_slurm_states_map_to_the_suites_and_without_srun_the_error_says_what_to_
     submitit = pytest.importorskip("submitit")
     from envengineer.components import Resources
     from envengineer.errors import EnvEngineerError
-    from envengineer.launchers import ENDED, PENDING, RUNNING, UNKNOWN, launcher_options
-    from envengineer.suite_launch_slurm import SlurmLauncher
+    from envengineer.plugins.suite.launch.base import ENDED, PENDING, RUNNING, UNKNOWN, launcher_options
+    from envengineer.plugins.suite.launch.slurm import SlurmLauncher
 
     launcher = SlurmLauncher(launcher_options({"name": "slurm"}), tmp_path)
     for state, expected in (("PENDING", PENDING), ("REQUEUED", PENDING), ("RUNNING", RUNNING), ("COMPLETING", RUNNING),
@@ -339,7 +339,7 @@ def test_a_runs_resources_are_the_larger_of_its_trainers_and_policys_and_the_lau
 
 def test_a_finished_run_whose_config_leaves_validation_to_the_task_counts_as_finished(tmp_path):
     """The loop records the validation set the task declares in run.yaml; the suite compares with that."""
-    from envengineer.suite import plan
+    from envengineer.plugins.suite.tables import plan
 
     folder = write_suite(tmp_path / "s")
     base = yaml.safe_load((folder / "base.yaml").read_text())

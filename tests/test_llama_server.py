@@ -18,11 +18,11 @@ import urllib.request
 
 import pytest
 import yaml
-from envengineer.design import design
+from envengineer.design.step import design
 from envengineer.errors import ConfigError
-from envengineer.evidence import load_evidence
+from envengineer.design.evidence import load_evidence
 from envengineer.plugins import llama_server
-from envengineer.prompts import build_request
+from envengineer.design.prompts import build_request
 
 MODEL = "smollm2-135m-instruct"
 
@@ -120,7 +120,7 @@ def test_a_model_name_serves_its_packaged_file(tmp_path):
 
 
 def test_the_cli_refuses_an_unknown_server_and_build_without_llama_cpp():
-    from envengineer.cli import app
+    from envengineer.cli.commands import app
     from typer.testing import CliRunner
 
     runner = CliRunner()
@@ -152,7 +152,7 @@ def served(llama_exe):
     _packaged_gguf()
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "envengineer.cli", "serve", MODEL, "--server", "llama.cpp", "--port", str(port)],
+        [sys.executable, "-m", "envengineer.cli.commands", "serve", MODEL, "--server", "llama.cpp", "--port", str(port)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"

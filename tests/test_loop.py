@@ -16,9 +16,9 @@ pytest.importorskip("trl")
 
 from envengineer import hookimpl  # noqa: E402
 from envengineer.errors import ConfigError  # noqa: E402
-from envengineer.loop import Loop, run  # noqa: E402
+from envengineer.loop.steps import Loop, run  # noqa: E402
 from envengineer.registry import Registry  # noqa: E402
-from envengineer.runconfig import parse_run_config, resolve  # noqa: E402
+from envengineer.loop.runconfig import parse_run_config, resolve  # noqa: E402
 
 
 def tiny_run_config(tmp: Path, output: Path, cache: Path, **overrides) -> dict:
@@ -214,7 +214,7 @@ def test_sigkill_during_training_then_resume(tmp_path, cache, reference):
     config_path = tmp_path / "run.yaml"
     config_path.write_text(yaml.safe_dump(tiny_run_config(tmp_path, out, cache)))
     env = {**os.environ, "ENVENGINEER_LOAD_PLUGINS": ""}
-    proc = subprocess.Popen([sys.executable, "-m", "envengineer.cli", "run", str(config_path)],
+    proc = subprocess.Popen([sys.executable, "-m", "envengineer.cli.commands", "run", str(config_path)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     partial = out / "round-00" / "train.partial"
     deadline = time.monotonic() + 300
@@ -224,7 +224,7 @@ def test_sigkill_during_training_then_resume(tmp_path, cache, reference):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (out / "round-00" / "train").exists()
-    result = subprocess.run([sys.executable, "-m", "envengineer.cli", "run", str(config_path)],
+    result = subprocess.run([sys.executable, "-m", "envengineer.cli.commands", "run", str(config_path)],
                             capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     assert comparable(out) == comparable(ref_dir)
@@ -272,7 +272,7 @@ def test_bad_run_configs_name_the_field(registry, tmp_path, cache, patch, field)
 
 
 def test_cli_run_rejects_a_bad_config_without_writing(tmp_path):
-    from envengineer.cli import main
+    from envengineer.cli.commands import main
 
     path = tmp_path / "bad.yaml"
     path.write_text("name: x\ntask: mapf-frozenlake\nengineer: {name: heuristic, bogus: 1}\noutput: " + str(tmp_path / "run") + "\n")
@@ -293,9 +293,9 @@ def _designs(out: Path) -> list[tuple]:
 
 
 def test_an_llm_engineer_that_keeps_falling_back_stops_the_run_until_fixed(tmp_path, cache, fake_llm, monkeypatch, capsys):
-    from envengineer.cli import main
-    from envengineer.report import render_html
-    from envengineer.runview import load_run
+    from envengineer.cli.commands import main
+    from envengineer.plugins.report.page import render_html
+    from envengineer.plugins.report.view import load_run
 
     monkeypatch.setenv("ENVENGINEER_LOAD_PLUGINS", "")
     monkeypatch.delenv(KEY, raising=False)
@@ -358,7 +358,7 @@ def test_offline_propose_uses_the_models_the_run_recorded(tmp_path, reference, n
     """`envengineer propose --engineer checkpoint|base` loads round N's trained checkpoint / the run's base policy."""
     from typer.testing import CliRunner
 
-    from envengineer.cli import app
+    from envengineer.cli.commands import app
 
     ref_dir, _ = reference
     history = [json.loads(line) for line in (ref_dir / "history.jsonl").read_text().splitlines()]
@@ -379,7 +379,7 @@ def test_offline_propose_uses_the_models_the_run_recorded(tmp_path, reference, n
 
 
 def test_overrides_apply_like_the_file():
-    from envengineer.runconfig import apply_overrides
+    from envengineer.loop.runconfig import apply_overrides
 
     base = {"name": "x", "task": "mapf-frozenlake", "seed": 0, "engineer": "heuristic", "trainer": {"name": "trl", "beta": 0.0}}
     out = apply_overrides(base, ["seed=2", "engineer.name=fixed", "trainer.beta=1.0e-2", "eval.limit=5",
@@ -397,7 +397,7 @@ def test_overrides_apply_like_the_file():
     ("seed=[1", "the value is not YAML"),
 ])
 def test_bad_overrides_are_named(override, message):
-    from envengineer.runconfig import apply_overrides
+    from envengineer.loop.runconfig import apply_overrides
 
     with pytest.raises(ConfigError) as info:
         apply_overrides({"name": "x"}, [override])
@@ -405,7 +405,7 @@ def test_bad_overrides_are_named(override, message):
 
 
 def test_cli_run_takes_dotted_overrides_and_records_the_result(tmp_path, cache, capsys):
-    from envengineer.cli import main
+    from envengineer.cli.commands import main
 
     out = tmp_path / "run"
     path = tmp_path / "base.yaml"
@@ -425,7 +425,7 @@ def test_a_rounds_model_is_the_one_its_trainer_returned(tmp_path):
     the next round, evaluation and the checkpoint engineer use that folder."""
     import time as _time
 
-    from envengineer.rundir import RunDir
+    from envengineer.store.rundir import RunDir
 
     run = RunDir(tmp_path / "run")
     assert run.checkpoint(0) == tmp_path / "run" / "round-00" / "train" / "checkpoint"  # before the step: the convention
@@ -438,7 +438,7 @@ def test_a_rounds_model_is_the_one_its_trainer_returned(tmp_path):
 
 def test_run_steps_are_one_enumeration_and_a_typo_is_an_error(tmp_path):
     """Every step the loop records is a Step; asking for an unknown one fails instead of reading as "not done"."""
-    from envengineer.rundir import STEPS, RunDir, Step, clock
+    from envengineer.store.rundir import STEPS, RunDir, Step, clock
 
     assert STEPS == ("pretrain", "base_eval", "generate", "train", "eval", "bench", "design", "round_end")
     folder = RunDir(tmp_path)

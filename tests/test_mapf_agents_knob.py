@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from envengineer.errors import ConfigError
-from envengineer.taskops import load_generator_config
+from envengineer.loop.taskops import load_generator_config
 from envengineer.tasks.mapf_frozenlake import SIZE_NAMES
 from envengineer.tasks.mapf_frozenlake.config import MapfConfig, agents_fitting, fit_free_cells, hole_count
 from envengineer.testing import assert_task_conforms, fuzz_proposals, load_task, records_digest
@@ -198,9 +198,9 @@ def test_on_guidelines_and_brief_name_the_knob():
 
 
 def test_on_the_curriculum_engineer_moves_the_knob(registry):
-    from envengineer.design import design
-    from envengineer.evidence import Evidence
-    from envengineer.prompts import build_request
+    from envengineer.design.step import design
+    from envengineer.design.evidence import Evidence
+    from envengineer.design.prompts import build_request
 
     generator = registry.create("generator", "mapf-frozenlake", dict(ON), where="task")
     report = {"overall": {"n": 8, "valid": 4, "optimal": 2, "valid_rate": 0.5, "optimal_rate": 0.25, "failures": {"goal": 4}},
@@ -218,7 +218,7 @@ def test_on_conforms():
 
 
 def test_a_run_config_with_the_knob_on_validates(registry, tmp_path):
-    from envengineer.runconfig import parse_run_config, resolve
+    from envengineer.loop.runconfig import parse_run_config, resolve
 
     data = {"name": "agents-knob", "task": {"name": "mapf-frozenlake", **ON}, "engineer": "heuristic",
             "initial_config": "random", "eval": {"benchmarks": ["mapf-3agents", "mapf-4agents", "mapf-5agents"]}}

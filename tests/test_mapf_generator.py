@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from typer.testing import CliRunner
 
-from envengineer.cli import app
+from envengineer.cli.commands import app
 from envengineer.errors import ConfigError
 from envengineer.tasks.mapf_frozenlake import SIZE_NAMES
 from envengineer.tasks.mapf_frozenlake.config import MapfConfig, SizeKnobs, allocate, hole_count, uniform_config
@@ -128,7 +128,7 @@ def test_cli_generate_solve_score(tmp_path):
 
 
 def test_cli_bad_input_names_file_and_line(tmp_path):
-    from envengineer.cli import main
+    from envengineer.cli.commands import main
 
     inst = tmp_path / "i.jsonl"
     inst.write_text('{"id": "a", "size": 3, "grid": ["FFF","FFF","FFF"], "agents": [{"start": [0,0], "goal": [2,2]}]}\n{broken\n')

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from envengineer.metrics import paired_change, sign_test
+from envengineer.components.metrics import paired_change, sign_test
 
 
 def minlike_p(gained: int, lost: int) -> float:

@@ -112,7 +112,7 @@ def test_names_resolve_and_an_existing_folder_wins(tmp_path, monkeypatch):
 
 
 def test_a_name_is_accepted_wherever_a_model_folder_is(registry, smollm2_folder):
-    from envengineer.contract import DesignRequest
+    from envengineer.design.contract import DesignRequest
 
     policy = registry.create("policy", "transformers", {"path": NAME}, where="policy.transformers")
     assert str(policy.prepare()) == smollm2_folder
@@ -122,7 +122,7 @@ def test_a_name_is_accepted_wherever_a_model_folder_is(registry, smollm2_folder)
 
 
 def test_plan_knows_the_shape_by_name():
-    from envengineer.model_shape import model_shape
+    from envengineer.components.model_shape import model_shape
 
     shape = model_shape(NAME)
     assert (shape.hidden_size, shape.num_layers, shape.num_heads, shape.num_kv_heads, shape.vocab_size) == (576, 30, 9, 3, 49152)
@@ -130,7 +130,7 @@ def test_plan_knows_the_shape_by_name():
 
 
 def test_plan_shape_matches_the_converted_config(smollm2_folder):
-    from envengineer.model_shape import model_shape
+    from envengineer.components.model_shape import model_shape
 
     built_in, read = model_shape(NAME), model_shape(smollm2_folder)
     for field in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "vocab_size",
@@ -141,7 +141,7 @@ def test_plan_shape_matches_the_converted_config(smollm2_folder):
 def test_the_models_command_lists_and_prints_the_folder(smollm2_folder):
     from typer.testing import CliRunner
 
-    from envengineer.cli import app
+    from envengineer.cli.commands import app
 
     runner = CliRunner()
     listed = runner.invoke(app, ["models"], env={"COLUMNS": "200"})

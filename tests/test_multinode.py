@@ -25,14 +25,14 @@ pytest.importorskip("submitit")
 TEMP_PREFIX = "/tmp/envengineer-ray-"
 SPEC = ("RayNodes(nodes=2, per_node=1, resource='fake_gpu', num_gpus=0, num_cpus=1, resources={{'fake_gpu': 1}}, "
         "join_timeout_s={timeout}, stop_timeout_s=30, poll_s=0.2)")
-RANK = "import sys; from envengineer.suite_launch_nodes import RayNodes, main; sys.exit(main(sys.argv[1], {spec}))"
+RANK = "import sys; from envengineer.plugins.suite.launch.nodes import RayNodes, main; sys.exit(main(sys.argv[1], {spec}))"
 
 
 def one_run(tmp_path: Path, env: dict[str, str]):
     """A one-round run of the simulated student in ``tmp_path``, as the suite plans it, and its job file (what `submit` writes)."""
     from envengineer.fileio import write_json
     from envengineer.registry import load_registry
-    from envengineer.suite import plan
+    from envengineer.plugins.suite.tables import plan
 
     folder = tmp_path / "suite"
     folder.mkdir(parents=True)
@@ -103,7 +103,7 @@ def our_ray_dirs():
 def test_a_two_node_slurm_job_makes_a_ray_cluster_runs_the_run_on_it_and_leaves_no_ray_behind(tmp_path, our_ray_dirs, monkeypatch, token):
     import secrets
 
-    from envengineer.suite_launch_nodes import _listening, head_file
+    from envengineer.plugins.suite.launch.nodes import _listening, head_file
 
     home = tmp_path / "home"  # the nodes' shared home: with Ray's token in it, or none (Ray's authentication off)
     (home / ".ray").mkdir(parents=True)
@@ -162,7 +162,7 @@ import json, os, sys
 from pathlib import Path
 from envengineer.fileio import write_json
 from envengineer.registry import load_registry
-from envengineer.suite_launch_nodes import RayNodes, _auth_env, await_cluster, free_port, head_args, head_file, node_ip, start_ray, stop_cluster
+from envengineer.plugins.suite.launch.nodes import RayNodes, _auth_env, await_cluster, free_port, head_args, head_file, node_ip, start_ray, stop_cluster
 job, model, out = map(Path, sys.argv[1:4])
 spec = {spec}
 _auth_env()  # as rank 0 does, before Ray is imported
@@ -205,12 +205,12 @@ def test_verls_node_check_sees_every_node_of_the_jobs_cluster(tmp_path, our_ray_
 def test_a_two_node_slurm_job_asks_for_two_nodes_one_task_each_and_starts_the_ray_bootstrap(tmp_path, monkeypatch):
     from submitit.slurm.slurm import SlurmExecutor, _make_sbatch_string
 
-    from envengineer.launchers import Job, launcher_options
+    from envengineer.plugins.suite.launch.base import Job, launcher_options
     from envengineer.registry import load_registry
-    from envengineer.runconfig import parse_run_config
-    from envengineer.suite_launch import run_resources
-    from envengineer.suite_launch_nodes import RayNodes, main
-    from envengineer.suite_launch_slurm import SlurmLauncher, job_call, sbatch_parameters
+    from envengineer.loop.runconfig import parse_run_config
+    from envengineer.plugins.suite.launch.jobs import run_resources
+    from envengineer.plugins.suite.launch.nodes import RayNodes, main
+    from envengineer.plugins.suite.launch.slurm import SlurmLauncher, job_call, sbatch_parameters
 
     registry = load_registry()
     entry, run, _ = one_run(tmp_path, env={})
@@ -250,7 +250,7 @@ def two_nodes():
 
 
 def follow(launcher, job_id: str, timeout: float = 120) -> None:
-    from envengineer.launchers import ENDED
+    from envengineer.plugins.suite.launch.base import ENDED
 
     deadline = time.monotonic() + timeout
     try:
@@ -267,8 +267,8 @@ def outcome(job_file: Path, suffix: str) -> dict:
 
 def test_a_two_node_run_on_ray_attaches_to_the_cluster_and_a_three_node_run_waits_for_a_third(tmp_path, two_nodes):
     from envengineer.components import Resources
-    from envengineer.launchers import PENDING, Job, launcher_options
-    from envengineer.suite_launch_ray import RayLauncher
+    from envengineer.plugins.suite.launch.base import PENDING, Job, launcher_options
+    from envengineer.plugins.suite.launch.ray import RayLauncher
 
     launcher = RayLauncher(launcher_options({"name": "ray", "address": two_nodes.address}))
     two, three = Resources(gpus_per_node=1, nodes=2, cpus=2), Resources(gpus_per_node=1, nodes=3, cpus=2)

@@ -17,7 +17,7 @@ from envengineer.plugins.trainers.trl_padding_free import (  # noqa: E402
     split_sorted,
     unpadded_logps,
 )
-from envengineer.training import TrainRequest  # noqa: E402
+from envengineer.components.training import TrainRequest  # noqa: E402
 
 SHIPPED_BASE = next((Path(__file__).resolve().parents[1] / "tasks" / "mapf_frozenlake" / "data" / "tiny").iterdir())
 

@@ -11,8 +11,8 @@ import yaml
 from typer.testing import CliRunner
 
 from envengineer.errors import ConfigError
-from envengineer.memory import plan_run
-from envengineer.model_shape import GB, KNOWN_SHAPES, model_shape
+from envengineer.plugins.gpu.plan import plan_run
+from envengineer.components.model_shape import GB, KNOWN_SHAPES, model_shape
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 QWEN3_4B = KNOWN_SHAPES["Qwen/Qwen3-4B"]
@@ -159,7 +159,7 @@ def test_fp32_and_1024_rows_at_once_does_not_fit_and_the_cli_names_the_fixes(reg
     kv = generation["KV cache (float32: generate runs outside autocast)"]
     assert kv == 1024 * 6656 * 288 * 1024  # every row of the generation batch at once, fp32: ~2 TB
     assert round(_phase_rows(plan, "forward/backward")["reference weights"] / GB, 1) == 16.1  # fp32, as TRL loads it
-    from envengineer.cli import app
+    from envengineer.cli.commands import app
 
     result = CliRunner().invoke(app, ["plan", str(path), "--gpu-memory-gb", "80", "--json", str(tmp_path / "plan.json")])
     assert result.exit_code == 1, result.output
@@ -175,7 +175,7 @@ def test_fp32_and_1024_rows_at_once_does_not_fit_and_the_cli_names_the_fixes(reg
 
 @pytest.mark.parametrize("config", ["paper/v6.yaml", "qwen3-one-gpu-trl.yaml"])
 def test_the_shipped_recipes_fit_from_the_command_line(config):
-    from envengineer.cli import app
+    from envengineer.cli.commands import app
 
     result = CliRunner().invoke(app, ["plan", str(EXAMPLES / config), "--gpu-memory-gb", "80"])
     assert result.exit_code == 0, result.output

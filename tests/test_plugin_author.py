@@ -21,7 +21,7 @@ def one_family():
 
 
 def test_a_run_config_without_a_task_names_the_field_and_the_installed_families(registry):
-    from envengineer.runconfig import RunConfig, parse_run_config
+    from envengineer.loop.runconfig import RunConfig, parse_run_config
 
     assert RunConfig.model_fields["task"].is_required()
     for data, field in (({"name": "x"}, "task"), ({"name": "x", "task": None}, "task"), ({"name": "x", "task": {"agents": 2}}, "task.name")):
@@ -31,7 +31,7 @@ def test_a_run_config_without_a_task_names_the_field_and_the_installed_families(
 
 
 def test_a_run_config_without_a_task_runs_the_only_installed_family(one_family):
-    from envengineer.runconfig import parse_run_config
+    from envengineer.loop.runconfig import parse_run_config
 
     assert one_family.names("generator") == ["grid-walk"]
     assert parse_run_config({"name": "x"}, registry=one_family).task == {"name": "grid-walk"}
@@ -43,7 +43,7 @@ def test_a_run_config_without_a_task_runs_the_only_installed_family(one_family):
 
 
 def test_envengineer_run_without_a_task_stops_before_writing(tmp_path, capsys):
-    from envengineer.cli import main
+    from envengineer.cli.commands import main
 
     path = tmp_path / "no-task.yaml"
     path.write_text(f"name: x\nengineer: fixed\noutput: {tmp_path / 'run'}\n")
@@ -57,7 +57,7 @@ def test_envengineer_run_without_a_task_stops_before_writing(tmp_path, capsys):
 
 def test_pretrain_without_task_names_the_option_and_the_installed_families(monkeypatch):
     import envengineer.registry
-    from envengineer.cli import app
+    from envengineer.cli.commands import app
 
     monkeypatch.setattr(envengineer.registry, "load_registry", lambda *a, **k: Registry(create_plugin_manager(entry_points=False, environ={})))
     result = CliRunner().invoke(app, ["pretrain", "--limit", "1"])
@@ -86,9 +86,9 @@ def test_the_heuristics_practice_options_do_what_they_say(registry, recorded_run
     """Where a knob's declared practice dominates a group's validation failures (mapf-frozenlake:
     wait_ratio practises conflict), that knob rises by practice_step; practice_share sets the bar,
     practice_knob and practice_failure pick another knob and failure type."""
-    from envengineer.design import design
-    from envengineer.evidence import load_evidence
-    from envengineer.prompts import build_request
+    from envengineer.design.step import design
+    from envengineer.design.evidence import load_evidence
+    from envengineer.design.prompts import build_request
 
     evidence = load_evidence(recorded_run, 1, registry)
     evidence.report = report_factory(dict(zip(SIZES, (0.9, 0.9, 0.9, 0.6, 0.6, 0.5, 0.4, 0.0))), conflict_share=0.8)
@@ -111,7 +111,7 @@ def test_the_heuristics_practice_options_do_what_they_say(registry, recorded_run
 def test_the_trl_reward_function_has_a_task_neutral_name(registry, tmp_path):
     """TRL logs a reward function's mean and std under its __name__ (rewards/<name>/mean)."""
     pytest.importorskip("trl")
-    from envengineer.training import TrainRequest
+    from envengineer.components.training import TrainRequest
 
     generator, validator = registry.task("grid-walk")
     records = generator.generate(generator.default_config(), n=2, seed=1).records
@@ -156,8 +156,8 @@ def test_help_texts_and_option_descriptions_say_when_they_speak_of_one_task(regi
 
     import typer
 
-    from envengineer.cli import app
-    from envengineer.runconfig import RunConfig
+    from envengineer.cli.commands import app
+    from envengineer.loop.runconfig import RunConfig
 
     texts = []
     command = typer.main.get_command(app)
@@ -190,7 +190,7 @@ def plugins_cli(monkeypatch):
     monkeypatch.setenv("ENVENGINEER_LOAD_PLUGINS", "")  # the built-ins only, whatever third-party package is installed
     from rich.console import Console
 
-    from envengineer import cli
+    from envengineer.cli import commands as cli
 
     monkeypatch.setattr(cli, "console", Console(width=400))
     monkeypatch.setattr(cli, "err_console", Console(width=400, stderr=True))
@@ -302,7 +302,7 @@ def test_a_policy_takes_any_prompt_style_the_task_declares_and_refuses_others_na
     from typing import ClassVar
 
     from envengineer import hookimpl
-    from envengineer.runconfig import parse_run_config, resolve
+    from envengineer.loop.runconfig import parse_run_config, resolve
     from typing import Literal
 
     from envengineer.tasks.gridwalk.plugin import GridWalkGenerator, GridWalkOptions, GridWalkValidator

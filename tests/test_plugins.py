@@ -163,7 +163,7 @@ def test_import_and_help_stay_light():
         import sys
         import envengineer
         from envengineer.registry import load_registry
-        from envengineer.cli import app
+        from envengineer.cli.commands import app
         from typer.testing import CliRunner
         result = CliRunner().invoke(app, ["--help"])
         assert result.exit_code == 0, result.output

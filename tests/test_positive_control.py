@@ -12,8 +12,8 @@ import pytest
 
 from envengineer import hookimpl
 from envengineer.plugins.engineers.baselines import Baseline, LearnabilityEngineer
-from envengineer.suite_arms import read_verdicts
-from envengineer.suite_paired import paired
+from envengineer.plugins.suite.arms.runs import read_verdicts
+from envengineer.plugins.suite.arms.paired import paired
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = REPO / "examples" / "sim-student" / "base.yaml"
@@ -68,7 +68,7 @@ class Broken:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from envengineer.loop import run
+    from envengineer.loop.steps import run
     from envengineer.plugin_manager import create_plugin_manager
     from envengineer.registry import Registry
 

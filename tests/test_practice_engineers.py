@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from envengineer.design import design
+from envengineer.design.step import design
 from envengineer.errors import ConfigError
-from envengineer.evidence import Evidence, RoundRecord, load_evidence
+from envengineer.design.evidence import Evidence, RoundRecord, load_evidence
 from envengineer.plugins.engineers.practice import knob_levels
-from envengineer.prompts import build_request
-from envengineer.signal import Cell
+from envengineer.design.prompts import build_request
+from envengineer.loop.signal import Cell
 
 WALKS = ("k3", "k4", "k5", "k6", "k7", "k8", "k9", "k10")
 FLOOR = 0.01  # grid-walk's ratio floor

@@ -15,9 +15,9 @@ import urllib.request
 
 import pytest
 import yaml
-from envengineer.design import design
-from envengineer.evidence import load_evidence
-from envengineer.prompts import build_request
+from envengineer.design.step import design
+from envengineer.design.evidence import load_evidence
+from envengineer.design.prompts import build_request
 
 pytest.importorskip("openai")
 pytest.importorskip("fastapi")
@@ -40,7 +40,7 @@ def server(smollm2_folder):
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "envengineer.cli", "serve", MODEL, "--port", str(port)],
+        [sys.executable, "-m", "envengineer.cli.commands", "serve", MODEL, "--port", str(port)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"

@@ -15,10 +15,10 @@ import pytest
 
 pytest.importorskip("reasoning_gym")
 
-from envengineer.design import design  # noqa: E402
+from envengineer.design.step import design  # noqa: E402
 from envengineer.errors import ConfigError  # noqa: E402
-from envengineer.evidence import Evidence  # noqa: E402
-from envengineer.prompts import build_request  # noqa: E402
+from envengineer.design.evidence import Evidence  # noqa: E402
+from envengineer.design.prompts import build_request  # noqa: E402
 from envengineer.tasks.reasoning_gym import catalogue  # noqa: E402
 from envengineer.tasks.reasoning_gym.plugin import DEFAULT_SYSTEM_PROMPT, RGConfig  # noqa: E402
 from envengineer.testing import assert_task_conforms  # noqa: E402
@@ -45,7 +45,7 @@ def _generate(tmp_path: Path, seed: int, name: str, hash_seed: str | None = None
     if hash_seed is not None:
         env["PYTHONHASHSEED"] = hash_seed
     cli = Path(sys.executable).with_name("envengineer")
-    command = [str(cli)] if cli.exists() else [sys.executable, "-c", "from envengineer.cli import main; main()"]
+    command = [str(cli)] if cli.exists() else [sys.executable, "-c", "from envengineer.cli.commands import main; main()"]
     subprocess.run([*command, "generate", TASK, "--n", "60", "--seed", str(seed), "--output", str(out)],
                    check=True, capture_output=True, env=env)
     return out.read_bytes()
@@ -98,7 +98,7 @@ def test_reference_answers_score_valid_and_optimal_through_solve_and_score(tmp_p
     instances, answers, verdicts = tmp_path / "i.jsonl", tmp_path / "a.jsonl", tmp_path / "v.jsonl"
     instances.write_bytes(_generate(tmp_path, 5, "i.jsonl"))
     cli = Path(sys.executable).with_name("envengineer")
-    command = [str(cli)] if cli.exists() else [sys.executable, "-c", "from envengineer.cli import main; main()"]
+    command = [str(cli)] if cli.exists() else [sys.executable, "-c", "from envengineer.cli.commands import main; main()"]
     subprocess.run([*command, "solve", TASK, "--instances", str(instances), "--output", str(answers)], check=True, capture_output=True)
     subprocess.run([*command, "score", TASK, "--instances", str(instances), "--responses", str(answers), "--output", str(verdicts)],
                    check=True, capture_output=True)
@@ -478,7 +478,7 @@ def test_heuristic_never_passes_a_dataset_cap(registry):
 
 
 def test_a_run_mixing_reasoning_gym_with_a_mapf_benchmark_is_refused(registry):
-    from envengineer.runconfig import check_eval_sets, parse_run_config
+    from envengineer.loop.runconfig import check_eval_sets, parse_run_config
 
     config = parse_run_config({"name": "mix", "task": {"name": TASK}, "engineer": {"name": "heuristic"},
                                "policy": {"name": "tiny"}, "trainer": {"name": "trl"},
@@ -494,7 +494,7 @@ RG_SETS = ("rg-val", "rg-hard", "rg-transfer", "rg-chain-sum-val")
 
 
 def test_the_frozen_sets_verify_and_rebuild_identically(registry):
-    from envengineer.benchmarks import build, verify
+    from envengineer.store.benchmarks import build, verify
     from envengineer.fileio import read_jsonl
 
     assert verify(registry, list(RG_SETS)) == []
@@ -513,7 +513,7 @@ def test_the_frozen_sets_verify_and_rebuild_identically(registry):
 
 def test_the_sets_rebuild_identically_under_another_hash_seed(tmp_path):
     cli = Path(sys.executable).with_name("envengineer")
-    command = [str(cli)] if cli.exists() else [sys.executable, "-c", "from envengineer.cli import main; main()"]
+    command = [str(cli)] if cli.exists() else [sys.executable, "-c", "from envengineer.cli.commands import main; main()"]
     done = subprocess.run([*command, "bench", "build", *RG_SETS, "--check"], capture_output=True, text=True,
                           env={**os.environ, "PYTHONHASHSEED": "777", "COLUMNS": "200"})
     assert done.returncode == 0, done.stdout + done.stderr

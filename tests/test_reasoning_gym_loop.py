@@ -17,10 +17,10 @@ import yaml
 
 pytest.importorskip("reasoning_gym")
 
-from envengineer.design import design  # noqa: E402
+from envengineer.design.step import design  # noqa: E402
 from envengineer.errors import ConfigError  # noqa: E402
-from envengineer.evidence import Evidence  # noqa: E402
-from envengineer.prompts import build_request  # noqa: E402
+from envengineer.design.evidence import Evidence  # noqa: E402
+from envengineer.design.prompts import build_request  # noqa: E402
 from envengineer.tasks.reasoning_gym import catalogue, compact  # noqa: E402
 
 TASK = "reasoning-gym"
@@ -36,7 +36,7 @@ SHRINK = [
 
 
 def cli(env: dict[str, str], *args: object) -> str:
-    done = subprocess.run([sys.executable, "-c", "from envengineer.cli import main; main()", *map(str, args)],
+    done = subprocess.run([sys.executable, "-c", "from envengineer.cli.commands import main; main()", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, f"envengineer {' '.join(map(str, args))} exited {done.returncode}:\n{done.stdout}{done.stderr}"
     return done.stdout + done.stderr
@@ -132,7 +132,7 @@ def test_warm_start_pairs_are_deterministic_low_level_chain_sums(chain, registry
 
 
 def test_the_chain_sum_validation_set_is_frozen_and_rebuilds(registry_module):
-    from envengineer.benchmarks import build, verify
+    from envengineer.store.benchmarks import build, verify
     from envengineer.fileio import read_jsonl
 
     spec = registry_module.benchmark("rg-chain-sum-val")
@@ -231,7 +231,7 @@ def test_a_shrunk_quickstart_runs_and_its_context_shows_datasets_and_real_prompt
 def test_the_context_of_a_run_on_every_default_dataset(env, registry_module):
     """A recorded run over the six default datasets (evaluated with a stand-in policy that answers right on every
     other record): the context tables have a row per dataset and the examples are full reasoning-gym questions."""
-    from envengineer.evaluation import evaluate, failing_examples, write_eval
+    from envengineer.loop.evaluation import evaluate, failing_examples, write_eval
     from envengineer.fileio import read_jsonl
 
     from envengineer.components import Policy

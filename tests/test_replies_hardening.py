@@ -6,9 +6,9 @@ re-ask can quote."""
 
 import pytest
 
-from envengineer.contract import EngineerReply
-from envengineer.proposals import UnusableProposal, extract_yaml_block, nothing_applied, proposal_of
-from envengineer.structured import reply_text
+from envengineer.design.contract import EngineerReply
+from envengineer.design.proposals import UnusableProposal, extract_yaml_block, nothing_applied, proposal_of
+from envengineer.design.structured import reply_text
 
 # transformers serve, openai-compatible engineer, max_tokens 64: the fence opened, then the limit
 CUT_AT_LIMIT = "```\n#\n# 1.\n# 2.\n# 3.\n# 4.\n# 5.\n# 6.\n# 7.\n# 8.\n# 9.\n# 10.\n# 11.\n# 1"

@@ -8,9 +8,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from envengineer.cli import app
-from envengineer.report import render_html
-from envengineer.runview import load_run
+from envengineer.cli.commands import app
+from envengineer.plugins.report.page import render_html
+from envengineer.plugins.report.view import load_run
 
 pytest.importorskip("matplotlib")
 
@@ -254,7 +254,7 @@ def test_import_stays_light():
     import subprocess
     import sys
 
-    code = "import sys, envengineer.report, envengineer.compare, envengineer.runview; print('matplotlib' in sys.modules)"
+    code = "import sys, envengineer.plugins.report.page, envengineer.plugins.report.compare, envengineer.plugins.report.view; print('matplotlib' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 
@@ -281,7 +281,7 @@ def test_error_messages_keep_square_brackets(tmp_path):
     import sys
 
     missing = tmp_path / "run[report].yaml"
-    code = "import sys; from envengineer.cli import main; sys.argv = ['envengineer', 'run', sys.argv[1]]; main()"
+    code = "import sys; from envengineer.cli.commands import main; sys.argv = ['envengineer', 'run', sys.argv[1]]; main()"
     result = subprocess.run([sys.executable, "-c", code, str(missing)], capture_output=True, text=True)
     assert result.returncode != 0
     assert "run[report].yaml" in result.stderr

@@ -79,7 +79,7 @@ class Echo(Policy):
 
 
 def _eval(folder, generator, validator, bench, miss, seed):
-    from envengineer.evaluation import evaluate, failing_examples, write_eval
+    from envengineer.loop.evaluation import evaluate, failing_examples, write_eval
 
     records = generator.generate(generator.default_config(), n=24, seed=seed).records
     for i, record in enumerate(records):
@@ -125,8 +125,8 @@ MAPF_WORDS = ("map size", "wr_025", "agents", "out of 300", "hole", "paper")
 
 
 def test_the_report_draws_the_arith_runs_groupings_knobs_and_benchmark(tmp_path, registry_arith):
-    from envengineer.report import write_report
-    from envengineer.runview import load_run
+    from envengineer.plugins.report.page import write_report
+    from envengineer.plugins.report.view import load_run
 
     run_dir = make_arith_run(tmp_path, registry_arith)
     report = write_report(run_dir, registry_arith)
@@ -155,10 +155,10 @@ def test_the_report_draws_the_arith_runs_groupings_knobs_and_benchmark(tmp_path,
 
 
 def test_compare_and_the_suite_use_the_benchmarks_label_and_aggregate(tmp_path, registry_arith):
-    from envengineer.compare import compare_runs, rich_tables, to_csv, to_markdown
-    from envengineer.runconfig import RunConfig
-    from envengineer.runview import load_run
-    from envengineer import suite as S
+    from envengineer.plugins.report.compare import compare_runs, rich_tables, to_csv, to_markdown
+    from envengineer.loop.runconfig import RunConfig
+    from envengineer.plugins.report.view import load_run
+    from envengineer.plugins.suite import tables as S
 
     a = make_arith_run(tmp_path, registry_arith, "a")
     comparison = compare_runs([load_run(a, registry_arith)])
@@ -178,7 +178,7 @@ def test_compare_and_the_suite_use_the_benchmarks_label_and_aggregate(tmp_path, 
 
 
 def test_a_mean_aggregate_is_out_of_100_and_computed_from_the_subsets_when_not_recorded():
-    from envengineer.drawn import BenchView
+    from envengineer.plugins.report.drawn import BenchView
 
     view = BenchView.of("arith-parts", VAL)
     summary = {"overall": {}, "by": {"part": {"even": {"valid_rate": 0.5}, "odd": {"valid_rate": 0.25}}}}
@@ -189,8 +189,8 @@ def test_a_mean_aggregate_is_out_of_100_and_computed_from_the_subsets_when_not_r
 
 
 def test_the_context_of_an_arith_run_shows_its_groups_and_knobs(tmp_path, registry_arith):
-    from envengineer.context import compose_context
-    from envengineer.evidence import load_evidence
+    from envengineer.design.context import compose_context
+    from envengineer.design.evidence import load_evidence
 
     run_dir = make_arith_run(tmp_path, registry_arith)
     text = compose_context(registry_arith, "V6", load_evidence(run_dir, 1, registry_arith))
@@ -199,7 +199,7 @@ def test_the_context_of_an_arith_run_shows_its_groups_and_knobs(tmp_path, regist
 
 
 def test_report_and_compare_work_on_an_arith_run_with_the_mapf_plugin_blocked(tmp_path, monkeypatch):
-    from envengineer import cli
+    from envengineer.cli import commands as cli
     import envengineer.registry
 
     monkeypatch.setenv("ENVENGINEER_BLOCK_PLUGINS", "mapf_frozenlake")
@@ -223,8 +223,8 @@ def test_report_and_compare_work_on_an_arith_run_with_the_mapf_plugin_blocked(tm
 def test_a_run_whose_task_is_not_installed_is_drawn_from_its_files(tmp_path, registry_arith, registry):
     """Recorded with arith installed, read where only the built-ins are: a note, the summaries'
     own ``by`` keys, the knob table found in the configs, the benchmark under its name."""
-    from envengineer.report import write_report
-    from envengineer.runview import load_run
+    from envengineer.plugins.report.page import write_report
+    from envengineer.plugins.report.view import load_run
 
     run_dir = make_arith_run(tmp_path, registry_arith)
     run = load_run(run_dir, registry)
@@ -240,7 +240,7 @@ def test_a_run_whose_task_is_not_installed_is_drawn_from_its_files(tmp_path, reg
 
 
 def test_a_task_adds_its_own_report_sections(tmp_path, registry_arith):
-    from envengineer.report import write_report
+    from envengineer.plugins.report.page import write_report
 
     seen = []
 
@@ -269,7 +269,7 @@ def test_a_task_adds_its_own_report_sections(tmp_path, registry_arith):
 
 def test_knob_layouts_for_top_level_knobs_and_for_undeclared_ones():
     from envengineer.components import Knob
-    from envengineer.drawn import KnobLayout, knob_layout
+    from envengineer.plugins.report.drawn import KnobLayout, knob_layout
 
     flat = SimpleNamespace(knobs=(Knob("level", 1, 5, 1, integer=True, harder="up"),), knob_table=None, groups=lambda: ("all",))
     layout = knob_layout(flat, [{"level": 2}])

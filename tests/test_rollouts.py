@@ -1,4 +1,4 @@
-"""``rollouts.jsonl``: what each trainer saw of its training prompts (envengineer.signal's line format).
+"""``rollouts.jsonl``: what each trainer saw of its training prompts (envengineer.loop.signal's line format).
 
 trl on CPU with a tiny random policy and a stand-in validator whose outcomes are set per record
 (so which prompts are mixed is known): one line per prompt with counts that add up, ``kept_prompts``
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from envengineer.declarations import Verdict
-from envengineer.signal import aggregate, check_line
-from envengineer.training import ROLLOUTS_FILE, TrainRequest
+from envengineer.components.declarations import Verdict
+from envengineer.loop.signal import aggregate, check_line
+from envengineer.components.training import ROLLOUTS_FILE, TrainRequest
 
 REPLAY = Path(__file__).parent / "verl_replay"
 
@@ -307,7 +307,7 @@ def test_a_verl_round_writes_rollouts_the_loop_aggregates(tiny_models, tmp_path)
 
     import yaml
 
-    from envengineer.loop import run
+    from envengineer.loop.steps import run
 
     (tmp_path / "stand-in").mkdir()
     (tmp_path / "stand-in" / "scoring_main_ppo.py").write_text(SCORING_MAIN)

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from envengineer.errors import InputError
-from envengineer.signal import aggregate, check_line, group_success, rollout_line
-from envengineer.training import TrainRequest, fill_kept
+from envengineer.loop.signal import aggregate, check_line, group_success, rollout_line
+from envengineer.components.training import TrainRequest, fill_kept
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def test_fill_kept_draws_until_the_target_and_records_the_cap():
 
 
 def test_the_loop_writes_signal_json_from_the_trainers_rollouts(tmp_path, registry):
-    from envengineer.loop import run
+    from envengineer.loop.steps import run
 
     config = tmp_path / "sim.yaml"
     config.write_text("name: sim\nrounds: 2\nbudget: 40\ntask: {name: mapf-frozenlake}\nengineer: fixed\n"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from envengineer.evidence import load_evidence
+from envengineer.design.evidence import load_evidence
 from envengineer.plugin_manager import create_plugin_manager
 from envengineer.registry import Registry
 
@@ -34,7 +34,7 @@ def _registry(task, monkeypatch):
 
 @pytest.fixture(params=sorted(TASKS))
 def recorded(request, tmp_path, monkeypatch):
-    from envengineer.loop import run
+    from envengineer.loop.steps import run
 
     task = request.param
     registry = _registry(task, monkeypatch)

@@ -7,7 +7,7 @@ import pytest
 
 from envengineer.errors import ConfigError, InputError
 from envengineer.plugins.simulated import SimulatedPolicy, SimulatedPolicyOptions, SimulatedTrainer, SimulatedTrainerOptions, Student
-from envengineer.training import TrainRequest
+from envengineer.components.training import TrainRequest
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def test_kept_prompts_mode_screens_and_draws(tmp_path, mapf, validator):
 
 
 def test_a_run_is_the_same_twice_and_reports_sampled_pass1(tmp_path, registry):
-    from envengineer.loop import run
+    from envengineer.loop.steps import run
 
     config = tmp_path / "sim.yaml"
     config.write_text("name: sim\nrounds: 3\nbudget: 60\ntask: {name: mapf-frozenlake}\nengineer: heuristic\n"
@@ -133,8 +133,8 @@ def test_a_run_is_the_same_twice_and_reports_sampled_pass1(tmp_path, registry):
 
 def test_the_report_shows_the_training_signal(tmp_path, registry):
     pytest.importorskip("matplotlib")
-    from envengineer.loop import run
-    from envengineer.report import write_report
+    from envengineer.loop.steps import run
+    from envengineer.plugins.report.page import write_report
 
     config = tmp_path / "sim.yaml"
     config.write_text("name: sim\nrounds: 2\nbudget: 40\ntask: {name: mapf-frozenlake}\nengineer: learnability\n"

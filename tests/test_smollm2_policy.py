@@ -14,7 +14,7 @@ pytest.importorskip("trl")
 
 from envengineer.components import GenerationResult, Generator, Validator, Verdict  # noqa: E402
 from envengineer.errors import ConfigError  # noqa: E402
-from envengineer.training import TrainRequest  # noqa: E402
+from envengineer.components.training import TrainRequest  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_full_prompts_through_the_chat_template(registry, smollm2_folder, tmp_pa
     at <|im_end|> (id 2, also the pad token), and the verdicts are written."""
     from typer.testing import CliRunner
 
-    from envengineer.cli import app
+    from envengineer.cli.commands import app
     from envengineer.plugins.policies.transformers_policy import chat_text
 
     from transformers import AutoTokenizer, GenerationConfig
@@ -151,7 +151,7 @@ class SayValidator(Validator):
 def test_one_grpo_step_on_smollm2(registry, warm, tmp_path):
     """One GRPO step of the trl trainer from the warm-started SmolLM2 (4 prompts × 2 completions of at most 8 tokens):
     a real optimiser step on mixed rewards moves the weights, writes the checkpoint and logs the curve."""
-    from envengineer.training import CURVE_KEYS
+    from envengineer.components.training import CURVE_KEYS
 
     trainer = registry.create("trainer", "trl", {
         "num_generations": 2, "per_device_train_batch_size": 8, "max_completion_length": 8, "max_steps": 1, "temperature": 1.0,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from envengineer.contract import DesignRequest, EngineerReply
-from envengineer.design import design
-from envengineer.structured import (
+from envengineer.design.contract import DesignRequest, EngineerReply
+from envengineer.design.step import design
+from envengineer.design.structured import (
     BOUNDED_NUMBER_FRACTION_DIGITS,
     StructuredReply,
     block_token_limit,
@@ -127,7 +127,7 @@ def test_a_json_reply_becomes_the_free_text_form():
     raw = json.dumps({"analysis": "k9 fails; a ```yaml fence``` in prose", "config": {"groups": {"k9": {"ratio": 0.3, "size": None}}}})
     text, problem = reply_text(raw)
     assert problem is None
-    from envengineer.proposals import extract_yaml_block, parse_proposal
+    from envengineer.design.proposals import extract_yaml_block, parse_proposal
 
     assert parse_proposal(extract_yaml_block(text)) == {"groups": {"k9": {"ratio": 0.3}}}  # nulls mean "no value"
     assert text.startswith("k9 fails")
@@ -396,7 +396,7 @@ def test_the_checkpoint_engineer_samples_by_the_requests_seed_and_answers_a_forc
     pytest.importorskip("xgrammar")
     from dataclasses import replace
 
-    from envengineer.engineer_score import parse_prediction, prediction_schema
+    from envengineer.plugins.score.engineer_score import parse_prediction, prediction_schema
     from envengineer.plugins.engineers.checkpoint import sampling_seed
 
     model = tiny_models.char_model(tmp_path / "tiny", hidden_size=32, layers=1, head_dim=16, max_positions=4096,

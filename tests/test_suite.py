@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 pytest.importorskip("trl")
 
-from envengineer.cli import app, main  # noqa: E402
+from envengineer.cli.commands import app, main  # noqa: E402
 
 ENV = {"ENVENGINEER_LOAD_PLUGINS": "", "COLUMNS": "250"}
 BENCH = "mapf-3agents"
@@ -279,9 +279,9 @@ def test_a_parallel_runs_job_carries_its_suite_table_and_row(tmp_path, monkeypat
     process (suite --jobs N) is labelled as in the suite's process (trackers group runs by it)."""
     import json
 
-    import envengineer.loop
-    from envengineer import suite_worker
-    from envengineer.runconfig import SuiteSection, parse_run_config
+    import envengineer.loop.steps
+    from envengineer.plugins.suite import worker as suite_worker
+    from envengineer.loop.runconfig import SuiteSection, parse_run_config
 
     config = parse_run_config({"name": "x", "task": {"name": "grid-walk"}, "engineer": {"name": "fixed"}}, "x.yaml")
     config = config.model_copy(update={"suite": SuiteSection(table="engineers", row="fixed")})
@@ -295,7 +295,7 @@ def test_a_parallel_runs_job_carries_its_suite_table_and_row(tmp_path, monkeypat
         seen["suite"] = resolved.config.suite
         raise Stop
 
-    monkeypatch.setattr(envengineer.loop, "Loop", capture)
+    monkeypatch.setattr(envengineer.loop.steps, "Loop", capture)
     job = tmp_path / "job.json"
     job.write_text(json.dumps({"config": config.model_dump(mode="json"), "log": str(tmp_path / "log"), "result": str(tmp_path / "r.json"),
                                "suite": config.suite.model_dump(mode="json")}))

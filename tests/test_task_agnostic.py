@@ -94,7 +94,7 @@ def test_a_benchmark_without_subsets_has_no_aggregate_and_subset_field_is_shorth
 
 
 def test_score_file_files_arith_under_its_groupings_with_a_graded_score(arith_registry, tmp_path):
-    from envengineer.taskops import generate_file, score_file
+    from envengineer.loop.taskops import generate_file, score_file
 
     generator, validator = arith_registry.task("arith")
     inst = tmp_path / "i.jsonl"
@@ -113,7 +113,7 @@ def test_score_file_files_arith_under_its_groupings_with_a_graded_score(arith_re
 
 
 def test_evaluate_files_under_the_benchmarks_subsets_and_its_aggregate(arith_registry, tmp_path):
-    from envengineer.evaluation import evaluate, failing_examples, write_eval
+    from envengineer.loop.evaluation import evaluate, failing_examples, write_eval
 
     generator, validator = arith_registry.task("arith")
     records = arith_records(generator)
@@ -140,7 +140,7 @@ def test_evaluate_files_under_the_benchmarks_subsets_and_its_aggregate(arith_reg
 
 
 def test_mapf_failing_examples_still_show_the_compact_prompt(registry):
-    from envengineer.evaluation import evaluate, failing_examples
+    from envengineer.loop.evaluation import evaluate, failing_examples
     from envengineer.fileio import read_jsonl
 
     bench = registry.benchmark("mapf-2agents-val")
@@ -154,7 +154,7 @@ def test_mapf_failing_examples_still_show_the_compact_prompt(registry):
 
 
 def test_cli_score_prints_the_declared_titles_and_a_score_column(arith_registry, tmp_path, monkeypatch):
-    from envengineer import cli
+    from envengineer.cli import commands as cli
 
     monkeypatch.setattr(cli, "_registry", lambda: arith_registry)
     runner = CliRunner()
@@ -169,7 +169,7 @@ def test_cli_score_prints_the_declared_titles_and_a_score_column(arith_registry,
 
 
 def test_task_options_come_from_the_task_not_the_core(arith_registry, tmp_path, monkeypatch):
-    from envengineer import cli
+    from envengineer.cli import commands as cli
 
     monkeypatch.setattr(cli, "_registry", lambda: arith_registry)
     runner = CliRunner()
@@ -231,7 +231,7 @@ def test_verl_compute_score_and_override(arith_registry, monkeypatch, tmp_path):
     assert trainer.options.reward == "score"
     key = "+reward.custom_reward_function.reward_kwargs.reward"
     pytest.importorskip("hydra")
-    from envengineer.training import TrainRequest
+    from envengineer.components.training import TrainRequest
 
     request = TrainRequest(policy_path=tmp_path / "model", records=[], generator=None, validator=None, out_dir=tmp_path / "round", seed=3, round=1)
     assert f"{key}=score" in trainer.overrides(request, 4000)
@@ -242,7 +242,7 @@ def test_verl_compute_score_and_override(arith_registry, monkeypatch, tmp_path):
 
 
 def test_resolve_refuses_another_tasks_benchmarks(arith_registry):
-    from envengineer.runconfig import parse_run_config, resolve
+    from envengineer.loop.runconfig import parse_run_config, resolve
 
     base = {"name": "a", "task": {"name": "arith"}, "policy": {"name": "tiny", "prompt_style": "full"}}  # arith's one style
     with pytest.raises(ConfigError, match=r"eval.validation: mapf-2agents-val is a mapf-frozenlake benchmark; this run's task is arith \(its benchmarks: arith-val\)"):
@@ -259,7 +259,7 @@ def test_the_validation_set_defaults_to_the_tasks_declared_one(arith_registry, p
     import envengineer_arith
 
     from envengineer import hookimpl
-    from envengineer.runconfig import EvalSection, parse_run_config, resolve, validation_set
+    from envengineer.loop.runconfig import EvalSection, parse_run_config, resolve, validation_set
 
     assert EvalSection().validation is None
     arith = parse_run_config({"name": "a", "task": "arith", "policy": {"name": "tiny", "prompt_style": "full"}})  # arith's one style
@@ -298,7 +298,7 @@ def test_the_validation_set_defaults_to_the_tasks_declared_one(arith_registry, p
 
 def test_resolve_names_the_field_of_an_unknown_benchmark(registry):
     from envengineer.errors import UnknownComponentError
-    from envengineer.runconfig import parse_run_config, resolve
+    from envengineer.loop.runconfig import parse_run_config, resolve
 
     with pytest.raises(UnknownComponentError, match="eval.benchmarks: unknown benchmark 'nope'"):
         resolve(parse_run_config({"name": "m", "task": "mapf-frozenlake", "eval": {"benchmarks": ["nope"]}}), registry)

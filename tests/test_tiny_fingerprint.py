@@ -146,7 +146,7 @@ def test_the_shipped_quickstart_base_is_used_without_a_check(tmp_path):
     """A task's shipped base is trusted by its recipe key and SHA256SUMS (tests/test_tiny_prebuilt.py): prepare() does
     not regenerate its 18,000 pairs, and its warm_start.json (sealed by SHA256SUMS) has no fingerprint to compare."""
     from envengineer.registry import load_registry
-    from envengineer.runconfig import load_run_config
+    from envengineer.loop.runconfig import load_run_config
 
     registry = load_registry(entry_points=False)
     config = load_run_config(REPO / "examples" / "quickstart.yaml")
@@ -171,7 +171,7 @@ QUICKSTART_VOCABULARY = "ad30bd4cca43e67a0b7a2a011ea434f1998d3f39c4ff5c9af4179e2
 
 def test_the_quickstart_warm_start_is_still_what_the_shipped_base_was_trained_on():
     from envengineer.registry import load_registry
-    from envengineer.runconfig import load_run_config
+    from envengineer.loop.runconfig import load_run_config
 
     registry = load_registry(entry_points=False)
     config = load_run_config(REPO / "examples" / "quickstart.yaml")

@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 from envengineer.errors import ConfigError  # noqa: E402
 from envengineer.plugins.policies import tiny  # noqa: E402
 from envengineer.registry import load_registry  # noqa: E402
-from envengineer.runconfig import load_run_config  # noqa: E402
+from envengineer.loop.runconfig import load_run_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -138,7 +138,7 @@ def test_tiny_warm_starts_on_the_arith_family(arith_registry, registry, tmp_path
 def test_pretrain_comes_from_the_policies_plugin():
     import typer
 
-    from envengineer.cli import app
+    from envengineer.cli.commands import app
     from envengineer.plugin_manager import create_plugin_manager
 
     owners = {(info.name or info.callback.__name__): info.callback.__module__ for info in app.registered_commands}
@@ -155,7 +155,9 @@ def test_pretrain_comes_from_the_policies_plugin():
 def test_plugin_commands_are_added_and_clashes_or_failures_reported(monkeypatch, capsys):
     import typer
 
-    from envengineer import cli, hookimpl, plugin_manager
+    from envengineer import hookimpl, plugin_manager
+
+    from envengineer.cli import commands as cli
 
     class Good:
         @hookimpl
@@ -200,7 +202,7 @@ def test_plugin_commands_are_added_and_clashes_or_failures_reported(monkeypatch,
 def test_pretrain_command_builds_caches_and_measures(tmp_path, monkeypatch):
     """Without --task, pretrain builds the base of the one installed task family."""
     import envengineer.registry
-    from envengineer.cli import app
+    from envengineer.cli.commands import app
     from envengineer.plugin_manager import create_plugin_manager
     from envengineer.registry import Registry
 
@@ -221,7 +223,7 @@ def test_pretrain_command_builds_caches_and_measures(tmp_path, monkeypatch):
 
 def test_pretrain_command_on_another_family(tmp_path, monkeypatch, arith_registry):
     import envengineer.registry
-    from envengineer.cli import app
+    from envengineer.cli.commands import app
 
     monkeypatch.setenv("ENVENGINEER_CACHE", str(tmp_path))
     monkeypatch.setattr(envengineer.registry, "load_registry", lambda *a, **k: arith_registry)

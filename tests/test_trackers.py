@@ -17,7 +17,7 @@ import yaml
 
 from envengineer import hookimpl
 from envengineer.errors import ConfigError, UnknownComponentError
-from envengineer.trackers import Tracker
+from envengineer.loop.trackers import Tracker
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,10 +59,10 @@ class Recorder:
 def _loop(config: dict, *plugins, console=None):
     from rich.console import Console
 
-    from envengineer.loop import Loop
+    from envengineer.loop.steps import Loop
     from envengineer.plugin_manager import create_plugin_manager
     from envengineer.registry import Registry
-    from envengineer.runconfig import parse_run_config, resolve
+    from envengineer.loop.runconfig import parse_run_config, resolve
 
     pm = create_plugin_manager(entry_points=False, environ={})
     for index, plugin in enumerate(plugins):
@@ -79,7 +79,7 @@ def _tracker_warnings(caplog):
 
 
 def test_trackers_field_names_its_errors(registry):
-    from envengineer.runconfig import load_run_config, parse_run_config, resolve
+    from envengineer.loop.runconfig import load_run_config, parse_run_config, resolve
 
     config = parse_run_config({**SIM, "trackers": ["tensorboard", {"name": "wandb", "project": "p"}]})
     assert [t.name for t in resolve(config, registry).trackers] == ["tensorboard", "wandb"]
@@ -94,8 +94,8 @@ def test_trackers_field_names_its_errors(registry):
 
 
 def test_trackers_as_a_dotted_override_and_never_a_different_run(tmp_path, registry):
-    from envengineer.loop import run_identity
-    from envengineer.runconfig import load_run_config
+    from envengineer.loop.steps import run_identity
+    from envengineer.loop.runconfig import load_run_config
 
     path = tmp_path / "sim.yaml"
     path.write_text(yaml.safe_dump(SIM))
@@ -177,8 +177,8 @@ def test_design_payload(simulated):
 
 
 def test_design_payload_sums_the_engineers_tokens(tmp_path):
-    from envengineer.lifecycle import design_info
-    from envengineer.rundir import RunDir
+    from envengineer.loop.lifecycle import design_info
+    from envengineer.store.rundir import RunDir
 
     run = RunDir(tmp_path)
     folder = run.engineer_dir(2)
@@ -252,7 +252,7 @@ def test_every_payload_is_its_models_dump(simulated):
 def test_a_renamed_or_missing_key_fails_where_the_payload_is_built(simulated):
     from pydantic import ValidationError
 
-    from envengineer.payloads import RoundPayload, build
+    from envengineer.loop.payloads import RoundPayload, build
 
     _, recorder, _ = simulated
     metrics = dict(recorder.of("round")[0][1])
@@ -266,7 +266,7 @@ def test_a_renamed_or_missing_key_fails_where_the_payload_is_built(simulated):
 
 
 def test_the_guard_records_each_undeclared_read(simulated):
-    from envengineer.payloads import RoundPayload, watched
+    from envengineer.loop.payloads import RoundPayload, watched
 
     _, recorder, _ = simulated
     misses: list[str] = []
@@ -288,10 +288,10 @@ def test_every_built_in_tracker_reads_only_declared_fields(simulated, name, tmp_
     its payload's model does not declare: a key read but never built would be a chart that is never drawn.
     The reads counted are envengineer's (the trackers and their helpers), not the libraries they hand data to."""
     pytest.importorskip(name)
-    from envengineer.payloads import PAYLOADS, watched
+    from envengineer.loop.payloads import PAYLOADS, watched
     from envengineer.registry import load_registry
-    from envengineer.rundir import RunDir
-    from envengineer.trackers import TrackerSet
+    from envengineer.store.rundir import RunDir
+    from envengineer.loop.trackers import TrackerSet
 
     for variable in ("WANDB_RUN_ID", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_RUN_ID"):
         monkeypatch.delenv(variable, raising=False)
@@ -346,7 +346,7 @@ def _nested_models(annotation) -> list:
 def test_the_plugin_guide_lists_every_payload_field_and_no_other():
     import re
 
-    from envengineer.payloads import PAYLOADS, Evaluation
+    from envengineer.loop.payloads import PAYLOADS, Evaluation
 
     tables = _doc_tables()
     assert set(tables) == set(PAYLOADS)
@@ -630,7 +630,7 @@ def test_verl_logs_to_the_run_trackers_through_its_own_loggers(tmp_path):
     pytest.importorskip("hydra")
     from envengineer.plugins.trainers.verl_config import ENV_PREFIX
     from envengineer.registry import load_registry
-    from envengineer.training import TrainRequest
+    from envengineer.components.training import TrainRequest
 
     trainer = load_registry().create("trainer", "verl", {"preset": "paper-4xh100", "env": {"WANDB_MODE": "offline"}})
     trackers = {
@@ -710,8 +710,8 @@ def test_a_trainer_that_did_not_report_gets_its_curves_logged_at_the_global_step
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from envengineer.plugins.trackers.tensorboard_tracker import TensorBoardTracker
-    from envengineer.rundir import RunDir
-    from envengineer.trackers import curve_points
+    from envengineer.store.rundir import RunDir
+    from envengineer.loop.trackers import curve_points
 
     curves = [{"step": 1, "reward_mean": 0.25, "kl": None, "seconds": 3.0}, {"step": 2, "reward_mean": 0.5, "kl": 0.01, "seconds": 6.0}]
     metrics = {"round": 3, "train": {"step_offset": 40, "live_trackers": []}, "curves": curves}
@@ -762,7 +762,7 @@ def test_a_tracker_named_on_a_finished_run_gets_the_recorded_steps_once(tmp_path
     """Added to a finished run's command, a tracker is given the steps the run directory records, with the very
     payloads the steps gave, each once: a second run of the same command replays nothing; plugins' hooks (which saw
     the steps) are not called again."""
-    from envengineer.trackers import read_logged
+    from envengineer.loop.trackers import read_logged
 
     live = Recorder()
     config = {**SIM, "output": str(tmp_path / "run")}
@@ -785,7 +785,7 @@ def test_a_tracker_named_on_a_finished_run_gets_the_recorded_steps_once(tmp_path
 def test_a_run_recorded_before_the_record_replays_to_the_trackers_it_did_not_name(tmp_path):
     """A run directory without trackers/logged.json (recorded by an earlier version): the trackers its run.yaml names
     (the last process's) or that keep a state file there count as having logged it; any other is replayed."""
-    from envengineer.trackers import logged_path
+    from envengineer.loop.trackers import logged_path
 
     config = {**SIM, "rounds": 1, "output": str(tmp_path / "run"), "trackers": ["keeper"]}
     _loop(config, KeeperPlugin()).run_all()

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from envengineer.training import TrainRequest  # noqa: E402
+from envengineer.components.training import TrainRequest  # noqa: E402
 
 
 @pytest.fixture(scope="module")

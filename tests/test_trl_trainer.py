@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from envengineer.training import CURVE_KEYS, TrainRequest  # noqa: E402
+from envengineer.components.training import CURVE_KEYS, TrainRequest  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -256,8 +256,8 @@ def test_training_prompts_are_the_evaluation_prompts(registry, base, chat_model,
 def test_the_checkpoint_engineer_renders_with_the_policys_options(registry, recorded_run, chat_model):
     from transformers import AutoTokenizer
 
-    from envengineer.prompts import build_request
-    from envengineer.evidence import load_evidence
+    from envengineer.design.prompts import build_request
+    from envengineer.design.evidence import load_evidence
     from envengineer.plugins.policies.transformers_policy import chat_text
 
     tokenizer = AutoTokenizer.from_pretrained(chat_model)

@@ -51,7 +51,7 @@ def _registry(pm, tmp_path):
 
 
 def test_a_raising_validator_names_the_task_record_and_response(pm, tmp_path):
-    from envengineer.loop import run
+    from envengineer.loop.steps import run
 
     registry = _registry(pm, tmp_path)
     config = tmp_path / "toy.yaml"
@@ -69,7 +69,7 @@ def test_a_raising_validator_names_the_task_record_and_response(pm, tmp_path):
 
 
 def test_the_response_is_cut_at_80_characters():
-    from envengineer.evaluation import score_response
+    from envengineer.loop.evaluation import score_response
 
     generator = RaisesGenerator()
     record = {"id": "r1", "group": "short", "word": "ab"}

@@ -280,7 +280,7 @@ def _environment(root: Path) -> dict[str, str]:
 
 
 def cli(env, *args, cwd):
-    out = subprocess.run([sys.executable, "-c", "from envengineer.cli import main; main()", *map(str, args)],
+    out = subprocess.run([sys.executable, "-c", "from envengineer.cli.commands import main; main()", *map(str, args)],
                          capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
     assert out.returncode == 0, f"envengineer {' '.join(map(str, args))} exited {out.returncode}:\n{out.stdout}{out.stderr}"
     return out.stdout + out.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from envengineer.errors import ConfigError
-from envengineer.training import TrainRequest
+from envengineer.components.training import TrainRequest
 
 REPLAY = Path(__file__).parent / "verl_replay"
 
@@ -95,7 +95,7 @@ def test_details_json_records_how_the_round_was_launched(model, tmp_path):
     """The loop writes the trainer's launch record into the round's details.json, beside (not inside) what the engineer reads."""
     import yaml
 
-    from envengineer.loop import run
+    from envengineer.loop.steps import run
 
     config = tmp_path / "verl.yaml"
     config.write_text(yaml.safe_dump({

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("verl")
 pytest.importorskip("hydra")
 
-from envengineer.training import TrainRequest  # noqa: E402
+from envengineer.components.training import TrainRequest  # noqa: E402
 
 REPLAY = Path(__file__).parent / "verl_replay"
 

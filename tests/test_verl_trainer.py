@@ -15,7 +15,7 @@ pytest.importorskip("verl")
 pytest.importorskip("hydra")
 
 from envengineer.errors import ConfigError  # noqa: E402
-from envengineer.training import TrainRequest  # noqa: E402
+from envengineer.components.training import TrainRequest  # noqa: E402
 
 REPLAY = Path(__file__).parent / "verl_replay"
 
@@ -250,7 +250,7 @@ def test_run_dry_run_writes_the_data_and_prints_the_exact_command(tiny_model, tm
 
     from typer.testing import CliRunner
 
-    from envengineer.cli import app
+    from envengineer.cli.commands import app
     from envengineer.fileio import read_jsonl
 
     config = tmp_path / "verl.yaml"
@@ -313,7 +313,7 @@ def test_the_loop_with_verl_rounds(tiny_model, tmp_path):
     import shlex
 
     from envengineer.fileio import read_jsonl
-    from envengineer.loop import run
+    from envengineer.loop.steps import run
 
     config = tmp_path / "verl.yaml"
     config.write_text(yaml.safe_dump({

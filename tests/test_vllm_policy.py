@@ -149,7 +149,7 @@ def test_importing_the_policy_imports_neither_vllm_nor_torch():
 def test_eval_command_runs_the_vllm_policy(tmp_path, fake_vllm):
     from typer.testing import CliRunner
 
-    from envengineer.cli import app
+    from envengineer.cli.commands import app
     from envengineer.plugins.policies import tiny
 
     tokenizer = tiny.build_tokenizer()
@@ -174,8 +174,8 @@ def test_eval_command_runs_the_vllm_policy(tmp_path, fake_vllm):
 
 
 def test_checkpoint_engineer_runs_vllm_in_a_child(registry, recorded_run, model_dir, fake_vllm):
-    from envengineer.prompts import build_request
-    from envengineer.evidence import load_evidence
+    from envengineer.design.prompts import build_request
+    from envengineer.design.evidence import load_evidence
 
     evidence = load_evidence(recorded_run, 1, registry)
     request = build_request(evidence, registry, {"preset": "V6"}, policy_path=str(model_dir), base_policy_path=str(model_dir),
@@ -192,9 +192,9 @@ def test_checkpoint_engineer_runs_vllm_in_a_child(registry, recorded_run, model_
 
 
 def test_checkpoint_engineer_without_vllm_is_a_recorded_fallback(registry, recorded_run, model_dir, monkeypatch, tmp_path):
-    from envengineer.design import design
-    from envengineer.prompts import build_request
-    from envengineer.evidence import load_evidence
+    from envengineer.design.step import design
+    from envengineer.design.prompts import build_request
+    from envengineer.design.evidence import load_evidence
 
     monkeypatch.delenv("PYTHONPATH", raising=False)
     evidence = load_evidence(recorded_run, 1, registry)

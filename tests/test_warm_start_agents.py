@@ -12,8 +12,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from envengineer.errors import ConfigError  # noqa: E402
-from envengineer.loop import Loop  # noqa: E402
-from envengineer.runconfig import load_run_config, parse_run_config, resolve  # noqa: E402
+from envengineer.loop.steps import Loop  # noqa: E402
+from envengineer.loop.runconfig import load_run_config, parse_run_config, resolve  # noqa: E402
 from envengineer.tasks.mapf_frozenlake.warm_start import warm_start_pairs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -103,8 +103,8 @@ def test_a_base_evaluation_is_reused_for_the_same_weights_records_and_options(tm
 
 def test_the_reuse_key_covers_every_module_of_the_tasks_package(tmp_path, registry, monkeypatch):
     """Not only the validator's own file: an edit to MAPF's answer.py or prompts.py, or the fast sampler, is a new key."""
-    from envengineer import evaluation
-    from envengineer.loop import code_fingerprint, package_roots
+    from envengineer.loop import evaluation
+    from envengineer.loop.steps import code_fingerprint, package_roots
 
     monkeypatch.setenv("ENVENGINEER_CACHE", str(tmp_path / "cache"))
     loop, _ = base_eval(tmp_path, registry, "a")
@@ -121,7 +121,7 @@ def test_a_fingerprint_changes_with_any_module_of_the_package(tmp_path, monkeypa
     import importlib
     import sys
 
-    from envengineer.loop import FINGERPRINT_MAX_BYTES, code_fingerprint
+    from envengineer.loop.steps import FINGERPRINT_MAX_BYTES, code_fingerprint
 
     package = tmp_path / "stale_task_pkg"
     package.mkdir()

@@ -24,8 +24,6 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(help="Frozen benchmark sets: list, verify checksums, rebuild.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
-engineers_app = typer.Typer(help="Engineers measured without training: the engineer benchmark (docs/engineer-score.md).", no_args_is_help=True)
-app.add_typer(engineers_app, name="engineers")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -105,7 +103,7 @@ def generate(
     option: Optional[list[str]] = OptionOpt,
 ) -> None:
     """Generate instance records (task options: --KEY VALUE after the task; mapf-frozenlake: --agents 2)."""
-    from envengineer.taskops import generate_file, load_generator_config
+    from envengineer.loop.taskops import generate_file, load_generator_config
 
     generator, _ = _task(task, option, ctx.args)
     cfg = load_generator_config(generator, config)
@@ -126,7 +124,7 @@ def solve(
 ) -> None:
     """Write the reference solver's optimal answers in the policy's answer format."""
     from envengineer.fileio import read_jsonl
-    from envengineer.taskops import solve_records
+    from envengineer.loop.taskops import solve_records
 
     generator, _ = _task(task, option, ctx.args)
     records = read_jsonl(instances)
@@ -147,8 +145,8 @@ def score(
 ) -> None:
     """Score responses; print valid/optimal rates per group of every grouping the task declares, and failure counts."""
     from envengineer.display import print_summary
-    from envengineer.evaluation import display_dimensions
-    from envengineer.taskops import score_file
+    from envengineer.loop.evaluation import display_dimensions
+    from envengineer.loop.taskops import score_file
 
     generator, validator = _task(task, option, ctx.args)
     summary = score_file(generator, validator, instances=instances, responses=responses, output=output)
@@ -261,7 +259,7 @@ def plugins(
 @bench_app.command("list")
 def bench_list() -> None:
     """List the frozen benchmark sets."""
-    from envengineer.benchmarks import benchmark_table
+    from envengineer.store.benchmarks import benchmark_table
 
     console.print(benchmark_table(_registry()))
 
@@ -269,7 +267,7 @@ def bench_list() -> None:
 @bench_app.command("verify")
 def bench_verify(names: Optional[list[str]] = typer.Argument(None, help="benchmarks (default: all)")) -> None:
     """Check every benchmark file against its sha256."""
-    from envengineer.benchmarks import verify
+    from envengineer.store.benchmarks import verify
 
     problems = verify(_registry(), names or None, console=console)
     if problems:
@@ -283,7 +281,7 @@ def bench_build(
     update: bool = typer.Option(False, "--update", help="re-freeze: accept a changed checksum (after a deliberate generator change)"),
 ) -> None:
     """Rebuild benchmark files from their specs (identically); refuses to change a frozen checksum."""
-    from envengineer.benchmarks import build
+    from envengineer.store.benchmarks import build
 
     problems = build(_registry(), names or None, check=check, update=update, console=console)
     if problems:
@@ -302,9 +300,9 @@ def context(
     modules: Optional[str] = typer.Option(None, "--modules", help="comma-separated modules, e.g. F,G,H,T (T:full for full training details)"),
 ) -> None:
     """Print the composed engineer context for a recorded round."""
-    from envengineer.replay import context_spec_from_cli
-    from envengineer.context import compose_context
-    from envengineer.evidence import load_evidence
+    from envengineer.loop.replay import context_spec_from_cli
+    from envengineer.design.context import compose_context
+    from envengineer.design.evidence import load_evidence
 
     registry = _registry()
     evidence = load_evidence(run, round, registry)
@@ -324,8 +322,8 @@ def propose(
     import yaml
     from rich.table import Table
 
-    from envengineer.prompts import diff_rows
-    from envengineer.replay import propose_offline
+    from envengineer.design.prompts import diff_rows
+    from envengineer.loop.replay import propose_offline
 
     request, outcome = propose_offline(_registry(), run, round, engineer, engineer_config, out_dir=output, reask=reask)
     console.rule("proposal")
@@ -351,131 +349,6 @@ def propose(
         console.print(outcome.summary, markup=False, highlight=False)
 
 
-def _interval(cell: Any, digits: int = 1, sign: bool = False) -> str:
-    """``mean`` over its 95% interval on a second line (a narrow column)."""
-    if not isinstance(cell, dict) or cell.get("mean") is None:
-        return ""
-    ci = cell.get("ci95")
-    form = f"{'+' if sign else ''}.{digits}f"
-    return f"{cell['mean']:{form}}" + (f"\n[dim]{ci[0]:{form}}…{ci[1]:{form}}[/]" if ci else "")
-
-
-@engineers_app.command("score")
-def engineers_score(
-    runs: list[Path] = typer.Argument(..., help="recorded run directories: every round with a checkpoint and evidence is scored"),
-    engineer: Optional[list[str]] = typer.Option(None, "--engineer", help="engineer name, or a YAML file with its options (repeatable); "
-                                                 "the fixed config is always scored as the reference"),
-    samples: int = typer.Option(4, "--samples", min=1, help="K: proposals asked of each engineer per round (the first is the loop's own request)"),
-    instances: int = typer.Option(64, "--instances", min=1, help="M: fresh training instances drawn from each proposed config"),
-    draws: int = typer.Option(8, "--draws", min=1, help="S: answers the round's checkpoint samples per instance, at the trainer's temperature"),
-    seed: int = typer.Option(0, "--seed", help="seed of the instance draws and the sampling (with the run's seed and the round)"),
-    output: Optional[Path] = typer.Option(None, "--output", help="folder for score.json, proposals.jsonl and score.png (default: ./engineer-score)"),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="sample cache folder (default: OUTPUT/cache when --output is given, "
-                                         "else $ENVENGINEER_CACHE/engineer-score)"),
-    show_proposals: bool = typer.Option(False, "--proposals", help="also print one row per scored proposal"),
-    recorded: bool = typer.Option(False, "--recorded", help="also score the config each run trained on next, and correlate its score "
-                                  "with the gain that round then measured (validation, sampled pass@1, benchmarks)"),
-    predict: int = typer.Option(0, "--predict", min=0, help="also ask each engineer with a model this many times per round to predict the "
-                                "checkpoint's sampled success per group, scored by Brier against what the reference then measured"),
-) -> None:
-    """Score engineers' proposals for each recorded round's checkpoint, without training (docs/engineer-score.md)."""
-    from rich.table import Table
-
-    from envengineer.engineer_score import REFERENCE, ScoreSettings, score_runs, write_results
-    from envengineer.fileio import cache_root
-
-    cache_dir = cache if cache is not None else (output / "cache" if output is not None else cache_root() / "engineer-score")
-    output = output if output is not None else Path("engineer-score")
-    settings = ScoreSettings(proposals=samples, instances=instances, draws=draws, seed=seed, predictions=predict)
-    with err_console.status("scoring") as status:
-        result = score_runs(_registry(), runs, engineer or [], settings, cache_dir, recorded=recorded,
-                            progress=lambda text: status.update(escape(text)))
-    written = write_results(result, output)
-    summary = result["summary"]
-    rounds = sum(len(r["rounds"]) for r in result["runs"])
-    groups_g = ",".join(str(g) for g in dict.fromkeys(r["group_size"] for r in result["runs"]))
-    table = Table(title=f"engineer benchmark: {len(result['runs'])} run(s), {rounds} rounds; K={samples} proposals, M={instances} instances, "
-                        f"S={draws} draws, G={groups_g}",
-                  title_justify="left")
-    for column in ("engineer", "n", "fb", "kept/B", "−fixed", "▲/▼", "Σp(1−p)", "R/W"):
-        table.add_column(column, justify="left" if column == "engineer" else "right", no_wrap=True)
-    for name in result["engineers"]:
-        entry = summary.get(name)
-        if not entry:
-            continue
-        table.add_row(
-            escape(name), str(entry["proposals"]), f"{100 * entry['fallback_rate']:.0f}%",
-            _interval(entry["kept_per_budget"]), _interval(entry.get("vs_fixed_kept_per_budget"), sign=True),
-            "" if name == REFERENCE else f"{entry['runs_above_fixed']}/{entry['runs_below_fixed']}",
-            f"{entry['learnability']['mean']:.3f}", f"{100 * entry['all_right']['mean']:.0f}%/{100 * entry['all_wrong']['mean']:.0f}%",
-        )
-    console.print(table)
-    groups = list(dict.fromkeys(g for entry in summary.values() for g in entry["budget_share"]))
-    shares = Table(title="share of the budget per group (mean over proposals)", title_justify="left")
-    shares.add_column("engineer")
-    for g in groups:
-        shares.add_column(g, justify="right")
-    for name in result["engineers"]:
-        if name in summary:
-            shares.add_row(name, *(f"{100 * summary[name]['budget_share'].get(g, 0.0):.0f}%" for g in groups))
-    console.print(shares)
-    others = [name for name in result["engineers"] if name != REFERENCE and name in summary]
-    if len(result["runs"]) > 1 and others:
-        per_run = Table(title="per run: the reference's kept/B, each engineer's mean −fixed", title_justify="left")
-        for column in ("run", "seed", "reference", *others):
-            per_run.add_column(escape(column), justify="left" if column == "run" else "right")
-        for run in result["runs"]:
-            mine = [l for l in result["lines"] if l["run"] == run["path"] and l["engineer"] == REFERENCE]
-            cells = [summary[name]["per_run_vs_fixed_kept"].get(run["path"]) for name in others]
-            per_run.add_row(escape(Path(run["path"]).name), str(run["seed"]), f"{sum(l['kept_per_budget'] for l in mine) / len(mine):.1f}",
-                            *("" if c is None else f"{c:+.1f}" for c in cells))
-        console.print(per_run)
-    if show_proposals:
-        rows = Table(title="proposals", title_justify="left")
-        for column in ("run", "round", "engineer", "#", "fallback", "kept / budget", "− fixed", "Σp(1−p)/inst"):
-            rows.add_column(column)
-        for line in result["lines"]:
-            versus = line.get("vs_fixed", {}).get("kept_per_budget")
-            rows.add_row(Path(line["run"]).name, str(line["round"]), line["engineer"], str(line["proposal"]),
-                         "yes" if line["fallback"] else "", f"{line['kept_per_budget']:.1f}", "" if versus is None else f"{versus:+.1f}",
-                         f"{line['learnability']:.3f}")
-        console.print(rows)
-    if result.get("predictive"):
-        check = Table(title="does the score predict the next round's gain? (the config each run trained on next; Spearman, across runs and rounds)",
-                      title_justify="left")
-        for column in ("score", "gain", "n", "rho", "p"):
-            check.add_column(column, justify="left" if column in ("score", "gain") else "right")
-        for key, cell in result["predictive"].items():
-            score_name, _, measure = key.partition(" ~ ")
-            check.add_row(score_name, measure, str(cell["n"]), "" if cell["rho"] is None else f"{cell['rho']:+.2f}",
-                          "" if cell["p"] is None else ("<1e-15" if cell["p"] < 1e-15 else f"{cell['p']:.2g}"))
-        console.print(check)
-        calibration = result["predictive"].get("kept_per_budget ~ mixed prompts the trainer found next")
-        if calibration:
-            console.print(f"kept/B of the config trained next: {calibration['mean_predicted']:.1f} predicted, {calibration['mean_measured']:.1f} "
-                          f"mixed prompts the trainer then found (mean over {calibration['n']} rounds; mean absolute error "
-                          f"{calibration['mean_abs_error']:.1f})", highlight=False)
-    if result.get("self_prediction"):
-        known = Table(title="self-knowledge: each engineer's prediction of the checkpoint's sampled success per group, Brier against what the "
-                            "reference measured (lower is better; beside it two predictions without self-knowledge)", title_justify="left")
-        for column in ("engineer", "asked", "usable", "distinct", "Brier", "0.5 everywhere", "copy of the evidence"):
-            known.add_column(column, justify="left" if column == "engineer" else "right")
-        for name, entry in result["self_prediction"].items():
-            b = entry["brier"]
-            known.add_row(escape(name), str(entry["asked"]), str(entry["usable"]), str(entry["distinct"]),
-                          "—" if b["mean"] is None else (f"{b['mean']:.3f}" + (f" [{b['ci95'][0]:.3f}, {b['ci95'][1]:.3f}]" if b["ci95"] else "")),
-                          f"{entry['brier_half']:.3f}", "—" if entry["brier_evidence"] is None else f"{entry['brier_evidence']:.3f}")
-        console.print(known)
-    cost = result["cost"]
-    console.print(f"[dim]reference: the round's config unchanged (the fixed environment); n: proposals scored (rounds × K); fb: fallback rate; kept/B: expected kept (mixed) prompts per budget, the "
-                  f"run's budget × the chance that G answers (the trainer's prefilter samples, else its GRPO group) are some right and some wrong; −fixed: minus the "
-                  f"reference of the same round; ▲/▼: runs (seeds) whose mean −fixed is above/below 0; Σp(1−p): per instance; R/W: shares "
-                  f"of all-right and all-wrong prompts; second lines: 95% bootstrap interval over rounds[/]", highlight=False)
-    console.print(f"cost: {cost['samples_drawn']} samples drawn for {cost['instances_sampled']} instances, {cost['instances_from_cache']} instances from the cache "
-                  f"({escape(str(cache_dir))}); {cost['cpu_s']:.1f} CPU s, {cost['wall_s']:.1f} s wall", highlight=False)
-    console.print(f"wrote {', '.join(escape(str(p)) for p in written)}", highlight=False, soft_wrap=True)
-
-
 @app.command("run")
 def run_command(
     config: Path = typer.Argument(..., help="run config YAML (see examples/)"),
@@ -495,8 +368,8 @@ def run_command(
 
     run.yaml in the run directory records the config with the overrides applied.
     """
-    from envengineer.loop import run
-    from envengineer.runconfig import load_run_config
+    from envengineer.loop.steps import run
+    from envengineer.loop.runconfig import load_run_config
 
     registry = _registry()
     cfg = load_run_config(config, overrides or (), registry)
@@ -505,52 +378,15 @@ def run_command(
         raise EnvEngineerError(f"{target}: already holds a run; pass --resume to continue it or choose another --output")
     if dry_run:
         plan = run(config, registry=registry, console=console, output=output, overrides=overrides or (), dry_run=True)
-        _print_memory(config, overrides or (), registry, gpu_memory_gb)
+        gpu = registry.pm.get_plugin("envengineer.plugins.gpu")  # GPU planning is a built-in plugin (it may be blocked)
+        if gpu is not None:
+            gpu.print_memory(config, overrides or (), registry, gpu_memory_gb, console)
+        else:
+            console.print("[bold]memory plan[/]: none: the gpu plugin (envengineer.plugins.gpu) is not loaded", highlight=False)
         _print_plan(plan)  # last: the command ends the output, to copy
         return
     run(config, registry=registry, console=console, output=output, overrides=overrides or ())
     console.print(f"run directory: [bold]{escape(str(target))}[/]  (report: envengineer report {escape(str(target))})")
-
-
-@app.command()
-def doctor(
-    config: Optional[Path] = typer.Argument(None, help="a run config: check what its trainer and policy need (default: everything the plugins check)"),
-    overrides: Optional[list[str]] = typer.Argument(None, help="dotted overrides KEY.SUB=VALUE, as for run", show_default=False),
-) -> None:
-    """What this machine and environment offer a GPU run, and what will not work (ok / warn / missing, with fixes).
-
-    Exits 1 when CONFIG's run would stop before it starts (its model folder missing or incomplete) or when it needs
-    a GPU and something it needs is missing (as `run` would stop); a machine without a GPU is reported, not an error.
-    """
-    from envengineer.doctor import input_checks, plugin_checks, run_checks, table
-
-    registry = _registry()
-    components = None
-    if config is not None:
-        from envengineer.runconfig import load_run_config, resolve
-
-        resolved = resolve(load_run_config(config, overrides or (), registry), registry)
-        components = [resolved.trainer, resolved.policy, resolved.engineer]
-    inputs = input_checks(components) if components is not None else []
-    checks = run_checks(registry.pm, components) + inputs
-    console.print(table(checks))
-    gpu = next((c for c in checks if c.name == "gpus"), None)
-    if gpu is not None and gpu.status == "missing":
-        console.print("[bold]no GPU[/] on this machine: CPU runs (the tiny policy, trl) work; GPU rounds (verl, vLLM) need one.")
-    if components is not None:
-        needs_gpu = bool(plugin_checks(registry.pm, components))
-        missing = [c.name for c in checks if c.status == "missing"]
-        if inputs:  # stops the run before anything is written, on any machine
-            console.print(f"[bold red]{escape(str(config))} would stop before it starts:[/] {escape(', '.join(c.name for c in inputs))} "
-                          "missing (run says the same)")
-            raise typer.Exit(1)
-        if not needs_gpu:
-            console.print(f"{escape(str(config))}: its trainer and policy need no GPU; nothing here stops it.")
-        elif missing:
-            console.print(f"[bold red]{escape(str(config))} would stop before training:[/] missing {escape(', '.join(missing))}")
-            raise typer.Exit(1)
-        else:
-            console.print(f"{escape(str(config))}: everything its GPU rounds need is here.")
 
 
 def _print_plan(plan: dict) -> None:
@@ -573,40 +409,6 @@ def _print_plan(plan: dict) -> None:
         print(plan["command"], flush=True)  # unwrapped, so it can be copied
 
 
-def _print_memory(config: Path, overrides: list[str] | tuple[str, ...], registry: Any, gpu_memory_gb: float) -> bool:
-    """The run's memory plan (``envengineer plan``); whether it fits. A run with nothing to plan says why."""
-    from envengineer.memory import plan_run, print_plan
-
-    try:
-        plan = plan_run(config, overrides, registry, gpu_memory_gb)
-    except EnvEngineerError as exc:
-        console.print(f"[bold]memory plan[/]: none: {escape(str(exc))}", highlight=False, soft_wrap=True)
-        return True
-    console.rule("memory plan")
-    print_plan(plan, console, command=" ".join(["envengineer plan", str(config), *overrides]))
-    return plan.fits
-
-
-@app.command("plan")
-def plan_command(
-    config: Path = typer.Argument(..., help="run config YAML"),
-    overrides: Optional[list[str]] = typer.Argument(None, help="dotted overrides KEY.SUB=VALUE, as for run", show_default=False),
-    gpu_memory_gb: float = typer.Option(80.0, "--gpu-memory-gb", min=1.0, help="memory of one GPU, in GB of 10^9 bytes"),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the plan to this JSON file"),
-) -> None:
-    """GPU memory per GPU of a run before launch, per phase (weights, gradients, optimizer state, reference,
-    worst micro-batch, vLLM's share); exits 1 when it does not fit, naming overrides that make it fit."""
-    from envengineer.fileio import write_json
-    from envengineer.memory import plan_run, print_plan
-
-    plan = plan_run(config, overrides or (), _registry(), gpu_memory_gb)
-    print_plan(plan, console, command=" ".join(["envengineer plan", str(config), *(overrides or ())]))
-    if json_path is not None:
-        write_json(json_path, plan.to_dict())
-    if not plan.fits:
-        raise typer.Exit(1)
-
-
 @app.command("eval")
 def eval_command(
     policy: str = typer.Option(..., "--policy", help="NAME or NAME:PATH, e.g. tiny, transformers:/models/qwen3-4b, openai-compatible"),
@@ -617,7 +419,7 @@ def eval_command(
     style: Optional[str] = typer.Option(None, "--style", help="prompt style (default: the policy's)"),
 ) -> None:
     """Evaluate a policy on benchmarks: valid/optimal rates per subset and per group of the task's groupings; failure counts; the benchmark's aggregate."""
-    from envengineer.evaluation import display_dimensions, evaluate, spread, write_eval
+    from envengineer.loop.evaluation import display_dimensions, evaluate, spread, write_eval
     from envengineer.display import aggregate_line, print_summary
     from envengineer.fileio import read_jsonl, read_yaml
 
@@ -662,85 +464,9 @@ def eval_command(
             )
 
 
-@app.command()
-def report(run_dir: Path = typer.Argument(..., help="run directory (finished or partial)")) -> None:
-    """Write RUN_DIR/report.html and its plots (RUN_DIR/report/*.png): rates, failures, configs, curves, engineer notes."""
-    from envengineer.report import write_report
-
-    with console.status("rendering report"):
-        result = write_report(run_dir)
-    console.print(f"wrote [bold]{escape(str(result.html))}[/] and {len(result.images)} plots in [bold]{escape(str(result.html.parent / 'report'))}[/]", highlight=False, soft_wrap=True)
-    for problem in result.problems:
-        err_console.print(f"[yellow]skipped:[/] {escape(str(problem))}", highlight=False, soft_wrap=True)
-
-
-@app.command()
-def compare(
-    run_dirs: list[Path] = typer.Argument(..., help="run directories to put side by side"),
-    output: Optional[Path] = typer.Option(None, "--output", help="also write the table to FILE.md or FILE.csv"),
-) -> None:
-    """Runs side by side: each benchmark's declared aggregate over its subsets (mapf-frozenlake: the paper's Sum) and overall rates, then validation."""
-    from envengineer.compare import load_comparison, rich_tables, write_comparison
-
-    comparison = load_comparison(run_dirs)
-    for table in rich_tables(comparison):
-        console.print(table)
-    if output is not None:
-        console.print(f"wrote [bold]{escape(str(write_comparison(comparison, output)))}[/]", highlight=False, soft_wrap=True)
-
-
-@app.command("suite")
-def suite_command(
-    sources: list[Path] = typer.Argument(..., help="folders of run configs (every *.yaml directly in them; a folder with suite.yaml: its arms), manifests and/or config files"),
-    seeds: Optional[str] = typer.Option(None, "--seeds", help="N: seeds 0..N-1; A-B: seeds A..B; a,b,c: those (each overrides the config's seed); "
-                                          "default: a manifest's seeds:, else 3"),
-    output: Path = typer.Option(Path("runs/suite"), "--output", help="suite folder: <config-stem or arm>/seed-<s>/ run directories and the tables"),
-    only: Optional[str] = typer.Option(None, "--only", help="only configs whose file stem, arm or run name matches this glob, e.g. 'v*'"),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="--launcher local: runs at a time, each in its own process (1: one after the other, in this process)"),
-    launcher: Optional[str] = typer.Option(None, "--launcher", help="local (this machine), ray (a Ray cluster) or slurm (through submitit); default: the manifest's launcher.name, else local"),
-    address: Optional[str] = typer.Option(None, "--address", help="ray: the cluster's address (e.g. head:6379); default: the one on this machine, else a new local one"),
-    slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="slurm: the partition"),
-    slurm_time: Optional[int] = typer.Option(None, "--slurm-time", min=1, help="slurm: each run's time limit in minutes"),
-    slurm_account: Optional[str] = typer.Option(None, "--slurm-account", help="slurm: the account charged"),
-    slurm_array: Optional[bool] = typer.Option(None, "--slurm-array/--slurm-jobs", help="slurm: the runs as job arrays, or one job per run"),
-    slurm_executor: Optional[str] = typer.Option(None, "--slurm-executor", help="slurm: slurm, or local to run the same jobs on this machine through submitit"),
-    launcher_file: Optional[Path] = typer.Option(None, "--launcher-file", help="a YAML file of launcher settings (a manifest's launcher: section: partition, time, setup, sbatch, ...), in place of the manifest's"),
-    status: bool = typer.Option(False, "--status", help="print each run's state (pending, running on which node, round k of n, done, failed); submit nothing"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="print which runs are finished, partial or to do; run nothing"),
-    tables_only: bool = typer.Option(False, "--tables-only", help="write the tables and plots from what is on disk; run nothing"),
-) -> None:
-    """Run configs or a manifest's arms over seeds (resumable; --jobs N in parallel, or as jobs on a Ray or
-    Slurm cluster), then write the tables (mean ± sd) as .md and .csv, and each table's arms in detail: per
-    subset, paired tests against the baseline arm, plots."""
-    from envengineer.launchers import suite_launcher
-    from envengineer.suite import execute, plan, plan_table, write_tables
-
-    registry = _registry()
-    suite = plan(sources, seeds=seeds, output=output, only=only, registry=registry)
-    options = suite_launcher(suite.entries, launcher_file, {
-        "name": launcher, "address": address, "partition": slurm_partition, "time": slurm_time, "account": slurm_account,
-        "array": slurm_array, "executor": slurm_executor})
-    if jobs > 1 and options.name != "local":
-        raise EnvEngineerError(f"--jobs {jobs}: for --launcher local; on {options.name} every run is its own job")
-    if status:
-        from envengineer.suite_launch import print_status
-
-        print_status(suite, options, console)
-        return
-    if dry_run:
-        console.print(plan_table(suite))
-        return
-    if not tables_only:
-        execute(suite, registry=registry, console=console, jobs=jobs, launcher=options)
-    written = write_tables(suite, console=console, registry=registry)
-    pages = [p for p in written if p.suffix == ".md"]
-    console.print(f"wrote {', '.join(escape(str(p)) for p in pages)} (and {len(written) - len(pages)} .csv and .png files beside them)",
-                  highlight=False, soft_wrap=True)
-    failed = suite.failed()
-    if failed and not tables_only:
-        for run in failed:
-            err_console.print(f"[bold red]failed:[/] {escape(str(run.run_dir))}: {escape(str(run.error))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
+#: The order of the commands in ``envengineer --help``, those of the built-in plugins included.
+HELP_ORDER = ("generate", "solve", "score", "plugins", "context", "propose", "run", "doctor", "plan", "eval", "report",
+              "compare", "suite")
 
 
 def _plugin_commands() -> None:
@@ -771,6 +497,9 @@ def _plugin_commands() -> None:
                     err_console.print(f"[yellow]plugin {escape(impl.plugin_name)}: command {escape(str(name))!r} already exists; not added[/]")
                 else:
                     names.add(name)
+    # the built-in plugins' commands where they always stood in --help; other plugins' after them, as registered
+    rank = {name: index for index, name in enumerate(HELP_ORDER)}
+    app.registered_commands.sort(key=lambda info: rank.get(info.name or info.callback.__name__.replace("_", "-"), len(rank)))
 
 
 _plugin_commands()

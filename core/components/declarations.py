@@ -127,7 +127,7 @@ class Grouping:
         return self.label(raw) if self.label is not None else str(raw)
 
 
-#: Rate attribute of :class:`~envengineer.metrics.Rates` (and key of its dict) per metric name.
+#: Rate attribute of :class:`~envengineer.components.metrics.Rates` (and key of its dict) per metric name.
 METRIC_RATES: dict[str, str] = {"valid": "valid_rate", "optimal": "optimal_rate", "score": "mean_score"}
 
 
@@ -234,7 +234,7 @@ class Knob:
         return target
 
 
-# The knob's grid (:mod:`envengineer.knobs` keeps shares on it too).
+# The knob's grid (:mod:`envengineer.components.knobs` keeps shares on it too).
 
 
 def _decimals(step: float) -> int | None:

@@ -1,12 +1,12 @@
 """A generator's declared knobs at work: values on their grid, shares that sum to 1, and the
 default projection of an untrusted proposal.
 
-:class:`envengineer.declarations.Knob` declares a knob (and keeps a value on its grid); the
+:class:`envengineer.components.declarations.Knob` declares a knob (and keeps a value on its grid); the
 baselines, the H context module and :meth:`Generator.project`'s default read the declaration
 through the helpers here, so a task family writes only what is specific to it. Nothing here
 raises on a proposal.
 
-The layering: :mod:`envengineer.declarations` (the value types) <- this module (functions on them
+The layering: :mod:`envengineer.components.declarations` (the value types) <- this module (functions on them
 and on configs) <- :mod:`envengineer.components` (the base classes, whose defaults call these).
 """
 
@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from envengineer.declarations import Change, Knob, Projection, _decimals, _on_grid
+from envengineer.components.declarations import Change, Knob, Projection, _decimals, _on_grid
 
 
 class _Generator(Protocol):

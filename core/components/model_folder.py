@@ -1,7 +1,7 @@
 """Whether a folder is a complete Hugging Face model folder, and how to get one that is not there.
 
 A run whose policy starts from a model folder (``policy.path``) checks it before anything is
-written under the run's output (:func:`envengineer.loop.run`), and ``envengineer doctor CONFIG``
+written under the run's output (:func:`envengineer.loop.steps.run`), and ``envengineer doctor CONFIG``
 reports the same as a failed check: the folder, the files it lacks and the download command.
 """
 
@@ -43,7 +43,7 @@ def missing_files(folder: str | Path) -> list[str]:
 def hub_id(folder: str | Path) -> str | None:
     """The Hugging Face hub id a folder is named after, when the project knows it (``models/Qwen3-4B``:
     ``Qwen/Qwen3-4B``), else None."""
-    from envengineer.model_shape import KNOWN_SHAPES
+    from envengineer.components.model_shape import KNOWN_SHAPES
 
     name = Path(folder).name.lower()
     return next((repo for repo in KNOWN_SHAPES if repo.split("/")[-1].lower() == name), None)

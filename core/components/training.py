@@ -19,7 +19,7 @@ CURVE_KEYS = ("step", "reward_mean", "reward_std", "zero_std_frac", "kl", "compl
 #: always right nor always wrong when sampled) are kept, so engineers compare at equal optimizer steps.
 BUDGET_MODES = ("instances", "kept_prompts")
 
-#: What a trainer writes beside its checkpoint: one line per training prompt (see :mod:`envengineer.signal`)
+#: What a trainer writes beside its checkpoint: one line per training prompt (see :mod:`envengineer.loop.signal`)
 ROLLOUTS_FILE = "rollouts.jsonl"
 
 #: What a trainer's ``reward`` option rewards: ``valid`` (R_acc) or the validator's graded ``score``.
@@ -67,7 +67,7 @@ class TrainRequest:
     #: for each ``part`` >= 1 (``records`` are part 0); the loop keeps what was drawn in the round's
     #: ``train/drawn.jsonl``. None: the round cannot draw more.
     draw: Callable[[int, int], list[dict[str, Any]]] | None = None
-    #: the run's live experiment trackers, ``{name: settings}`` (:meth:`envengineer.trackers.Tracker.trainer_settings`:
+    #: the run's live experiment trackers, ``{name: settings}`` (:meth:`envengineer.loop.trackers.Tracker.trainer_settings`:
     #: a log directory, a run id), for a trainer that writes its own step metrics into the same tracker runs
     trackers: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: optimizer steps of the rounds before this one: a trainer logging to a tracker adds it to its own step

@@ -25,40 +25,20 @@ Nothing here imports a tokenizer library; the checkpoint engineer's tokenizer is
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field
+
 
 from envengineer.errors import ConfigError
 
 if TYPE_CHECKING:
-    from envengineer.evidence import Evidence
+    from envengineer.design.evidence import Evidence
 
 #: The stages in the order they are applied (docs/context.md, "A context budget").
 STAGES = ("history", "rows", "compact", "drop")
 
-#: What the estimate counts: one token per this many characters, rounded up.
-CHARS_PER_TOKEN = 4
-ESTIMATE = "estimate: characters/4, rounded up"
-
-
-class PromptBudgetOptions(BaseModel):
-    """The option every engineer that reads a prompt shares: the most prompt tokens it reads."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_prompt_tokens: int | None = Field(
-        None, ge=1,
-        description="most tokens of the analysis prompt (null: no budget); the context is shortened in a fixed "
-        "order to fit (docs/context.md, 'A context budget'), and a prompt that cannot fit is an error",
-    )
-
-
-def estimate_tokens(text: str) -> int:
-    """The documented estimate for an engineer without a tokenizer: characters / 4, rounded up."""
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
+from envengineer.components.prompt_budget import CHARS_PER_TOKEN, ESTIMATE, PromptBudgetOptions, estimate_tokens  # noqa: E402,F401 - importable from here too
 
 
 @dataclass(frozen=True)
@@ -114,7 +94,7 @@ def fit_prompt(
 ) -> tuple[str, str, BudgetRecord]:
     """The (context, prompt, record) that fits ``max_tokens`` as counted by ``count``.
 
-    ``resolved`` is the context's (module name, options) list (:func:`envengineer.context.resolve_context`),
+    ``resolved`` is the context's (module name, options) list (:func:`envengineer.design.context.resolve_context`),
     ``make_module(name, options)`` builds one module, ``fill`` turns a context into the full analysis
     prompt. Raises :class:`ConfigError` naming ``where`` when even the most compact prompt is longer.
     """

@@ -3,7 +3,7 @@
 :class:`ContextSpec` is the run config's ``context:`` section: a preset (V1…V6, the paper's
 variants) or a list of modules, the T mode, the round-0 start and per-module options.
 :func:`resolve_context` turns it into the modules in prompt order; :func:`compose_context`
-renders each module (a registered plugin) on an :class:`~envengineer.evidence.Evidence`.
+renders each module (a registered plugin) on an :class:`~envengineer.design.evidence.Evidence`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from envengineer.errors import ConfigError
 
 if TYPE_CHECKING:
-    from envengineer.evidence import Evidence
+    from envengineer.design.evidence import Evidence
 
 MODULE_NAMES = ("F", "G", "H", "S", "T")
 
@@ -139,7 +139,7 @@ def choose_start(spec: ContextSpec | dict[str, Any] | str | None, initial_config
     if generator is not None and start not in BUILTIN_STARTS:
         if not Path(start).is_file():
             raise ConfigError(f"{where}: {start}: no such file ({_START_CHOICES})")
-        from envengineer.taskops import load_generator_config
+        from envengineer.store.configs import load_generator_config
 
         load_generator_config(generator, start)  # raises ConfigError naming the file and field
     return start

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from envengineer.evidence import Evidence
+from envengineer.design.evidence import Evidence
 
 
 @dataclass
@@ -23,7 +23,7 @@ class DesignRequest:
     chat_template_kwargs: dict[str, Any] | None = None  # the policy's chat-template options (checkpoint/base engineers)
     followups: list[dict[str, str]] = field(default_factory=list)  # a re-ask's extra turns
     seed: int = 0
-    budget: dict[str, Any] | None = None  # what a context budget cut (envengineer.budget.BudgetRecord), None without one
+    budget: dict[str, Any] | None = None  # what a context budget cut (envengineer.design.budget.BudgetRecord), None without one
 
     @property
     def messages(self) -> list[dict[str, str]]:

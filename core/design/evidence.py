@@ -2,9 +2,9 @@
 
 :class:`Evidence` gathers one finished round (config, validation summary, failing examples,
 training details) and the rounds before it; context modules (F, G, H, S, T) each render a
-block of markdown from it (:mod:`envengineer.context`). :func:`load_evidence` rebuilds the
+block of markdown from it (:mod:`envengineer.design.context`). :func:`load_evidence` rebuilds the
 evidence of a recorded round from a run directory, read through
-:class:`~envengineer.rundir.RunDir`, so any engineer can be replayed on it.
+:class:`~envengineer.store.rundir.RunDir`, so any engineer can be replayed on it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from envengineer.errors import ConfigError, InputError
-from envengineer.rundir import RunDir
+from envengineer.store.rundir import RunDir
 
 # ---------------------------------------------------------------------- evidence
 
@@ -45,7 +45,7 @@ class Evidence:
     summaries: list[str] = field(default_factory=list)  # S notes of earlier rounds, latest last
     training: dict[str, Any] = field(default_factory=dict)  # {"full": {...}, "bookkeeping": {...}}
     budget: int = 0
-    #: the round's training signal (:mod:`envengineer.signal`): sampled success on its own training
+    #: the round's training signal (:mod:`envengineer.loop.signal`): sampled success on its own training
     #: prompts, overall and per group of each grouping; {} when the trainer recorded none
     signal: dict[str, Any] = field(default_factory=dict)
     seed: int | None = None  # the run's seed (run.yaml), None when it recorded none

@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from envengineer.contract import DesignOutcome, DesignRequest
-from envengineer.evidence import Evidence
+from envengineer.design.contract import DesignOutcome, DesignRequest
+from envengineer.design.evidence import Evidence
 
 PROMPTS_PACKAGE = "envengineer.plugins"
 
@@ -97,9 +97,9 @@ def build_request(
     """Compose the context, fill the analysis prompt, and wrap it all in a :class:`DesignRequest`.
 
     With an ``engineer`` that sets ``max_prompt_tokens``, the context is shortened to fit
-    (:func:`envengineer.budget.fit_prompt`; ``request.budget`` records the cuts); a budget
+    (:func:`envengineer.design.budget.fit_prompt`; ``request.budget`` records the cuts); a budget
     the prompt cannot fit raises :class:`~envengineer.errors.ConfigError` naming the option."""
-    from envengineer.context import compose_context, create_module, resolve_context
+    from envengineer.design.context import compose_context, create_module, resolve_context
 
     generator = evidence.task
     if current_config is None:
@@ -110,7 +110,7 @@ def build_request(
     budget = None
     limit = engineer.max_prompt_tokens if engineer is not None else None
     if limit is not None:
-        from envengineer.budget import fit_prompt
+        from envengineer.design.budget import fit_prompt
 
         paths = DesignRequest(evidence=evidence, context=context, prompt=prompt, current_config=current_config, generator=generator,
                               policy_path=policy_path, base_policy_path=base_policy_path, chat_template_kwargs=chat_template_kwargs, seed=seed)

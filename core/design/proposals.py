@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from envengineer.contract import EngineerReply
+from envengineer.design.contract import EngineerReply
 
 #: The largest YAML block we parse (characters).
 MAX_YAML_CHARS = 16_000
@@ -108,7 +108,7 @@ def parse_proposal(block: str, max_chars: int = MAX_YAML_CHARS) -> dict[str, Any
 
 
 def proposal_of(reply: EngineerReply, max_chars: int = MAX_YAML_CHARS) -> dict[str, Any]:
-    problem = getattr(reply, "problem", None)  # a structured reply that held no proposal (envengineer.structured)
+    problem = getattr(reply, "problem", None)  # a structured reply that held no proposal (envengineer.design.structured)
     if problem:
         raise UnusableProposal(str(problem))
     if reply.proposal is not None:

@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from envengineer.contract import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply
-from envengineer.prompts import factual_note
-from envengineer.proposals import MAX_YAML_CHARS, UnusableProposal, nothing_applied, one_line, proposal_of
+from envengineer.design.contract import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply
+from envengineer.design.prompts import factual_note
+from envengineer.design.proposals import MAX_YAML_CHARS, UnusableProposal, nothing_applied, one_line, proposal_of
 
 #: How much of a bad answer a re-ask quotes.
 QUOTE_CHARS = 1_500
@@ -139,7 +139,7 @@ def write_outcome(
     secrets: list[str] = (),  # type: ignore[assignment]
 ) -> None:
     """Write prompt.md, response.md, proposal.yaml, projection.yaml, summary.md, calls.jsonl and, under a context budget,
-    budget.json (what was cut: :class:`envengineer.budget.BudgetRecord`), each atomically."""
+    budget.json (what was cut: :class:`envengineer.design.budget.BudgetRecord`), each atomically."""
     from envengineer.fileio import dumps_json, write_text
 
     secrets = list(secrets)

@@ -32,8 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envengineer.contract import EngineerReply
-from envengineer.proposals import MAX_YAML_CHARS, one_line
+from envengineer.design.contract import EngineerReply
+from envengineer.design.proposals import MAX_YAML_CHARS, one_line
 
 #: The name the schema is sent under (OpenAI: a-z, A-Z, 0-9, _ and -, at most 64 characters).
 SCHEMA_NAME = "engineer_config"

@@ -18,7 +18,7 @@ from typing import Any
 
 from envengineer.components import Aggregate, Benchmark, Grouping, Verdict
 from envengineer.fileio import atomic_open, dumps_json, write_json
-from envengineer.metrics import Summary, summarize
+from envengineer.components.metrics import Summary, summarize
 
 #: Failing examples kept for the F context module (truncated, never instructions).
 EXAMPLE_CHARS = 600

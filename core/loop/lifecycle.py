@@ -3,7 +3,7 @@
 Each builder reads what the step wrote (``summary.json``, ``signal.json``, ``config.yaml``,
 ``projection.yaml``, ``calls.jsonl``, ``history.jsonl``), so a payload says exactly what the files
 say, a resumed run builds the same one, and a plugin never holds the loop's objects. Each payload is
-built through its model in :mod:`envengineer.payloads` (the contract: a missing, renamed or undeclared
+built through its model in :mod:`envengineer.loop.payloads` (the contract: a missing, renamed or undeclared
 key raises here) and handed on as the model's plain JSON dump; docs/writing-a-plugin.md lists the keys.
 """
 
@@ -15,8 +15,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from envengineer.payloads import BenchmarkPayload, DesignPayload, RoundPayload, RunEndPayload, RunStartPayload, build
-from envengineer.rundir import RunDir, Step
+from envengineer.loop.payloads import BenchmarkPayload, DesignPayload, RoundPayload, RunEndPayload, RunStartPayload, build
+from envengineer.store.rundir import RunDir, Step
 
 
 def plain(value: Any) -> Any:

@@ -4,7 +4,7 @@ One model per payload (:data:`PAYLOADS`): ``on_run_start``'s ``info`` (:class:`R
 ``on_benchmark_end``'s ``benchmark`` (:class:`BenchmarkPayload`), ``on_design_end``'s ``design``
 (:class:`DesignPayload`), ``on_round_end``'s ``metrics`` (:class:`RoundPayload`) and ``on_run_end``'s
 ``metrics`` (:class:`RunEndPayload`). The loop builds every payload through its model
-(:mod:`envengineer.lifecycle`), so a key that is renamed, missing or not declared fails there, in
+(:mod:`envengineer.loop.lifecycle`), so a key that is renamed, missing or not declared fails there, in
 the loop's own tests, instead of showing up as a missing chart. Hooks still receive plain JSON data
 (``model_dump(mode="json")``: dicts, lists, str, numbers, bool, None), as they always have; a plugin
 that wants attributes and types reads one back with ``RoundPayload.model_validate(metrics)``.

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from envengineer import gpus as gpu_info
+from envengineer.components import gpus as gpu_info
 from envengineer.errors import EnvEngineerError
 
 Status = Literal["ok", "warn", "missing"]

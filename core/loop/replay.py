@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from envengineer.contract import DesignOutcome, DesignRequest
-from envengineer.design import design
-from envengineer.prompts import build_request
-from envengineer.rundir import RunDir
+from envengineer.design.contract import DesignOutcome, DesignRequest
+from envengineer.design.step import design
+from envengineer.design.prompts import build_request
+from envengineer.store.rundir import RunDir
 
 
 
@@ -69,8 +69,8 @@ def offline_request(registry: Any, run_dir: Path, round: int, instance: Any) -> 
     The checkpoint and base engineers get the models the run itself used: the round's
     trained checkpoint and the base policy its ``pretrain`` step recorded; the analysis
     prompt is the run's own ``design.prompt_file`` when it set one."""
-    from envengineer.evidence import load_evidence
-    from envengineer.loop import round_seed
+    from envengineer.design.evidence import load_evidence
+    from envengineer.loop.steps import round_seed
 
     run_dir = Path(run_dir)
     evidence = load_evidence(run_dir, round, registry)

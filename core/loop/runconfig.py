@@ -136,7 +136,7 @@ class ResolvedRun:
     context: Any
     run_dir: Path
     context_initial: str = "uniform"  # the round-0 config: initial_config, context.start or the preset's
-    trackers: list[Any] = field(default_factory=list)  # the run's experiment trackers (envengineer.trackers.Tracker)
+    trackers: list[Any] = field(default_factory=list)  # the run's experiment trackers (envengineer.loop.trackers.Tracker)
 
 
 def _section(registry: Registry, kind: str, section: dict[str, Any], where: str) -> Any:
@@ -238,7 +238,7 @@ def check_eval_sets(config: RunConfig, registry: Registry, task: str) -> None:
 
 def resolve(config: RunConfig, registry: Registry, *, base_dir: Path | None = None) -> ResolvedRun:
     """Instantiate every component; each section's errors name their path."""
-    from envengineer.context import choose_start, parse_context_spec
+    from envengineer.design.context import choose_start, parse_context_spec
 
     task_options = dict(config.task)
     generator = registry.create("generator", task_options["name"], task_options, where="task")

@@ -120,7 +120,7 @@ class Signal:
 def aggregate(lines: Iterable[Mapping[str, Any]], records: Iterable[Mapping[str, Any]], generator: Any) -> dict[str, Any]:
     """The signal of ``lines`` overall and per group of each of the task's groupings (as evaluation
     files them, groups in the task's order); ``records``: the round's instances, to find each id's groups."""
-    from envengineer.evaluation import dimensions, groups_of
+    from envengineer.loop.evaluation import dimensions, groups_of
 
     dims = dimensions(generator)
     primary = generator.evaluation_groupings()[0].name

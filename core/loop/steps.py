@@ -27,11 +27,11 @@ from rich.table import Table
 from envengineer.display import Console, progress_bar, stage_progress
 from envengineer.errors import ConfigError, EnvEngineerError
 from envengineer.fileio import read_jsonl, read_yaml, write_json, write_jsonl, write_yaml
-from envengineer.metrics import Rates
-from envengineer.runview import design_alarm, fallback_streak, latest_designs, paired_with_base, read_verdicts
+from envengineer.components.metrics import Rates
+from envengineer.store.records import design_alarm, fallback_streak, latest_designs, paired_with_base, read_verdicts
 from envengineer.registry import Registry
-from envengineer.rundir import RunDir, Step, clock
-from envengineer.runconfig import ResolvedRun, parse_run_config
+from envengineer.store.rundir import RunDir, Step, clock
+from envengineer.loop.runconfig import ResolvedRun, parse_run_config
 
 #: Settings that decide whether a run stops, never what it produces: a resumed run may change them.
 GUARDS = (("design", "max_fallbacks"),)
@@ -128,7 +128,7 @@ class Loop:
         # one rendering of chat prompts for training, evaluation and the checkpoint/base engineers
         self.chat_template_kwargs = self.run.policy.chat_template_kwargs
         self.hook = self.registry.pm.hook
-        from envengineer.trackers import TrackerSet
+        from envengineer.loop.trackers import TrackerSet
 
         self.trackers = TrackerSet(self.run.trackers)
         self.tracking = False  # the trackers started (a dry run starts none)
@@ -152,7 +152,7 @@ class Loop:
                 self._logged(event, took)
 
     def _logged(self, event: str, trackers: list[str]) -> None:
-        from envengineer.trackers import read_logged, write_logged
+        from envengineer.loop.trackers import read_logged, write_logged
 
         logged = read_logged(self.dir) or {}
         for name in trackers:
@@ -164,7 +164,7 @@ class Loop:
         self._emit(hook, event, **payload())
 
     def _benchmark_event(self, round: int | None, name: str, role: str) -> tuple[str, str, Any]:
-        from envengineer.lifecycle import benchmark_info
+        from envengineer.loop.lifecycle import benchmark_info
 
         def payload() -> dict[str, Any]:
             return {"round": round, "benchmark": benchmark_info(self.dir, round, name, self.registry.benchmark(name), role)}
@@ -175,7 +175,7 @@ class Loop:
         """The lifecycle events of the steps the run directory records as done, in the order the loop emitted
         them: ``(event, hook, payload)``, ``payload()`` the hook's arguments rebuilt from the files (the same
         payloads the steps gave: every payload is read back from what the step wrote)."""
-        from envengineer.lifecycle import design_info
+        from envengineer.loop.lifecycle import design_info
 
         events = []
         if self.dir.done(Step.BASE_EVAL):
@@ -197,7 +197,7 @@ class Loop:
         """Give each live tracker the recorded events it has not taken (``trackers/logged.json``): a tracker newly
         named on a finished or resumed run logs the steps done before, once. A run recorded before the record was
         kept counts as taken by the trackers its ``run.yaml`` named and those that keep a state there."""
-        from envengineer.trackers import LOGGED, read_logged, write_logged
+        from envengineer.loop.trackers import LOGGED, read_logged, write_logged
 
         events = self.recorded_events()
         logged = read_logged(self.dir)
@@ -221,13 +221,13 @@ class Loop:
 
     def _benchmark_records(self, name: str) -> list[dict[str, Any]]:
         bench = self.registry.benchmark(name)
-        from envengineer.evaluation import spread
+        from envengineer.loop.evaluation import spread
 
         return spread(read_jsonl(bench.path), self.cfg.eval.limit)
 
     def _evaluate(self, policy: Any, name: str, out: Path, label: str, examples: bool,
                   records: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        from envengineer.evaluation import evaluate, failing_examples, write_eval
+        from envengineer.loop.evaluation import evaluate, failing_examples, write_eval
 
         records = self._benchmark_records(name) if records is None else records
         progress, advance = self._progress(f"{label}: {name}", len(records))
@@ -246,7 +246,7 @@ class Loop:
     def _sampled(self, policy: Any, records: list[dict[str, Any]], label: str, name: str) -> dict[str, Any] | None:
         """Sampled pass@1 on ``records`` at the trainer's temperature (``eval.sampled`` answers each), or None
         when off; a policy or trainer that cannot say how it samples is recorded as such."""
-        from envengineer.evaluation import sampled_pass1
+        from envengineer.loop.evaluation import sampled_pass1
 
         n = self.cfg.eval.sampled
         if not n:
@@ -266,7 +266,8 @@ class Loop:
     def _reuse_key(self, policy: Any) -> dict[str, Any] | None:
         """What decides a base evaluation's answers and verdicts on any set, when the policy says its
         answers are a pure function of its weights and options (``evaluation_key``); None: never reuse."""
-        from envengineer import __version__, evaluation
+        from envengineer import __version__
+        from envengineer.loop import evaluation
 
         policy_key = policy.evaluation_key()
         if policy_key is None:
@@ -328,7 +329,7 @@ class Loop:
     def start(self, *, track: bool = True) -> None:
         """Write run.yaml, or check that the directory holds this same run; then start the trackers
         (``track``: a dry run starts none) and call ``on_run_start``."""
-        from envengineer.lifecycle import run_info
+        from envengineer.loop.lifecycle import run_info
 
         resolved = self.cfg.model_dump(mode="json")
         resumed = self.dir.run_yaml.exists()
@@ -388,7 +389,7 @@ class Loop:
             return generator.default_config()
         if choice == "random":
             return generator.random_config(self.cfg.seed)
-        from envengineer.taskops import load_generator_config
+        from envengineer.store.configs import load_generator_config
 
         return load_generator_config(generator, choice)
 
@@ -396,7 +397,7 @@ class Loop:
         path = self.dir.config_path(round)
         if round == 0 and not path.exists():
             write_yaml(path, self.initial_config().model_dump(mode="json"))
-        from envengineer.taskops import load_generator_config
+        from envengineer.store.configs import load_generator_config
 
         # the round-0 file was checked when initial_config() read the user's choice; what the loop
         # wrote is read back as written (a run recorded before the bounds check still resumes)
@@ -447,7 +448,7 @@ class Loop:
     def _signal(self, round: int, folder: Path, records: list[dict[str, Any]]) -> dict[str, Any] | None:
         """The trainer's ``rollouts.jsonl`` in ``folder`` aggregated by the task's groupings (None: it wrote none);
         ``records``: the round's training set, to which the trainer's draws (``drawn.jsonl``) are added."""
-        from envengineer.signal import aggregate, check_line
+        from envengineer.loop.signal import aggregate, check_line
 
         path = folder / self.dir.rollouts(round).name
         if not path.exists():
@@ -478,8 +479,8 @@ class Loop:
 
     def train_request(self, round: int, out_dir: Path) -> Any:
         """What the trainer gets for ``round``: the round's set, the model it starts from, the validation set."""
-        from envengineer.lifecycle import step_offset
-        from envengineer.training import TrainRequest
+        from envengineer.loop.lifecycle import step_offset
+        from envengineer.components.training import TrainRequest
 
         kept = self.cfg.budget_mode == "kept_prompts"
         return TrainRequest(
@@ -539,9 +540,9 @@ class Loop:
         # A design that stopped the run is redone on resume: the user has fixed the cause.
         if line and not line.get("halted"):
             return
-        from envengineer.design import design
-        from envengineer.prompts import build_request
-        from envengineer.evidence import load_evidence
+        from envengineer.design.step import design
+        from envengineer.design.prompts import build_request
+        from envengineer.design.evidence import load_evidence
 
         started = clock()
         evidence = load_evidence(self.dir.path, round, self.registry)
@@ -562,7 +563,7 @@ class Loop:
         line = self._finish(Step.DESIGN, round, started, engineer=self.run.engineer.name, fallback=outcome.fallback, reason=outcome.reason,
                             projection_changes=changes, **({"halted": True} if halt else {}),
                             **({"prompt_cuts": len(request.budget["cuts"])} if request.budget is not None else {}))
-        from envengineer.lifecycle import design_info
+        from envengineer.loop.lifecycle import design_info
 
         self._emit("on_design_end", f"design/{round}", round=round, design=design_info(self.dir, round, line, self.run.generator))
         if halt:
@@ -599,7 +600,7 @@ class Loop:
         except BaseException as exc:
             self._stopped(exc)
             raise
-        from envengineer.lifecycle import run_end
+        from envengineer.loop.lifecycle import run_end
 
         self._emit("on_run_end", metrics=run_end(table, "finished", None))
         self.trackers.close()
@@ -616,7 +617,7 @@ class Loop:
         except Exception:  # noqa: BLE001 - the run's own error is what matters
             table = []
         try:
-            from envengineer.lifecycle import run_end
+            from envengineer.loop.lifecycle import run_end
 
             self._emit("on_run_end", metrics=run_end(table, status, " ".join(str(exc).split()) or type(exc).__name__))
         except Exception as hook_error:  # noqa: BLE001
@@ -625,8 +626,8 @@ class Loop:
         self.trackers.close()
 
     def round_metrics(self, round: int) -> dict[str, Any]:
-        """The payload of ``on_round_end`` (:func:`envengineer.lifecycle.round_metrics`)."""
-        from envengineer.lifecycle import round_metrics
+        """The payload of ``on_round_end`` (:func:`envengineer.loop.lifecycle.round_metrics`)."""
+        from envengineer.loop.lifecycle import round_metrics
 
         validation = self.cfg.eval.validation
         return round_metrics(self.dir, round, self.run.generator, validation, self.registry.benchmark(validation))
@@ -745,7 +746,7 @@ def run(
     ``dry_run``: only :meth:`Loop.plan` (the starting policy, round 0's set, the trainer's plan); return the plan.
     """
     from envengineer.registry import load_registry
-    from envengineer.runconfig import load_run_config, resolve
+    from envengineer.loop.runconfig import load_run_config, resolve
 
     registry = registry or load_registry()
     config = load_run_config(config_path, overrides, registry)
@@ -756,7 +757,7 @@ def run(
     loop = Loop(resolved, registry, console or Console())
     if dry_run:
         return loop.plan()
-    from envengineer.doctor import preflight, table as checks_table
+    from envengineer.loop.preflight import preflight, table as checks_table
 
     checks = preflight(registry.pm, [resolved.trainer, resolved.policy, resolved.engineer])  # stops a GPU run that cannot work
     if checks:

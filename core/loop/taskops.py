@@ -6,65 +6,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from envengineer.components import Generator, Validator
-from envengineer.errors import ConfigError, InputError
-from envengineer.fileio import atomic_open, dumps_json, iter_jsonl, read_jsonl, read_yaml
-from envengineer.metrics import Summary
-from envengineer.registry import format_validation_error
-
-
-def load_generator_config(generator: Generator, path: str | Path | None, *, check_bounds: bool = True) -> BaseModel:
-    """The generator config in ``path`` (strictly validated), or the generator's default.
-
-    A declared knob outside its bounds is refused too: the design step's projection keeps every
-    knob within them (a share from round 1 on), so round 0 would train on a config no later
-    round can have. ``check_bounds=False``: a config the loop recorded itself (a run started before
-    the check, resumed) is read as it was written."""
-    if path is None:
-        return generator.default_config()
-    data = read_yaml(path)
-    try:
-        config = generator.config_model.model_validate(data if data is not None else {})
-    except ValidationError as exc:
-        raise ConfigError(f"{path}:\n{format_validation_error(exc)}") from None
-    problems = knobs_out_of_bounds(generator, config) if check_bounds else []
-    if problems:
-        raise ConfigError(f"{path}:\n" + "\n".join(problems))
-    return config
-
-
-def knobs_out_of_bounds(generator: Generator, config: BaseModel) -> list[str]:
-    """One line per declared knob value outside the bounds the default projection keeps it in,
-    naming the field (a share's bounds as :func:`envengineer.knobs.renormalize` narrows them)."""
-    from envengineer.knobs import number, share_bounds
-
-    table = generator.knob_table
-    if table is None:
-        dumped = config.model_dump()
-        rows = {None: {k.name: dumped[k.name] for k in generator.knobs if k.name in dumped}}
-    else:
-        rows = dict(generator.knob_values(config))
-    share = generator.share_knob()
-    shared = sum(1 for values in rows.values() if share is not None and share.name in values)
-    problems = []
-    for group, values in rows.items():
-        for knob in generator.knobs:
-            raw = values.get(knob.name)
-            value = number(raw)
-            if value is None:
-                continue
-            low, high = share_bounds(knob, shared) if knob.share and table is not None and shared else (knob.low, knob.high)
-            where = knob.name if group is None else f"{table}.{group}.{knob.name}"
-            clips = f"the design step's projection clips it into [{low:g}, {high:g}] when it moves it"
-            if value < low - 1e-9:
-                why = "the design step raises it to the floor from round 1 on" if knob.share else clips
-                problems.append(f"{where}: {raw} is below the projection's floor {low:g}; {why}, so give it at least {low:g}")
-            elif value > high + 1e-9:
-                why = "the design step lowers it to the ceiling from round 1 on" if knob.share else clips
-                problems.append(f"{where}: {raw} is above the projection's ceiling {high:g}; {why}, so give it at most {high:g}")
-    return problems
+from envengineer.errors import InputError
+from envengineer.fileio import atomic_open, dumps_json, iter_jsonl, read_jsonl
+from envengineer.components.metrics import Summary
+from envengineer.store.configs import knobs_out_of_bounds, load_generator_config  # noqa: F401 - importable from here too
 
 
 def generate_file(
@@ -151,7 +99,7 @@ def score_file(
 ) -> Summary:
     """One verdict per response line, in order; returns the summary (overall, and per group of
     every grouping the task declares)."""
-    from envengineer.evaluation import summarize_records
+    from envengineer.loop.evaluation import summarize_records
 
     by_id = load_instances(instances, generator.check_record, generator.record_id)
     verdicts = []

@@ -25,9 +25,9 @@ import math
 import os
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any
 
-from envengineer.components import Component
+from envengineer.components import Tracker, TrackerUnavailable, missing_package  # noqa: F401 - the tracker base, importable from here too
 
 logger = logging.getLogger(__name__)
 
@@ -36,33 +36,6 @@ LIFECYCLE = ("on_run_start", "on_benchmark_end", "on_design_end", "on_round_end"
 
 #: Environment variables whose values never appear in a warning (names matching this).
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
-
-
-class Tracker(Component):
-    """Base of experiment trackers: a ``name``, a ``description``, an ``Options`` model (the fields a
-    run config's ``trackers`` entry may set: ``{name: wandb, project: ...}``), and the lifecycle
-    hooks as ``@hookimpl`` methods. One instance serves one run."""
-
-    #: the pip extra that installs what the tracker needs (named in its warning when missing)
-    extra: ClassVar[str] = ""
-
-    def trainer_settings(self) -> dict[str, Any] | None:
-        """What a trainer needs to write its own step metrics into this tracker's run (the built-in
-        trainers read the built-in trackers' settings: a log directory, a run id); None: nothing.
-        Called after ``on_run_start`` succeeded, before each round's training."""
-        return None
-
-    def close(self) -> None:
-        """Release what the tracker holds (called when it is disabled, and after ``on_run_end``)."""
-
-
-class TrackerUnavailable(Exception):
-    """A tracker cannot work in this run, for the reason given (no key, package missing); raised from
-    a hook, it disables the tracker with that reason, like any error."""
-
-
-def missing_package(tracker: str, module: str, extra: str) -> TrackerUnavailable:
-    return TrackerUnavailable(f"{module} is not installed (pip install \"envengineer[{extra}]\")")
 
 
 def redact(text: str, environ: Mapping[str, str] | None = None) -> str:

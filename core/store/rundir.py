@@ -102,7 +102,7 @@ class RunDir:
         return self.train_dir(round) / "details.json"
 
     def rollouts(self, round: int) -> Path:
-        """The training signal: one line per training prompt the trainer sampled (:mod:`envengineer.signal`)."""
+        """The training signal: one line per training prompt the trainer sampled (:mod:`envengineer.loop.signal`)."""
         return self.train_dir(round) / "rollouts.jsonl"
 
     def drawn(self, round: int) -> Path:

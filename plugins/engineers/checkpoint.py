@@ -35,7 +35,7 @@ from envengineer.plugins.vllm_child import ChildLimits
 
 class CheckpointOptions(ChildLimits, PromptBudgetOptions):
     """The engineer's options; with vLLM also how long its child may wait for GPU memory and stay silent (:class:`ChildLimits`);
-    ``max_prompt_tokens`` (:class:`envengineer.budget.PromptBudgetOptions`) counted with the model's own tokenizer."""
+    ``max_prompt_tokens`` (:class:`envengineer.design.budget.PromptBudgetOptions`) counted with the model's own tokenizer."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -298,7 +298,7 @@ def _forced_block(model: Any, tokenizer: Any, text: str, inputs: Any, schema: di
                   special: bool, device: str) -> tuple[str, dict[str, int]]:
     """Free analysis (at most ``analysis_tokens``, ended early by a fence), then the fenced block decoded
     under ``schema`` by an xgrammar grammar: the block is JSON (which YAML parses) that the schema allows,
-    given :func:`envengineer.structured.block_token_limit` new tokens (the longest block the grammar
+    given :func:`envengineer.design.structured.block_token_limit` new tokens (the longest block the grammar
     allows), so it always closes."""
     import json
 

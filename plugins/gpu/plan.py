@@ -15,46 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envengineer.model_shape import GB, ModelShape, model_shape
-
-#: What every estimate leaves out (each component adds its own).
-LEAVES_OUT = (
-    "the CUDA context and kernels (about 0.5-1 GB per process) and the allocator's fragmentation",
-    "buffers of communication libraries (NCCL) and compiled kernels' workspaces",
-    "transient copies inside a kernel (e.g. a fused loss's chunks) beyond the rows shown",
-)
-
-
-@dataclass(frozen=True)
-class MemoryRow:
-    phase: str  # when it is on the GPU: rows of one phase are there together
-    item: str
-    bytes: float
-    how: str = ""
-
-
-@dataclass(frozen=True)
-class Fix:
-    """Dotted run-config overrides that change the memory, and what they do."""
-
-    overrides: tuple[str, ...]
-    what: str
-
-
-@dataclass
-class MemoryEstimate:
-    rows: list[MemoryRow] = field(default_factory=list)
-    leaves_out: list[str] = field(default_factory=list)
-    fixes: list[Fix] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    #: what makes it fail whatever the totals (e.g. vLLM's share holds no whole sequence's KV cache)
-    problems: list[str] = field(default_factory=list)
-    #: the longest prompt it plans for (a policy's plan reuses it)
-    prompt_tokens: int | None = None
-
-    def add(self, phase: str, item: str, size: float, how: str = "") -> None:
-        self.rows.append(MemoryRow(phase, item, float(size), how))
-
+from envengineer.components.model_shape import GB, ModelShape, model_shape
+from envengineer.components.resources import LEAVES_OUT, Fix, MemoryEstimate, MemoryRow  # noqa: F401 - importable from here too
 
 @dataclass
 class MemoryPlan:
@@ -109,7 +71,7 @@ class MemoryPlan:
 
 
 def estimate_run(run: Any, gpu_memory_gb: float) -> MemoryPlan:
-    """The memory plan of a resolved run (:func:`envengineer.runconfig.resolve`), per GPU of ``gpu_memory_gb``."""
+    """The memory plan of a resolved run (:func:`envengineer.loop.runconfig.resolve`), per GPU of ``gpu_memory_gb``."""
     from envengineer.errors import ConfigError
 
     path = getattr(run.policy.options, "path", None)
@@ -168,7 +130,7 @@ def _joined(fixes: list[Fix]) -> list[str]:
 
 
 def _plan(config: str | Path, overrides: list[str] | tuple[str, ...], registry: Any, gpu_memory_gb: float) -> MemoryPlan:
-    from envengineer.runconfig import load_run_config, resolve
+    from envengineer.loop.runconfig import load_run_config, resolve
 
     return estimate_run(resolve(load_run_config(config, overrides, registry), registry), gpu_memory_gb)
 

@@ -87,7 +87,7 @@ def warm_started(options: SftWarmStart, base: Path, *, generator: Any, style: st
     (``cached``, ``built`` or ``rebuilt: WHY``)."""
     from filelock import FileLock
 
-    from envengineer.plugins.policies.tiny import cached_state, pairs_digest, recipe_key, warm_start_data
+    from envengineer.plugins.policies.tiny_model import cached_state, pairs_digest, recipe_key, warm_start_data
 
     if generator is None:
         raise ConfigError("policy.transformers.warm_start: the warm start needs the task's generator (prepare(generator=...))")
@@ -148,8 +148,8 @@ def build(out: Path, options: SftWarmStart, base: Path, rows: list[dict[str, Any
     from trl import SFTConfig, SFTTrainer
 
     from envengineer.plugins.cpu_heap import keep_freed_memory
-    from envengineer.plugins.policies.tiny import save_model_dir
-    from envengineer.plugins.policies.transformers_policy import quiet_hf
+    from envengineer.plugins.policies.tiny_model import save_model_dir
+    from envengineer.plugins.policies.hf import quiet_hf
 
     use_cpu = not torch.cuda.is_available()
     before = torch.get_num_threads()

@@ -11,9 +11,7 @@ against ``generate`` on the first batch of each architecture; option ``fast_samp
 
 from __future__ import annotations
 
-import contextlib
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -22,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envengineer.api import ConfigError, Policy, retired_options
 from envengineer.plugins.cpu_heap import keep_freed_memory
 from envengineer.plugins.policies.sft import SftWarmStart
+from envengineer.plugins.policies.hf import quiet_hf  # noqa: F401 - importable from here too
 
 #: The chat-template options when none are given: Qwen3 thinks unless told not to, and
 #: the paper's policy answers without a thinking block.
@@ -37,44 +36,6 @@ def chat_text(tokenizer: Any, messages: Sequence[dict[str, str]], chat_template_
     """
     kwargs = DEFAULT_CHAT_TEMPLATE_KWARGS if chat_template_kwargs is None else chat_template_kwargs
     return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True, **kwargs)
-
-
-@contextlib.contextmanager
-def quiet_hf() -> Iterator[None]:
-    """Silence Hugging Face output inside our own calls, and restore it afterwards.
-
-    The ``Loading weights`` / ``Writing model shards`` progress bars of transformers and
-    huggingface_hub, transformers' info/warning log lines, and the FutureWarnings and
-    UserWarnings transformers, TRL, torch and accelerate raise about options we set on
-    purpose (gradient checkpointing, generation flags). Our own rich progress bars are
-    not affected; errors still surface.
-    """
-    import transformers.utils.logging as hf_logging
-
-    try:
-        import huggingface_hub.utils as hub_utils
-    except Exception:  # pragma: no cover - huggingface_hub ships with transformers
-        hub_utils = None
-    bars_on = hf_logging.is_progress_bar_enabled()
-    hub_bars_off = hub_utils.are_progress_bars_disabled() if hub_utils is not None else True
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.disable_progress_bar()
-    if hub_utils is not None:
-        hub_utils.disable_progress_bars()
-    hf_logging.set_verbosity_error()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            for module in ("transformers", "trl", "torch", "accelerate", "huggingface_hub", "datasets"):
-                warnings.filterwarnings("ignore", category=UserWarning, module=module)
-            yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars_on:
-            hf_logging.enable_progress_bar()
-        if hub_utils is not None and not hub_bars_off:
-            hub_utils.enable_progress_bars()
 
 
 class ModelDirOptions(BaseModel):

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from envengineer.errors import EnvEngineerError
-from envengineer.drawn import BenchView, aggregate_notes
-from envengineer.runview import BASE, RunView, Stage, load_run, rate, sort_benches
+from envengineer.plugins.report.drawn import BenchView, aggregate_notes
+from envengineer.plugins.report.view import BASE, RunView, Stage, load_run, rate, sort_benches
 
 MISSING = "–"
 

@@ -1,9 +1,9 @@
 """What a run's task and benchmarks declare, as the readers of a run directory draw it (the declarations
-themselves are in :mod:`envengineer.declarations`).
+themselves are in :mod:`envengineer.components.declarations`).
 
 The report, ``compare`` and ``suite`` know no task: they show the groupings, knobs, benchmark
 labels, subsets and aggregates that the run's task family declares (resolved through the
-registry from run.yaml's ``task`` section; see :func:`envengineer.runview.load_run`). When the
+registry from run.yaml's ``task`` section; see :func:`envengineer.plugins.report.view.load_run`). When the
 family is not installed they show what the recorded files hold: every ``by`` key of the
 summaries as a grouping, the knob table found in the round configs, no subsets or aggregate.
 """

@@ -1,8 +1,8 @@
-"""The report page's HTML: one function per section, each drawn from a :class:`~envengineer.runview.RunView`.
+"""The report page's HTML: one function per section, each drawn from a :class:`~envengineer.plugins.report.view.RunView`.
 
 Sections without data are left out. Tables per group, per subset and the aggregate come from
-what the run's task and benchmarks declare (see :mod:`envengineer.drawn`); a task adds
-sections of its own through the ``report_sections`` hook (see :mod:`envengineer.report`).
+what the run's task and benchmarks declare (see :mod:`envengineer.plugins.report.drawn`); a task adds
+sections of its own through the ``report_sections`` hook (see :mod:`envengineer.plugins.report.page`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 
 import yaml
 
-from envengineer.drawn import BenchView, aggregate_notes
-from envengineer.report_plots import METRICS, benched, config_stages, evaluated, failure_types, group_plot_name, number
-from envengineer.runview import RunView, Stage, design_alarm, paired_with_base, rate
+from envengineer.plugins.report.drawn import BenchView, aggregate_notes
+from envengineer.plugins.report.plots import METRICS, benched, config_stages, evaluated, failure_types, group_plot_name, number
+from envengineer.plugins.report.view import RunView, Stage, design_alarm, paired_with_base, rate
 
 IMAGE_DIR = "report"
 

@@ -1,11 +1,11 @@
 """One run as a page people want to read: report.html plus the PNGs it shows.
 
-Everything comes from the run directory (see :mod:`envengineer.runview`), so a report
+Everything comes from the run directory (see :mod:`envengineer.plugins.report.view`), so a report
 can be made at any time, of a partial run too: sections without data say so and are
 otherwise left out. What is drawn per group, per knob and per benchmark is what the run's
 task declares; the task (or any plugin) adds sections of its own through the
-``report_sections`` hook. The plots are in :mod:`envengineer.report_plots` (matplotlib,
-imported only when plotting), the page in :mod:`envengineer.report_html`.
+``report_sections`` hook. The plots are in :mod:`envengineer.plugins.report.plots` (matplotlib,
+imported only when plotting), the page in :mod:`envengineer.plugins.report.html`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from envengineer.errors import EnvEngineerError
-from envengineer.report_html import IMAGE_DIR, render_html
-from envengineer.report_plots import PLOTS, plots_of
-from envengineer.runview import RunView, load_run
+from envengineer.plugins.report.html import IMAGE_DIR, render_html
+from envengineer.plugins.report.plots import PLOTS, plots_of
+from envengineer.plugins.report.view import RunView, load_run
 
 __all__ = ["IMAGE_DIR", "PLOTS", "PLOT_NAMES", "REPORT_HTML", "Report", "render_html", "task_sections", "write_report"]
 
@@ -64,7 +64,7 @@ def _readable(*paths: Path) -> None:
 
 
 def _registry() -> Any:
-    from envengineer.compare import _registry
+    from envengineer.plugins.report.compare import _registry
 
     return _registry()
 
@@ -95,7 +95,7 @@ def write_report(run_dir: str | Path, registry: Any = None) -> Report:
         for stale in [*(image_dir / n for n in PLOT_NAMES), *image_dir.glob("rates_by_*.png")]:
             if stale.name not in images and stale.is_file():
                 stale.unlink()
-    from envengineer.engineer_score import report_sections as scored_sections
+    from envengineer.plugins.score.engineer_score import report_sections as scored_sections
 
     sections = scored_sections(run.path) + task_sections(run, getattr(registry, "pm", None), problems)
     html_path = run.path / REPORT_HTML

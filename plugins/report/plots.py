@@ -1,8 +1,8 @@
-"""The report's plots: one PNG per concern, drawn from a :class:`~envengineer.runview.RunView`.
+"""The report's plots: one PNG per concern, drawn from a :class:`~envengineer.plugins.report.view.RunView`.
 
 Each ``plot_*`` function returns the file it wrote, or None when the run has nothing to
 draw for it. What is drawn per group, per knob and per benchmark subset is what the run's
-task declares (see :mod:`envengineer.drawn`). matplotlib is imported only here, inside
+task declares (see :mod:`envengineer.plugins.report.drawn`). matplotlib is imported only here, inside
 the functions, on the Agg canvas, never through pyplot's global state.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from envengineer.errors import EnvEngineerError
-from envengineer.runview import RunView, Stage, rate
+from envengineer.plugins.report.view import RunView, Stage, rate
 
 METRICS = ("valid", "optimal")
 _PALETTE = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#db2777", "#0891b2", "#65a30d", "#4b5563", "#b45309"]

@@ -3,7 +3,7 @@
 
 For every recorded round of a run (a round with a checkpoint and its evidence) each engineer is asked for
 ``proposals`` proposals on that round's own evidence, through the request the loop's design step builds
-(:func:`envengineer.replay.offline_request`) and the loop's design step (:func:`envengineer.design.design`:
+(:func:`envengineer.loop.replay.offline_request`) and the loop's design step (:func:`envengineer.design.step.design`:
 parse, re-ask, project, fall back). Each resulting config is scored for the round's checkpoint: ``instances``
 fresh training instances drawn from it by the task's generator, each answered ``draws`` times by the checkpoint
 at the trainer's sampling temperature (the policy's own sampling path, :meth:`Policy.sampling` and
@@ -210,7 +210,7 @@ class RecordedRun:
         """The answers that decide whether a prompt is kept: the trainer's screen (``prefilter_samples``, or in
         ``kept_prompts`` mode the GRPO group) when it screens, else its GRPO group (``num_generations``: a prompt
         whose group is all right or all wrong gives no gradient); None when the trainer declares neither."""
-        from envengineer.training import screening_samples
+        from envengineer.components.training import screening_samples
 
         options = getattr(self.trainer, "options", None)
         group = getattr(options, "num_generations", None)
@@ -229,9 +229,9 @@ class RecordedRun:
 
 def load_run(registry: Any, path: str | Path) -> RecordedRun:
     """A recorded run; an error naming the folder when it has no round with a checkpoint and evidence."""
-    from envengineer.evidence import task_from_run
+    from envengineer.design.evidence import task_from_run
     from envengineer.fileio import read_yaml
-    from envengineer.rundir import RunDir, Step
+    from envengineer.store.rundir import RunDir, Step
 
     folder = Path(path)
     records = RunDir(folder)
@@ -269,7 +269,7 @@ class EngineerSpec:
 
 def engineer_specs(registry: Any, given: Sequence[str]) -> list[EngineerSpec]:
     """``--engineer`` values: each a registered engineer's name or an options file; unknown ones are errors naming them."""
-    from envengineer.replay import engineer_section
+    from envengineer.loop.replay import engineer_section
 
     specs: list[EngineerSpec] = []
     for value in given:
@@ -307,7 +307,7 @@ def prediction_schema(groups: Sequence[str]) -> dict[str, Any]:
 
 def prediction_messages(messages: Sequence[Mapping[str, str]], groups: Sequence[str], *, draws: int, temperature: float) -> list[dict[str, str]]:
     """The design request's conversation with the self-prediction's question appended to its last user turn."""
-    from envengineer.structured import with_instruction
+    from envengineer.design.structured import with_instruction
 
     # the format without numbers: an example's values are copied by a small model (17 of 24 SmolLM2 predictions were)
     example = "{" + ", ".join(f'"{g}": <number>' for g in groups[:2]) + (", ..." if len(groups) > 2 else "") + "}"
@@ -317,7 +317,7 @@ def prediction_messages(messages: Sequence[Mapping[str, str]], groups: Sequence[
 def parse_prediction(text: str, groups: Sequence[str]) -> tuple[dict[str, float] | None, str]:
     """The per-group numbers of a self-prediction reply (its last fenced block, else the whole text, as JSON or YAML),
     or None and why: every group must be there with a number in [0, 1] (untrusted input: nothing else is read)."""
-    from envengineer.proposals import UnusableProposal, extract_yaml_block, parse_proposal
+    from envengineer.design.proposals import UnusableProposal, extract_yaml_block, parse_proposal
 
     if not isinstance(text, str) or not text.strip():
         return None, "empty reply"
@@ -353,7 +353,7 @@ def predict_round(instance: Any, request: Any, reference: Mapping[str, Any], set
     reference's measured success per group (the round's checkpoint sampled ``draws`` times per fresh instance of the
     round's config at the trainer's temperature); beside it the Brier of two engineers with no self-knowledge: 0.5
     everywhere, and a copy of the round's evidence (the training signal's success per group, where it has the group)."""
-    from envengineer.signal import group_success
+    from envengineer.loop.signal import group_success
 
     measured = {g: float(cell["success"]) for g, cell in reference["by_group"].items()}
     groups = list(measured)
@@ -414,7 +414,7 @@ class RoundScorer:
     """Scores configs for one round's checkpoint: its sampler, its checkpoint identity, the round's draw seed."""
 
     def __init__(self, run: RecordedRun, round: int, settings: ScoreSettings, cache: SampleCache) -> None:
-        from envengineer.rundir import RunDir
+        from envengineer.store.rundir import RunDir
 
         self.run, self.round, self.settings, self.cache = run, round, settings, cache
         checkpoint = RunDir(run.path).checkpoint(round)
@@ -437,7 +437,7 @@ class RoundScorer:
         self.sampler.close()
 
     def score(self, config: Any) -> dict[str, Any]:
-        from envengineer.evaluation import score_response
+        from envengineer.loop.evaluation import score_response
 
         run, s = self.run, self.settings
         records = run.generator.generate(config, n=s.instances, seed=self.draw_seed).records
@@ -469,9 +469,9 @@ def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequenc
     ``recorded``: also score, as engineer ``recorded``, the config each run actually trained on in the next round
     (its own engineer's design), with the next round's measured gain beside it (:func:`next_gain`), and report the
     rank correlation of the two (:func:`predictive_check`): does the score predict what training then did?"""
-    from envengineer.design import design
-    from envengineer.replay import offline_request
-    from envengineer.rundir import RunDir
+    from envengineer.design.step import design
+    from envengineer.loop.replay import offline_request
+    from envengineer.store.rundir import RunDir
 
     if settings.proposals < 1 or settings.instances < 1 or settings.draws < 1:
         raise ConfigError("engineers score: --samples, --instances and --draws must be at least 1")
@@ -490,7 +490,7 @@ def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequenc
             scorer = RoundScorer(run, number, settings, cache)
             where = {"run": str(run.path), "run_seed": run.seed, "round": number}
             try:
-                from envengineer.taskops import load_generator_config
+                from envengineer.store.configs import load_generator_config
 
                 current = load_generator_config(run.generator, RunDir(run.path).config_path(number), check_bounds=False)
                 if progress:
@@ -562,7 +562,7 @@ def next_gain(run: RecordedRun, number: int) -> dict[str, float] | None:
     """What round ``number + 1`` (trained on the config the run chose after ``number``) gained over round ``number``:
     the validation set's greedy valid rate (``validation``), its sampled pass@1 where recorded (``sampled``), and
     each benchmark evaluated after both rounds (``bench/NAME``: the held-out target); None before it was evaluated."""
-    from envengineer.rundir import RunDir
+    from envengineer.store.rundir import RunDir
 
     records = RunDir(run.path)
     now, then = records.eval_summary(number), records.eval_summary(number + 1)
@@ -586,8 +586,8 @@ def next_mixed(run: RecordedRun, number: int) -> int | None:
     same checkpoint (``number``'s) on the same config as the recorded score, on the round's own instances, so the
     score's expected kept prompts per budget can be checked against what the trainer then found. None without a
     signal, or where the trainer's samples per prompt are not the score's G (``kept_prompts`` mode draws on)."""
-    from envengineer.evidence import load_signal
-    from envengineer.rundir import RunDir
+    from envengineer.design.evidence import load_signal
+    from envengineer.store.rundir import RunDir
 
     if str(run.config.get("budget_mode") or "instances") != "instances":
         return None
@@ -617,7 +617,7 @@ def _ranks(values: Sequence[float]) -> list[float]:
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
     """Spearman's rank correlation with its two-sided p (t approximation, n − 2 degrees of freedom)."""
-    from envengineer.comparison_stats import t_sf2
+    from envengineer.plugins.suite.arms.stats import t_sf2
 
     n = len(x)
     if n < 3:
@@ -821,7 +821,7 @@ def plot(result: Mapping[str, Any], path: Path) -> Path:
         import matplotlib  # noqa: F401
     except ImportError as exc:
         raise ImportError("matplotlib") from exc
-    from envengineer.report_plots import _PALETTE, _new_figure, _save
+    from envengineer.plugins.report.plots import _PALETTE, _new_figure, _save
 
     engineers = [e for e in result["engineers"] if e != REFERENCE]
     fig, axes = _new_figure(6.4, 4.2)

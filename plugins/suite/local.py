@@ -1,7 +1,7 @@
 """Running a suite's unfinished runs on this machine (``--launcher local``): one after the other in
-this process, or ``jobs`` at a time, each in its own process (:mod:`envengineer.suite_worker`),
+this process, or ``jobs`` at a time, each in its own process (:mod:`envengineer.plugins.suite.worker`),
 after the shared starting policies are prepared once. A run that raises is recorded in the suite's
-status file and the others go on. On a cluster: :mod:`envengineer.suite_launch`."""
+status file and the others go on. On a cluster: :mod:`envengineer.plugins.suite.launch.jobs`."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from rich.markup import escape
 
 from envengineer.display import Console
 from envengineer.errors import EnvEngineerError
-from envengineer.rundir import RunDir, Step
-from envengineer.suite_model import FAILED, PARTIAL, Suite, SuiteEntry, SuiteRun, save_errors
-from envengineer.suite_plan import run_state
+from envengineer.store.rundir import RunDir, Step
+from envengineer.plugins.suite.model import FAILED, PARTIAL, Suite, SuiteEntry, SuiteRun, save_errors
+from envengineer.plugins.suite.plan import run_state
 
 
 def unfinished(suite: Suite) -> list[tuple[SuiteEntry, SuiteRun]]:
@@ -37,11 +37,11 @@ def finished(suite: Suite, run: SuiteRun) -> None:
 def execute(suite: Suite, *, registry: Any = None, console: Console | None = None, jobs: int = 1) -> Suite:
     """Run every unfinished run, record failures. ``jobs`` 1: one after the other in this process
     (GPU configs: never two at once); more: that many at a time, each in its own process
-    (:mod:`envengineer.suite_worker`), after the starting policies are prepared here, once each."""
+    (:mod:`envengineer.plugins.suite.worker`), after the starting policies are prepared here, once each."""
     from envengineer.display import progress_bar
-    from envengineer.loop import Loop
+    from envengineer.loop.steps import Loop
     from envengineer.registry import load_registry
-    from envengineer.runconfig import resolve
+    from envengineer.loop.runconfig import resolve
 
     if jobs < 1:
         raise EnvEngineerError(f"--jobs {jobs}: give at least one")
@@ -84,7 +84,7 @@ def prepare_policies(runs: Sequence[SuiteRun], registry: Any, console: Console) 
     built and cached), so that parallel runs find it ready instead of building it side by side.
     A policy that cannot be prepared is left to its runs, which then fail with the error."""
     from envengineer.display import stage_progress
-    from envengineer.runconfig import resolve
+    from envengineer.loop.runconfig import resolve
 
     seen: set[str] = set()
     for run in runs:
@@ -174,7 +174,7 @@ def _run_parallel(suite: Suite, todo: list[tuple[SuiteEntry, SuiteRun]], registr
                                      # the suite's table and row (excluded from a config's dump): trackers label runs by them
                                      "suite": run.config.suite.model_dump(mode="json") if run.config.suite else None})
                     process = start(  # a process group of its own: what the run starts ends with it
-                        [sys.executable, "-m", "envengineer.suite_worker", str(job)],
+                        [sys.executable, "-m", "envengineer.plugins.suite.worker", str(job)],
                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ),
                     )
                     bar = progress.add_task(f"{escape(entry.stem)} seed {run.seed} ({verb})", total=run.config.rounds)

@@ -1,6 +1,6 @@
 """A suite's configs: the run config files of a folder, and the arms of a manifest (``suite.yaml``:
 one base config plus each arm's dotted overrides, applied and checked exactly as ``envengineer
-run BASE KEY=VALUE ...`` does), read into :class:`~envengineer.suite_model.SuiteEntry` rows."""
+run BASE KEY=VALUE ...`` does), read into :class:`~envengineer.plugins.suite.model.SuiteEntry` rows."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envengineer.errors import EnvEngineerError
-from envengineer.suite_model import DEFAULT_TABLE, SuiteEntry
+from envengineer.plugins.suite.model import DEFAULT_TABLE, SuiteEntry
 
 #: The manifest a folder of arms holds (a folder without it: every *.yaml is a run config).
 MANIFEST = "suite.yaml"
@@ -100,7 +100,7 @@ def read_manifest(path: Path, registry: Any = None) -> list[SuiteEntry]:
     from envengineer.errors import ConfigError
     from envengineer.fileio import read_yaml
     from envengineer.registry import format_validation_error
-    from envengineer.runconfig import apply_overrides, override_keys, parse_run_config, rebase_paths, resolve
+    from envengineer.loop.runconfig import apply_overrides, override_keys, parse_run_config, rebase_paths, resolve
 
     data = read_yaml(path)
     if not isinstance(data, dict):
@@ -115,7 +115,7 @@ def read_manifest(path: Path, registry: Any = None) -> list[SuiteEntry]:
     if manifest.baseline is not None and manifest.baseline not in manifest.arms:
         raise ConfigError(f"{path}: baseline: no arm named {manifest.baseline} (arms: {', '.join(manifest.arms)})")
     if manifest.launcher is not None:
-        from envengineer.launchers import launcher_options
+        from envengineer.plugins.suite.launch.base import launcher_options
 
         launcher_options(manifest.launcher, where=str(path))  # checked here: the error names the manifest
     baseline = manifest.baseline or (DEFAULT_BASELINE if DEFAULT_BASELINE in manifest.arms else None)
@@ -199,7 +199,7 @@ def config_files(sources: Sequence[str | Path]) -> list[Path]:
 
 def read_entries(sources: Sequence[str | Path], registry: Any = None) -> list[SuiteEntry]:
     """Every config file and manifest arm of ``sources``, checked; two that would share a run folder are refused."""
-    from envengineer.runconfig import load_run_config
+    from envengineer.loop.runconfig import load_run_config
 
     entries: list[SuiteEntry] = []
     for path in config_files(sources):

@@ -3,9 +3,9 @@ suite's bookkeeping file; with the helpers the suite and its report share (:func
 :func:`bench_views`).
 
 Every other ``suite*`` module imports from here and nothing here imports them:
-:mod:`envengineer.suite_manifest` reads configs and manifests into entries,
-:mod:`envengineer.suite_plan` plans their runs, :mod:`envengineer.suite_runner` runs them,
-:mod:`envengineer.suite_report` compares the arms, and :mod:`envengineer.suite` writes the tables.
+:mod:`envengineer.plugins.suite.manifest` reads configs and manifests into entries,
+:mod:`envengineer.plugins.suite.plan` plans their runs, :mod:`envengineer.plugins.suite.local` runs them,
+:mod:`envengineer.plugins.suite.arms.page` compares the arms, and :mod:`envengineer.plugins.suite.tables` writes the tables.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envengineer.drawn import BenchView
+from envengineer.plugins.report.drawn import BenchView
 from envengineer.errors import InputError
-from envengineer.runconfig import RunConfig
+from envengineer.loop.runconfig import RunConfig
 
 #: Suite bookkeeping in the output folder: the last error of every run that raised, and the cluster
 #: jobs submitted and still to be followed.

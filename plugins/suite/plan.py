@@ -13,9 +13,9 @@ from typing import Any
 from rich.markup import escape
 
 from envengineer.errors import EnvEngineerError
-from envengineer.runconfig import RunConfig
-from envengineer.suite_manifest import read_entries
-from envengineer.suite_model import (
+from envengineer.loop.runconfig import RunConfig
+from envengineer.plugins.suite.manifest import read_entries
+from envengineer.plugins.suite.model import (
     DIFFERENT,
     FAILED,
     FINISHED,
@@ -31,7 +31,7 @@ from envengineer.suite_model import (
 
 def _identity(data: Any) -> dict[str, Any]:
     """The run as the loop judges it on resume, less ``output``: a suite folder moved elsewhere still holds its runs."""
-    from envengineer.loop import run_identity
+    from envengineer.loop.steps import run_identity
 
     return {k: v for k, v in run_identity(data).items() if k != "output"}
 
@@ -48,14 +48,14 @@ def run_state(run_dir: Path, config: RunConfig, registry: Any = None) -> str:
     that names no ``eval.validation`` is compared with the set its task declares, as the loop records
     it in ``run.yaml`` (``registry``: default, the installed plugins)."""
     from envengineer.fileio import read_yaml
-    from envengineer.rundir import RunDir, Step
+    from envengineer.store.rundir import RunDir, Step
 
     folder = RunDir(run_dir)
     if not folder.run_yaml.exists():
         return TODO
     if config.eval.validation is None:
         from envengineer.registry import load_registry
-        from envengineer.runconfig import validation_set
+        from envengineer.loop.runconfig import validation_set
 
         name = validation_set(config, registry if registry is not None else load_registry())
         config = config.model_copy(update={"eval": config.eval.model_copy(update={"validation": name})})

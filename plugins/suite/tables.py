@@ -12,15 +12,15 @@ shared starting policy prepared first, once). The tables group the configs by th
 figure the mean ± sd over its finished seeds. Benchmark columns are whatever the configs
 evaluate, with the aggregate over subsets each benchmark declares (e.g. MAPF's Sum over
 subsets) as the evaluation recorded it. The per-subset tables, paired tests and plots are
-in :mod:`envengineer.suite_report`, the tests with seeds as the unit in :mod:`envengineer.suite_stats`.
+in :mod:`envengineer.plugins.suite.arms.page`, the tests with seeds as the unit in :mod:`envengineer.plugins.suite.arms.seeds`.
 
 This module is the suite's entry point (what ``envengineer suite`` calls: :func:`plan`,
 :func:`plan_table`, :func:`execute`, :func:`write_tables`) and writes the summary tables. The
-rest, each module importing only the ones before it: :mod:`envengineer.suite_model` (entries,
-runs, the status file, helpers shared with the report), :mod:`envengineer.suite_manifest`
-(config files and manifests), :mod:`envengineer.suite_plan` (the runs and their state),
-:mod:`envengineer.suite_runner` (running them), and the arms report
-(:mod:`envengineer.suite_report`), which never imports this module.
+rest, each module importing only the ones before it: :mod:`envengineer.plugins.suite.model` (entries,
+runs, the status file, helpers shared with the report), :mod:`envengineer.plugins.suite.manifest`
+(config files and manifests), :mod:`envengineer.plugins.suite.plan` (the runs and their state),
+:mod:`envengineer.plugins.suite.local` (running them), and the arms report
+(:mod:`envengineer.plugins.suite.arms.page`), which never imports this module.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from typing import Any
 
 from rich.console import Console
 
-from envengineer.compare import MISSING, Column, Comparison, Stat, comparison_note, engineer_label, metric_columns, run_figures
-from envengineer.drawn import BenchView
-from envengineer.runconfig import validation_set
-from envengineer.suite_model import (
+from envengineer.plugins.report.compare import MISSING, Column, Comparison, Stat, comparison_note, engineer_label, metric_columns, run_figures
+from envengineer.plugins.report.drawn import BenchView
+from envengineer.loop.runconfig import validation_set
+from envengineer.plugins.suite.model import (
     DIFFERENT,
     FAILED,
     FINISHED,
@@ -46,8 +46,8 @@ from envengineer.suite_model import (
     bench_views,
     slug,
 )
-from envengineer.suite_plan import plan, plan_table
-from envengineer.suite_runner import execute as execute_here
+from envengineer.plugins.suite.plan import plan, plan_table
+from envengineer.plugins.suite.local import execute as execute_here
 
 __all__ = [
     "DIFFERENT", "FAILED", "FINISHED", "PARTIAL", "TODO", "Suite", "SuiteEntry", "SuiteRun",
@@ -57,11 +57,11 @@ __all__ = [
 
 def execute(suite: Suite, *, registry: Any = None, console: Console | None = None, jobs: int = 1, launcher: Any = None) -> Suite:
     """Run every unfinished run: on this machine (``launcher`` None or named ``local``: ``jobs`` at a
-    time), or as jobs on a cluster (:class:`~envengineer.launchers.LauncherOptions` naming ``ray``
-    or ``slurm``: :mod:`envengineer.suite_launch`)."""
+    time), or as jobs on a cluster (:class:`~envengineer.plugins.suite.launch.base.LauncherOptions` naming ``ray``
+    or ``slurm``: :mod:`envengineer.plugins.suite.launch.jobs`)."""
     if launcher is None or launcher.name == "local":
         return execute_here(suite, registry=registry, console=console, jobs=jobs)
-    from envengineer.suite_launch import execute_on_cluster
+    from envengineer.plugins.suite.launch.jobs import execute_on_cluster
 
     return execute_on_cluster(suite, launcher, registry=registry, console=console)
 
@@ -79,14 +79,14 @@ def _seeds(runs: Sequence[SuiteRun]) -> str:
 
 
 def _designs(run: SuiteRun) -> list[bool]:
-    from envengineer.rundir import RunDir, Step
+    from envengineer.store.rundir import RunDir, Step
 
     return [bool(line.get("fallback")) for line in RunDir(run.run_dir).history() if line.get("step") == Step.DESIGN]
 
 
 def entry_row(entry: SuiteEntry, benchmarks: Sequence[BenchView], registry: Any = None) -> dict[str, Any]:
     """One table row: mean ± sd of each figure over the entry's finished seeds, and what is missing."""
-    from envengineer.runview import load_run
+    from envengineer.plugins.report.view import load_run
 
     finished = [run for run in entry.runs if run.done]
     per_seed = [run_figures(load_run(run.run_dir, registry), benchmarks)[0] for run in finished]
@@ -120,7 +120,7 @@ def entry_row(entry: SuiteEntry, benchmarks: Sequence[BenchView], registry: Any 
 def tables(suite: Suite, registry: Any = None) -> dict[str, Comparison]:
     """One comparison per ``suite.table``, in order of first appearance; rows by (order, file name).
     ``registry`` resolves the benchmarks and the runs' tasks (default: the installed plugins)."""
-    from envengineer.compare import _registry
+    from envengineer.plugins.report.compare import _registry
 
     registry = registry if registry is not None else _registry()
     grouped: dict[str, list[SuiteEntry]] = {}
@@ -151,12 +151,12 @@ def tables(suite: Suite, registry: Any = None) -> dict[str, Comparison]:
 
 def write_tables(suite: Suite, console: Console | None = None, registry: Any = None) -> list[Path]:
     """Write ``<output>/<table>.md`` and ``.csv`` atomically for every table and print them; then each
-    table's arms in detail (:mod:`envengineer.suite_report`): ``<table>-arms.md``, its CSVs and plots,
+    table's arms in detail (:mod:`envengineer.plugins.suite.arms.page`): ``<table>-arms.md``, its CSVs and plots,
     printing the tests with seeds as the unit."""
-    from envengineer.compare import _registry, rich_tables, to_csv, to_markdown
+    from envengineer.plugins.report.compare import _registry, rich_tables, to_csv, to_markdown
     from envengineer.fileio import write_text
-    from envengineer.suite_arms import build
-    from envengineer.suite_report import write_arms_report
+    from envengineer.plugins.suite.arms.runs import build
+    from envengineer.plugins.suite.arms.page import write_arms_report
 
     registry = registry if registry is not None else _registry()
     written = []

@@ -1,13 +1,13 @@
-"""One run of a suite in its own process: ``python -m envengineer.suite_worker JOB.json``.
+"""One run of a suite in its own process: ``python -m envengineer.plugins.suite.worker JOB.json``.
 
 ``envengineer suite --jobs N`` starts one of these per run, N at a time; ``--launcher ray|slurm``
-starts one per run on a cluster node (:mod:`envengineer.suite_launch`). The job file holds the
+starts one per run on a cluster node (:mod:`envengineer.plugins.suite.launch.jobs`). The job file holds the
 run's resolved config (seed and output already set), the log file to write the run's console
 output to, and the file to write the outcome to: ``{"ok": true}`` or ``{"ok": false, "error":
 ...}``; optionally ``where`` (a file to note the node and process in when the run starts), ``cwd``
 (the folder the run's relative paths are read from: on a cluster, the suite's own) and ``env``
 (variables set for the run, e.g. ``RAY_ADDRESS=local`` so that a trainer's own Ray stays
-inside the run's reservation; the Ray address the run sees is noted in ``where``). The run is the same :class:`~envengineer.loop.Loop` as ``envengineer run`` and an
+inside the run's reservation; the Ray address the run sees is noted in ``where``). The run is the same :class:`~envengineer.loop.steps.Loop` as ``envengineer run`` and an
 in-process suite run: resumable, with the same results.
 """
 
@@ -24,7 +24,7 @@ from envengineer.errors import EnvEngineerError
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m envengineer.suite_worker JOB.json", file=sys.stderr)
+        print("usage: python -m envengineer.plugins.suite.worker JOB.json", file=sys.stderr)
         return 2
     _exit_with_parent()
     job = json.loads(Path(args[0]).read_text(encoding="utf-8"))
@@ -38,14 +38,14 @@ def main(argv: list[str] | None = None) -> int:
         outcome: dict = {"ok": True}
         code = 0
         try:
-            from envengineer.loop import Loop, print_table
+            from envengineer.loop.steps import Loop, print_table
             from envengineer.registry import load_registry
-            from envengineer.runconfig import parse_run_config, resolve
+            from envengineer.loop.runconfig import parse_run_config, resolve
 
             registry = load_registry()
             config = parse_run_config(job["config"], "suite run")
             if job.get("suite"):  # excluded from the config's dump: the job carries it beside
-                from envengineer.runconfig import SuiteSection
+                from envengineer.loop.runconfig import SuiteSection
 
                 config = config.model_copy(update={"suite": SuiteSection.model_validate(job["suite"])})
             loop = Loop(resolve(config, registry), registry, console)

@@ -6,7 +6,7 @@ GRPO group), ``groups`` holds the GRPO groups' rewards, and ``kept`` says whethe
 of it was scored (with both trainers, a scored group always reaches an optimizer step).
 
 :class:`Groups` collects GRPO outcomes as reward functions see them; :func:`prompt_line` turns
-one prompt's outcomes into a line (:func:`envengineer.signal.rollout_line`). Kept free of heavy
+one prompt's outcomes into a line (:func:`envengineer.loop.signal.rollout_line`). Kept free of heavy
 imports: verl's reward workers import it through ``verl_data``.
 """
 

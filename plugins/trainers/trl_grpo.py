@@ -18,9 +18,9 @@ current policy and only those where it is neither always right nor always wrong 
 kept: all-equal groups give GRPO no signal and cost a full rollout each. With the run's
 ``budget_mode: kept_prompts`` the prefilter always runs (``prefilter_samples`` samples per
 prompt, or ``num_generations`` when that is 0: the group GRPO would see) and draws fresh
-instances until the budget's worth of prompts are kept (:func:`envengineer.training.fill_kept`).
+instances until the budget's worth of prompts are kept (:func:`envengineer.components.training.fill_kept`).
 
-The round writes ``rollouts.jsonl`` beside the checkpoint (:mod:`envengineer.signal`): one line
+The round writes ``rollouts.jsonl`` beside the checkpoint (:mod:`envengineer.loop.signal`): one line
 per prompt the prefilter judged or GRPO trained on, counting every completion scored for it,
 the GRPO groups' rewards as the reward function saw them. A round whose prefilter keeps no
 prompt trains nothing and hands on its starting weights; one that keeps fewer prompts than an
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import time
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -39,11 +38,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
 from envengineer.api import (
-    CURVE_KEYS,
     ROLLOUTS_FILE,
     ConfigError,
     Drawn,
-    Generator,
     Resources,
     TrainRequest,
     TrainResult,
@@ -57,9 +54,15 @@ from envengineer.api import (
 )
 from envengineer.plugins.cpu_heap import keep_freed_memory
 from envengineer.plugins.trainers.rollouts import Groups, prompt_line
-from envengineer.plugins.trainers.trl_memory import OWN_FIELDS, TrlMemoryOptions, chunked, grpo_settings, policy_model
-from envengineer.plugins.trainers.trl_padding_free import Positions, trainer_pass
-from envengineer.plugins.trainers.trl_rollouts import RolloutLog, routed_generate
+from envengineer.plugins.trainers.trl_memory import OWN_FIELDS, TrlMemoryOptions, grpo_settings, policy_model
+from envengineer.plugins.trainers.trl_padding_free import Positions
+from envengineer.plugins.trainers.trl_round import (  # noqa: F401 - answer_tokens, weight_negative_advantages: importable from here too
+    answer_tokens,
+    curves_callback,
+    round_trainer,
+    weight_negative_advantages,
+)
+from envengineer.plugins.trainers.trl_rollouts import RolloutLog
 
 #: ``gradient_checkpointing: auto`` recomputes activations for models with at least this many
 #: parameters (Qwen3-0.6B and up) when training on an accelerator; the ~1 M-parameter tiny policy has
@@ -89,49 +92,8 @@ def parameter_count(model_dir: str | Path) -> int:
 
 
 #: TRL log keys -> curves.jsonl keys
-_LOG_KEYS = {
-    "reward": "reward_mean",
-    "reward_std": "reward_std",
-    "frac_reward_zero_std": "zero_std_frac",
-    "kl": "kl",
-    "completions/mean_length": "completion_length",
-    "loss": "loss",
-    "learning_rate": "learning_rate",
-    "grad_norm": "grad_norm",  # beyond CURVE_KEYS: diagnostics
-}
 
 
-def weight_negative_advantages(advantages, weight: float):
-    """``advantages`` with the negative entries multiplied by ``weight`` (a torch tensor)."""
-    import torch
-
-    return torch.where(advantages < 0, advantages * weight, advantages)
-
-
-def answer_tokens(tokenizer, ids: list[int], end_of, eos_ids) -> int | None:
-    """How many of a completion's token ``ids`` the answer uses, or None when all of them.
-
-    ``end_of(text)`` is the task's :meth:`~envengineer.components.Generator.answer_end` on the
-    decoded text; the smallest token prefix whose decoding reaches that offset is kept, plus an
-    end-of-sequence token that directly follows it (stopping there is worth learning).
-    """
-    text = tokenizer.decode(ids, skip_special_tokens=True)
-    end = end_of(text)
-    if end is None or end >= len(text.rstrip()):
-        return None
-    low, high = 0, len(ids)
-    while low < high:  # smallest k with len(decode(ids[:k])) >= end
-        mid = (low + high) // 2
-        if len(tokenizer.decode(ids[:mid], skip_special_tokens=True)) >= end:
-            high = mid
-        else:
-            low = mid + 1
-    if low < len(ids) and ids[low] in eos_ids:
-        low += 1
-    return low
-
-
-#: GenerationConfig fields that do not change the tokens generate samples
 class TrlGrpoOptions(TrlMemoryOptions):
     model_config = ConfigDict(extra="forbid")
 
@@ -502,8 +464,7 @@ class TrlGrpoTrainer(Trainer):
     def _train(self, request: TrainRequest) -> TrainResult:
         import torch
         from datasets import Dataset
-        from transformers import AutoTokenizer, PrinterCallback, TrainerCallback
-        from trl import GRPOTrainer
+        from transformers import AutoTokenizer, PrinterCallback
 
         o = self.options
         seed = o.seed if o.seed is not None else request.seed
@@ -549,90 +510,13 @@ class TrlGrpoTrainer(Trainer):
                             "note": f"{len(records)} prompts kept, fewer than one optimiser step's {whole}: steps of {len(records)} prompts"})
         batch = config.per_device_train_batch_size * config.gradient_accumulation_steps
 
-        class Curves(TrainerCallback):
-            def __init__(self) -> None:
-                self.t0 = time.perf_counter()
-                self.lines: list[dict[str, Any]] = []
-
-            def on_log(self, args, state, control, logs=None, **kwargs):
-                logs = logs or {}
-                if "reward" not in logs and "loss" not in logs:
-                    return  # the end-of-training summary
-                line = {"step": state.global_step}
-                for key in CURVE_KEYS[1:]:
-                    line[key] = None
-                for source, target in _LOG_KEYS.items():
-                    if source in logs:
-                        line[target] = float(logs[source])
-                line["seconds"] = round(time.perf_counter() - self.t0, 2)
-                self.lines.append(line)
-                with curves_path.open("a") as handle:
-                    handle.write(json.dumps(line) + "\n")
-
-        curves = Curves()
+        curves = curves_callback(curves_path)
         tokenizer = AutoTokenizer.from_pretrained(str(request.policy_path))
         tokenizer.padding_side = "left"
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        weight = o.negative_advantage_weight
-        generator, style = request.generator, request.prompt_style
-        mask_after = o.mask_after_answer and type(generator).answer_end is not Generator.answer_end
-
-        rollout_log = RolloutLog()
-        fast_mode = o.fast_rollouts
-        positions = Positions()
-        padding_free, shared_prefix = o.padding_free, o.shared_prefix
-
-        class RoundTrainer(GRPOTrainer):
-            """TRL's GRPO; rollouts through the fast sampler, tokens after the answer's end leave the loss,
-            negative advantages weighted."""
-
-            def _generate_single_turn(self, prompt_ids, *args, **kwargs):
-                started, cpu_started = time.perf_counter(), time.process_time()
-                try:
-                    return chunked(self._rollout, None if self.use_vllm else o.generation_chunk, prompt_ids, *args, **kwargs)
-                finally:
-                    rollout_log.seconds += time.perf_counter() - started
-                    rollout_log.cpu_seconds += time.process_time() - cpu_started
-
-            def _rollout(self, *args, **kwargs):
-                if fast_mode is False or self.use_vllm or getattr(self, "use_transformers_continuous_batching", False):
-                    if fast_mode is True:
-                        raise ConfigError("trainer.trl.fast_rollouts: true, but TRL generates with vLLM or continuous batching")
-                    return super()._generate_single_turn(*args, **kwargs)
-                with routed_generate(self.accelerator.unwrap_model(self.model_wrapped), fast_mode, rollout_log):
-                    return super()._generate_single_turn(*args, **kwargs)
-
-            def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
-                                                   compute_entropy=False, compute_aux_loss=False, **extra):
-                if padding_free and not compute_aux_loss and all(value is None for value in extra.values()):
-                    found = trainer_pass(self, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, positions,
-                                         shared_prefix)
-                    if found is not None:
-                        return found
-                return super()._get_per_token_logps_and_entropies(
-                    model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size, compute_entropy=compute_entropy,
-                    compute_aux_loss=compute_aux_loss, **extra)
-
-            def _generate_and_score_completions(self, inputs):
-                out = super()._generate_and_score_completions(inputs)
-                if mask_after:
-                    ids, mask = out["completion_ids"], out["completion_mask"]
-                    for row, example in enumerate(inputs):
-                        record = records[int(example["record_index"])]
-                        length = int(mask[row].sum())
-                        keep = answer_tokens(
-                            tokenizer, ids[row, :length].tolist(),
-                            lambda text, record=record: generator.answer_end(record, text, style),
-                            getattr(self, "eos_token_ids", [tokenizer.eos_token_id]),
-                        )
-                        if keep is not None:
-                            mask[row, keep:] = 0
-                    if "num_items_in_batch" in out:
-                        out["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
-                if weight != 1.0:
-                    out["advantages"] = weight_negative_advantages(out["advantages"], weight)
-                return out
+        rollout_log, positions = RolloutLog(), Positions()
+        RoundTrainer = round_trainer(o, records, tokenizer, request.generator, request.prompt_style, rollout_log, positions)
 
         trainer = RoundTrainer(
             model=policy_model(o, str(request.policy_path)),

@@ -17,9 +17,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from envengineer.tasks.mapf_frozenlake import SIZE_NAMES, SIZES
+from envengineer.tasks.mapf_frozenlake.shares import RATIO_FLOOR  # every size keeps at least this share ("all eight sizes stay")
 
-#: Every size keeps at least this share of the budget ("all eight sizes stay").
-RATIO_FLOOR = 0.02
 #: Holes never cover more than this share of a map.
 HOLE_RATIO_MAX = 0.5
 RATIO_TOLERANCE = 1e-6
@@ -209,7 +208,7 @@ def random_config(seed: int, agents: int = 2) -> MapfConfig:
             hole_ratio=round(rng.uniform(0.0, min(0.35, max_hole_ratio(n, agents))), 3),
             wait_ratio=round(rng.uniform(0.0, 0.8), 3),
         )
-    from envengineer.tasks.mapf_frozenlake.projection import renormalize
+    from envengineer.tasks.mapf_frozenlake.shares import renormalize
 
     fixed = renormalize({name: k.ratio for name, k in sizes.items()}, RATIO_FLOOR)
     for name, value in fixed.items():

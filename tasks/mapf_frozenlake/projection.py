@@ -14,7 +14,7 @@ what keeps ``2k + 1`` free cells for those ``k`` agents (:func:`fit_agents`).
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from envengineer.api import Change, Projection, number
@@ -30,9 +30,9 @@ from envengineer.tasks.mapf_frozenlake.config import (
     max_hole_ratio_fitting,
     normalize_size_key,
 )
+from envengineer.tasks.mapf_frozenlake.shares import DECIMALS, renormalize  # noqa: F401 - importable from here too
 
 KNOBS = ("ratio", "hole_ratio", "wait_ratio")
-DECIMALS = 4
 
 
 def fit_agents(value: float, size: int, agents_range: tuple[int, int]) -> tuple[int, str | None]:
@@ -56,49 +56,6 @@ def fit_agents(value: float, size: int, agents_range: tuple[int, int]) -> tuple[
 def hole_ratio_ceiling(size: int, agents: int) -> float:
     """The knob-on ceiling of a size's hole_ratio: the map keeps ``2k + 1`` free cells for ``k`` agents."""
     return max(0.0, max_hole_ratio_fitting(size, agents))
-
-
-def renormalize(
-    ratios: Mapping[str, float], floor: float = RATIO_FLOOR, pinned: Collection[str] = ()
-) -> dict[str, float]:
-    """Ratios that sum to 1, each ≥ ``floor``, rounded to 4 decimals.
-
-    ``pinned`` ratios (the ones the engineer set) keep their values when the others
-    can absorb the difference at or above the floor; only when they cannot is every
-    ratio scaled together. This makes "raise one ratio" lower the others, as the
-    fixed budget demands, instead of diluting the raise itself.
-    """
-    names = list(ratios)
-    values = {name: max(floor, float(ratios[name])) if name in pinned else max(0.0, float(ratios[name])) for name in names}
-    rest = [name for name in names if name not in pinned]
-    pinned_total = sum(values[name] for name in names if name in pinned)
-    if pinned and rest and pinned_total + floor * len(rest) <= 1.0 + 1e-12:
-        filled = _fill({name: values[name] for name in rest}, 1.0 - pinned_total, floor)
-        result = {name: filled.get(name, values[name]) for name in names}
-    else:
-        result = _fill(values, 1.0, floor)
-    rounded = {name: round(value, DECIMALS) for name, value in result.items()}
-    residual = round(1.0 - sum(rounded.values()), DECIMALS)
-    if residual:
-        adjustable = rest or names
-        largest = max(adjustable, key=lambda name: (rounded[name], name))
-        rounded[largest] = round(rounded[largest] + residual, DECIMALS)
-    return rounded
-
-
-def _fill(values: Mapping[str, float], budget: float, floor: float) -> dict[str, float]:
-    """Scale ``values`` to sum to ``budget``, raising any below ``floor`` to it (water-filling)."""
-    names = list(values)
-    fixed: set[str] = set()
-    while True:
-        free = [name for name in names if name not in fixed]
-        left = budget - floor * len(fixed)
-        total = sum(values[name] for name in free)
-        scaled = {name: (values[name] * left / total if total > 0 else left / len(free)) for name in free}
-        low = [name for name in free if scaled[name] < floor - 1e-12]
-        if not low or len(low) == len(free):
-            return {name: (floor if name in fixed else scaled[name]) for name in names}
-        fixed.update(low)
 
 
 def project(proposal: Any, current: MapfConfig, agents: int = 2, agents_range: tuple[int, int] | None = None) -> Projection:

@@ -72,7 +72,7 @@ def hard_levels(name: str, dataset: str, index: int) -> dict[str, int]:
 
 def build_set(name: str, plan: dict[str, int], levels_for: Any) -> list[dict[str, Any]]:
     """The set's records in file order: ``plan`` gives the items per dataset (in order)."""
-    from envengineer.tasks.reasoning_gym.plugin import make_item
+    from envengineer.tasks.reasoning_gym.items import make_item
 
     records = []
     seen: set[str] = set()

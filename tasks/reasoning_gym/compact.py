@@ -78,7 +78,7 @@ def to_answer(response: str) -> str:
 def warm_start_pairs(*, n: int, seed: int) -> list[tuple[str, str]]:
     """``n`` (compact prompt, compact answer) pairs of chain_sum items at levels 0..WARM_LEVELS, deterministic in ``seed``
     (levels from ``Random("reasoning-gym-warm|seed")``, item ``i`` with the generator's hashed seed of ``seed`` and ``i``)."""
-    from envengineer.tasks.reasoning_gym.plugin import item_seed, make_item
+    from envengineer.tasks.reasoning_gym.items import item_seed, make_item
 
     rng = random.Random(f"reasoning-gym-warm|{seed}")
     pairs = []

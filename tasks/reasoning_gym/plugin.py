@@ -7,14 +7,6 @@ those methods then stop with what to install.
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import functools
-import hashlib
-import io
-import json
-import math
-import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
@@ -28,13 +20,32 @@ from envengineer.api import (
     Grouping,
     Knob,
     Projection,
-    Validator,
-    Verdict,
     hookimpl,
     split_budget,
 )
-from envengineer.tasks.reasoning_gym import INSTALL_HINT, PINNED_VERSION, TASK_NAME, compact
+from envengineer.tasks.reasoning_gym import PINNED_VERSION, TASK_NAME, compact
 from envengineer.tasks.reasoning_gym.catalogue import CATALOGUE, DEFAULT_DATASETS, attributes, refusal
+from envengineer.tasks.reasoning_gym.items import (  # noqa: F401 - importable from here too
+    _rg_config,
+    _scorer,
+    describe_levels,
+    item_seed,
+    level_ranges,
+    make_item,
+    repeated_levels,
+    rg,
+)
+from envengineer.tasks.reasoning_gym.validator import (  # noqa: F401 - importable from here too
+    ANSWER_FACTOR,
+    CLOSE,
+    MIN_ANSWER_CHARS,
+    OPEN,
+    RAISED,
+    SCORE_TIME_LIMIT,
+    RGValidator,
+    answer_span,
+    bounded_call,
+)
 
 #: reasoning-gym's own default system prompt (reasoning_gym.utils.SYSTEM_PROMPTS["default"], 0.1.25).
 DEFAULT_SYSTEM_PROMPT = (
@@ -44,27 +55,6 @@ DEFAULT_SYSTEM_PROMPT = (
     "Do not explain your reasoning inside the answer tags, provide only the final answer. When an example is provided, "
     "you should strictly follow the format of the output/answer in that example.\n"
 )
-OPEN, CLOSE = "<answer>", "</answer>"
-#: The answer inside the tags is refused as too_long above max(MIN_ANSWER_CHARS, ANSWER_FACTOR x the oracle's length):
-#: the size cap that bounds every scorer's work.
-MIN_ANSWER_CHARS = 256
-ANSWER_FACTOR = 4
-#: Seconds one scorer call may take before it is a scorer_error: a net for a scorer that hangs, not a budget. With
-#: the size cap the vetted scorers take milliseconds on any answer, and the limit is 30 s, thousands of times that,
-#: so no machine's speed or load decides a verdict (it was 0.5 s, which a loaded machine could reach; docs/reasoning-gym.md).
-SCORE_TIME_LIMIT = 30.0
-
-
-def rg() -> Any:
-    """The reasoning_gym package (its factory module), or a ConfigError saying what to install."""
-    try:
-        import reasoning_gym  # noqa: F401 - registers the datasets
-        from reasoning_gym import factory
-    except ImportError:
-        raise ConfigError(f"task {TASK_NAME}: the reasoning-gym package is not installed: {INSTALL_HINT}") from None
-    return factory
-
-
 def _dataset_list(value: Any) -> Any:
     """``"chain_sum,maze"`` (a command-line option) as a list."""
     if isinstance(value, str):
@@ -160,73 +150,6 @@ def _knobs_for(names: tuple[str, ...] | list[str]) -> tuple[Knob, ...]:
         caps = ", ".join(f"{o} 0-{CATALOGUE[o].caps[attr]}" for o in owners)
         knobs.append(Knob(attr, 0, max(cap, 0), 1, integer=True, harder="up", description=f"curriculum level ({caps})"))
     return tuple(knobs)
-
-
-def item_seed(seed: int, dataset: str, index: int) -> int:
-    """The reasoning-gym seed of item ``index`` of ``dataset`` in the set seeded ``seed`` (reasoning-gym draws item i from
-    Random(seed + i): consecutive seeds would share all but one item; a hash shares none)."""
-    digest = hashlib.sha256(f"{TASK_NAME}|{seed}|{dataset}|{index}".encode()).digest()
-    return int.from_bytes(digest[:8], "big")
-
-
-def _rg_config(dataset: str, levels: Mapping[str, int], seed: int) -> Any:
-    factory = rg()
-    curriculum = factory.create_curriculum(dataset)
-    for attr, level in levels.items():
-        curriculum.set_attr_level(attr, int(level))
-    return curriculum.generate_configuration({"seed": seed, "size": 1})
-
-
-def make_item(dataset: str, levels: Mapping[str, int], seed: int) -> dict[str, Any]:
-    """One reasoning-gym item at ``levels``, drawn from Random(seed), as plain JSON."""
-    dataset_cls = rg().DATASETS[dataset][0]
-    item = dataset_cls(_rg_config(dataset, levels, seed))[0]
-    return json.loads(json.dumps({"question": item["question"], "answer": item["answer"], "metadata": item["metadata"]}, ensure_ascii=False))
-
-
-def level_ranges(dataset: str, attr: str, top: int | None = None) -> list[tuple[Any, Any]]:
-    """What ``attr`` of ``dataset`` draws at each level from 0 to ``top`` (default: its cap): the ``(low, high)`` that
-    reasoning-gym's curriculum writes into the dataset's configuration at that level (a scalar attribute: ``(v, v)``).
-
-    Not the curriculum's level values: a range attribute at level L draws from the level-0 value to the level-L value,
-    or to the level-(L+1) value when it is marked ``ensure_interval`` (gcd's ``value`` at level 0: 100-1000), and such
-    an attribute's last level draws what the one below does (:func:`repeated_levels`)."""
-    spec = rg().create_curriculum(dataset).attributes[attr]
-    top = CATALOGUE[dataset].caps[attr] if top is None else top
-    ranges = []
-    for level in range(top + 1):
-        config = _rg_config(dataset, {attr: level}, 0)
-        if hasattr(spec, "lower_field_name"):
-            ranges.append((getattr(config, spec.lower_field_name), getattr(config, spec.upper_field_name)))
-        else:
-            ranges.append((getattr(config, spec.field_name),) * 2)
-    return ranges
-
-
-def repeated_levels(dataset: str, attr: str, top: int | None = None) -> list[int]:
-    """The levels of ``attr`` (1 to ``top``, default its cap) whose reasoning-gym configuration equals the level below's:
-    they generate exactly the items of the level below, seed for seed."""
-    top = CATALOGUE[dataset].caps[attr] if top is None else top
-    configs = [_rg_config(dataset, {attr: level}, 0) for level in range(top + 1)]
-    return [level for level in range(1, top + 1) if configs[level] == configs[level - 1]]
-
-
-def describe_levels(dataset: str, attr: str) -> str:
-    """Each level of ``attr`` up to its cap with what it draws: ``0: 100–1000, 1: 100–10000, …`` (one number: exactly that
-    value), a repeated level marked ``(the same items as level L)``. The guidelines and docs/reasoning-gym.md show it."""
-    repeated = set(repeated_levels(dataset, attr))
-    parts = []
-    for level, (low, high) in enumerate(level_ranges(dataset, attr)):
-        drawn = f"{low}" if low == high else f"{low}–{high}"
-        parts.append(f"{level}: {drawn}" + (f" (the same items as level {level - 1})" if level in repeated else ""))
-    return ", ".join(parts)
-
-
-@functools.lru_cache(maxsize=256)
-def _scorer(dataset: str, levels: tuple[tuple[str, int], ...]) -> Any:
-    """The dataset's ``score_answer``, on an instance configured at the record's levels (some scorers read their config)."""
-    dataset_cls = rg().DATASETS[dataset][0]
-    return dataset_cls(_rg_config(dataset, dict(levels), 0)).score_answer
 
 
 class RGGenerator(Generator):
@@ -381,108 +304,6 @@ class RGGenerator(Generator):
             "- Levels are whole numbers from 0 to each dataset's cap; values above a cap are clipped, unknown levels ignored.\n"
             f"- The ratios sum to 1: the training budget is fixed{per_round}."
         )
-
-
-class RGValidator(Validator):
-    name: ClassVar[str] = TASK_NAME
-    failure_types: ClassVar[tuple[str, ...]] = ("no_answer", "too_long", "scorer_error", "rejected", "wrong", "partial")
-
-    def score(self, record: Mapping[str, Any], response: str) -> Verdict:
-        exact = getattr(response, "exact", None) if isinstance(response, compact.Answer) else None
-        response = response if isinstance(response, str) else str(response)
-        if isinstance(exact, str):  # a compact answer: the line the model wrote, as it is
-            answer = exact
-        else:
-            span = answer_span(response)
-            if span is None:
-                return Verdict(False, False, "no_answer", ("no_answer",))
-            answer = response[span[0]:span[1]].strip()
-        oracle = str(record.get("answer", ""))
-        if len(answer) > max(MIN_ANSWER_CHARS, ANSWER_FACTOR * len(oracle)):
-            return Verdict(False, False, "too_long", ("too_long",))
-        dataset = record.get("dataset")
-        entry = CATALOGUE.get(dataset)  # type: ignore[arg-type]
-        if entry is None:
-            return Verdict(False, False, "scorer_error", ("scorer_error",))
-        try:
-            scorer = _scorer(dataset, tuple(sorted(dict(record.get("levels") or {}).items())))
-        except ConfigError:
-            raise
-        except Exception:  # noqa: BLE001 - a malformed record
-            return Verdict(False, False, "scorer_error", ("scorer_error",))
-        item = {"question": record.get("question", ""), "answer": oracle, "metadata": copy.deepcopy(record.get("metadata") or {})}
-        score = bounded_call(scorer, answer, item, SCORE_TIME_LIMIT)
-        if score is RAISED:
-            # The scorer raised on this answer: the model's format mistake (`2 * 3`, `457.0`, a trailing `.`) when
-            # the scorer grades the oracle answer, the scorer's own failure when it cannot even do that.
-            fresh = {**item, "metadata": copy.deepcopy(record.get("metadata") or {})}
-            if isinstance(bounded_call(scorer, oracle, fresh, SCORE_TIME_LIMIT), float):
-                return Verdict(False, False, "rejected", ("rejected",), score=0.0)
-            score = None
-        if score is None:
-            return Verdict(False, False, "scorer_error", ("scorer_error",))
-        if score >= 1.0:
-            return Verdict(True, True, None, (), score=1.0)
-        if score >= entry.valid_at:
-            return Verdict(True, False, None, (), score=score)
-        if score <= 0.0:
-            return Verdict(False, False, "rejected", ("rejected",), score=0.0)
-        kind = "partial" if entry.partial_at is not None and score >= entry.partial_at else "wrong"
-        return Verdict(False, False, kind, (kind,), score=score)
-
-
-def answer_span(response: str) -> tuple[int, int] | None:
-    """Where the graded answer lies in ``response``: after the last ``<answer>`` that a ``</answer>`` follows, up to the
-    first ``</answer>`` after it (``<answer>A</answer></answer>`` is ``A``); None without such a pair. Three linear
-    scans, whatever the input."""
-    last_close = response.rfind(CLOSE)
-    if last_close < 0:
-        return None
-    start = response.rfind(OPEN, 0, last_close)
-    if start < 0:
-        return None
-    start += len(OPEN)
-    return start, response.find(CLOSE, start)
-
-
-#: Held while a scorer's output is redirected (bounded_call).
-_QUIET = threading.Lock()
-#: What :func:`bounded_call` returns when the scorer raised (distinct from None: a non-number or a timeout).
-RAISED: Any = type("Raised", (), {"__repr__": lambda self: "RAISED", "__slots__": ()})()
-
-
-def bounded_call(scorer: Any, answer: str, item: dict[str, Any], limit: float) -> Any:
-    """``scorer(answer, item)`` as a float in [0, 1]; :data:`RAISED` when it raised; None on a non-number or ``limit``
-    seconds passing.
-
-    A daemon thread per call: the answer is size-capped before it gets here, and no vetted scorer executes or parses it
-    as code, so a call takes milliseconds; the limit is a safety net that keeps the loop going should one ever hang
-    (the thread is then left behind). A subprocess would cost a 3 s reasoning_gym import per worker and a pickling
-    round trip per answer, for a guarantee the catalogue already gives."""
-    result: list[Any] = []
-
-    def work() -> None:
-        try:
-            result.append(scorer(answer, item))
-        except BaseException:  # noqa: BLE001 - the validator tells the answer's fault from the scorer's
-            result.append(RAISED)
-
-    thread = threading.Thread(target=work, name="reasoning-gym-scorer", daemon=True)
-    # Some scorers print (tower_of_hanoi: "Error validating move …"), which would corrupt `envengineer score`'s output:
-    # stdout and stderr go to a throwaway buffer while the caller waits. The swap of sys.stdout is process-wide, so one
-    # lock keeps concurrent callers from restoring each other's buffer; a scorer left running past the limit prints
-    # to the real streams again.
-    with _QUIET, contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        thread.start()
-        thread.join(limit)
-    if thread.is_alive() or not result:
-        return None
-    value = result[0]
-    if value is RAISED:
-        return RAISED
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return min(1.0, max(0.0, float(value)))
 
 
 def _number(value: Any) -> float | None:

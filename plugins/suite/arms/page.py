@@ -1,6 +1,6 @@
 """A suite's arms compared in detail: per-subset tables, paired tests against a baseline arm, plots.
 
-For each table of a suite (:func:`envengineer.suite.tables` groups the configs), from the
+For each table of a suite (:func:`envengineer.plugins.suite.tables.tables` groups the configs), from the
 finished runs on disk:
 
 - one table per evaluation set (the validation set, then each benchmark): for each arm the
@@ -9,9 +9,9 @@ finished runs on disk:
 - paired tests against the baseline arm (the manifest's ``baseline``, else the arm named
   ``fixed``, else the only config whose engineer is ``fixed``): on the same instances of each
   set, how many the arm solves that the baseline does not (+) and the reverse (−), with the
-  two-sided exact sign test (:func:`envengineer.metrics.sign_test`), per seed (arm seed s
+  two-sided exact sign test (:func:`envengineer.components.metrics.sign_test`), per seed (arm seed s
   against baseline seed s) and pooled over the seeds (with Holm's adjustment across the arms);
-- seeds as the unit (:mod:`envengineer.suite_stats`): each arm's per-seed values against the
+- seeds as the unit (:mod:`envengineer.plugins.suite.arms.seeds`): each arm's per-seed values against the
   baseline's, by Welch's t test and an exact permutation test; the validation table also shows
   the valid rate averaged over the rounds and, where the runs recorded it, the sampled pass@1;
 - how far each arm's generator configs are from the baseline's, per knob and round;
@@ -19,13 +19,13 @@ finished runs on disk:
   side, per group of the task's primary grouping, the sets' figures per arm, and each arm's
   config trajectory (every declared knob, per group, per round, per seed).
 
-Everything task-specific is read through the declarations (:mod:`envengineer.drawn`): the
+Everything task-specific is read through the declarations (:mod:`envengineer.plugins.report.drawn`): the
 sets' subsets and aggregates, the task's groupings and its knob table.
 
 This module writes the report, with its per-set, config-distance and training-signal tables;
-the runs it reads are in :mod:`envengineer.suite_arms`, the paired tests in
-:mod:`envengineer.suite_paired`, the seed-level tests in :mod:`envengineer.suite_stats`, the
-plots in :mod:`envengineer.suite_plots`. It never imports :mod:`envengineer.suite`, which calls it.
+the runs it reads are in :mod:`envengineer.plugins.suite.arms.runs`, the paired tests in
+:mod:`envengineer.plugins.suite.arms.paired`, the seed-level tests in :mod:`envengineer.plugins.suite.arms.seeds`, the
+plots in :mod:`envengineer.plugins.suite.arms.plots`. It never imports :mod:`envengineer.plugins.suite.tables`, which calls it.
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envengineer.compare import Column, Comparison, Stat, to_csv, to_markdown
-from envengineer.drawn import BenchView
-from envengineer.runview import rate
-from envengineer.suite_arms import METRICS, VALIDATION, ArmRun, ArmsReport, as_number, config_values, json_records, knob_layout
-from envengineer.suite_model import slug as _slug
-from envengineer.suite_paired import paired_tables
-from envengineer.suite_plots import write_plots
-from envengineer.suite_stats import rich_table, seed_table as seed_tests, validation_figures
+from envengineer.plugins.report.compare import Column, Comparison, Stat, to_csv, to_markdown
+from envengineer.plugins.report.drawn import BenchView
+from envengineer.plugins.report.view import rate
+from envengineer.plugins.suite.arms.runs import METRICS, VALIDATION, ArmRun, ArmsReport, as_number, config_values, json_records, knob_layout
+from envengineer.plugins.suite.model import slug as _slug
+from envengineer.plugins.suite.arms.paired import paired_tables
+from envengineer.plugins.suite.arms.plots import write_plots
+from envengineer.plugins.suite.arms.seeds import rich_table, seed_table as seed_tests, validation_figures
 
 
 def _subset_rate(summary: Mapping[str, Any] | None, view: BenchView, subset: str, metric: str) -> float | None:
@@ -162,7 +162,7 @@ def train_lines(run: ArmRun) -> dict[str, dict[str, Any]]:
     training signal (``train/signal.json``: prompts with mixed outcomes, sampled success) beside it."""
     import json
 
-    from envengineer.rundir import RunDir, Step
+    from envengineer.store.rundir import RunDir, Step
 
     folder = RunDir(run.view.path)
     lines = {f"{r['round']:02d}": dict(r) for r in json_records(folder.history_path)

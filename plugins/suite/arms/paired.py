@@ -1,6 +1,6 @@
 """Paired tests of a suite's arms against the baseline arm on the same instances: how many each
 arm solves that the baseline does not (+) and the reverse (−), with the two-sided exact sign test
-(:func:`envengineer.metrics.sign_test`), per seed and pooled over the seeds (Holm-adjusted across the
+(:func:`envengineer.components.metrics.sign_test`), per seed and pooled over the seeds (Holm-adjusted across the
 arms), and the baseline against itself (seed s against seed s + 1) as the floor of training noise."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envengineer.compare import MISSING, Column, Comparison
-from envengineer.comparison_stats import holm
-from envengineer.metrics import sign_test
-from envengineer.suite_arms import METRICS, ArmsReport
-from envengineer.suite_stats import fmt_p
+from envengineer.plugins.report.compare import MISSING, Column, Comparison
+from envengineer.plugins.suite.arms.stats import holm
+from envengineer.components.metrics import sign_test
+from envengineer.plugins.suite.arms.runs import METRICS, ArmsReport
+from envengineer.plugins.suite.arms.seeds import fmt_p
 
 
 @dataclass(frozen=True)

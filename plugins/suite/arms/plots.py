@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from envengineer.compare import Stat
-from envengineer.runview import Stage, rate
-from envengineer.suite_arms import METRICS, Arm, ArmsReport, as_number, config_values, knob_layout
+from envengineer.plugins.report.compare import Stat
+from envengineer.plugins.report.view import Stage, rate
+from envengineer.plugins.suite.arms.runs import METRICS, Arm, ArmsReport, as_number, config_values, knob_layout
 
 
 def _stage_rate(stage: Stage | None, metric: str, *path: str) -> float | None:
@@ -31,7 +31,7 @@ def _per_round(arm: Arm, metric: str, *path: str) -> tuple[list[str], list[Stat 
 def plot_rounds(report: ArmsReport, path: Path) -> Path | None:
     """Validation valid and optimal rate per round, one panel per arm side by side (mean ± sd over
     seeds, each seed a faint line), then every arm's mean valid rate on one panel."""
-    from envengineer.report_plots import _PALETTE, _new_figure, _percent_axis, _save
+    from envengineer.plugins.report.plots import _PALETTE, _new_figure, _percent_axis, _save
 
     arms = [a for a in report.arms if a.runs]
     if not arms:
@@ -76,7 +76,7 @@ def plot_groups(report: ArmsReport, path: Path) -> Path | None:
     """Validation valid rate per group of the task's primary grouping, per round, one panel per arm (mean over seeds)."""
     from matplotlib import colormaps
 
-    from envengineer.report_plots import _new_figure, _percent_axis, _save
+    from envengineer.plugins.report.plots import _new_figure, _percent_axis, _save
 
     arms = [a for a in report.arms if a.runs]
     primary = next((r.view.primary() for a in arms for r in a.runs if r.view.primary() is not None), None)
@@ -107,7 +107,7 @@ def plot_groups(report: ArmsReport, path: Path) -> Path | None:
 
 def plot_sets(report: ArmsReport, path: Path) -> Path | None:
     """Each set's headline (its aggregate, else the overall rate), valid and optimal, per arm: mean ± sd over seeds."""
-    from envengineer.report_plots import _PALETTE, _new_figure, _save
+    from envengineer.plugins.report.plots import _PALETTE, _new_figure, _save
 
     arms = [a for a in report.arms if a.runs]
     if not arms or not report.sets:
@@ -136,7 +136,7 @@ def plot_config_trajectory(report: ArmsReport, arm: Arm, path: Path) -> Path | N
     """One arm's generator configs: a row per seed, a panel per declared knob, a line per group over the rounds."""
     from matplotlib import colormaps
 
-    from envengineer.report_plots import _new_figure, _save
+    from envengineer.plugins.report.plots import _new_figure, _save
 
     layout = knob_layout(report)
     runs = [r for r in arm.runs if layout is not None and config_values(r, layout)]

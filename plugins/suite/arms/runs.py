@@ -1,8 +1,8 @@
 """The arms of one suite table as the arms report reads them from disk: each arm's finished runs,
 each run's figures and verdicts on every evaluation set, and the generator configs of its rounds.
 
-The bottom of the report's modules: :mod:`envengineer.suite_stats`, :mod:`envengineer.suite_paired`,
-:mod:`envengineer.suite_plots` and :mod:`envengineer.suite_report` read these objects; this module
+The bottom of the report's modules: :mod:`envengineer.plugins.suite.arms.seeds`, :mod:`envengineer.plugins.suite.arms.paired`,
+:mod:`envengineer.plugins.suite.arms.plots` and :mod:`envengineer.plugins.suite.arms.page` read these objects; this module
 imports none of them.
 """
 
@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envengineer.drawn import BenchView, KnobLayout
-from envengineer.runview import RunView, load_run
-from envengineer.suite_model import bench_views
+from envengineer.plugins.report.drawn import BenchView, KnobLayout
+from envengineer.plugins.report.view import RunView, load_run
+from envengineer.plugins.suite.model import bench_views
 
 #: The report's key for the validation set (its other sets are keyed by benchmark name).
 VALIDATION = "validation"
@@ -66,8 +66,8 @@ def read_verdicts(path: Path) -> dict[str, dict[str, bool]]:
 
 def arm_run(run_dir: Path, seed: int, benchmarks: Sequence[str], registry: Any) -> ArmRun:
     """The validation figures of the last evaluated stage and each benchmark's of the last stage
-    that ran it (as :func:`envengineer.compare.run_figures` takes them), with their verdicts."""
-    from envengineer.rundir import RunDir
+    that ran it (as :func:`envengineer.plugins.report.compare.run_figures` takes them), with their verdicts."""
+    from envengineer.store.rundir import RunDir
 
     view = load_run(run_dir, registry)
     folder = RunDir(view.path)
@@ -123,7 +123,7 @@ def choose_baseline(entries: Sequence[Any]) -> Any:
 
 def build(title: str, entries: Sequence[Any], registry: Any) -> ArmsReport:
     """The comparison of ``entries`` (suite entries of one table) from their finished runs."""
-    from envengineer.runconfig import validation_set
+    from envengineer.loop.runconfig import validation_set
 
     benchmarks = list(dict.fromkeys(b for e in entries for b in e.config.eval.benchmarks))
     validations = [v for v in dict.fromkeys(validation_set(e.config, registry) for e in entries) if v]
@@ -146,8 +146,8 @@ def build(title: str, entries: Sequence[Any], registry: Any) -> ArmsReport:
 
 def knob_layout(report: ArmsReport) -> KnobLayout | None:
     """The knobs of the arms' round configs: as the task declares them, else as the configs show
-    them (:func:`envengineer.drawn.knob_layout`)."""
-    from envengineer.drawn import knob_layout as layout_of
+    them (:func:`envengineer.plugins.report.drawn.knob_layout`)."""
+    from envengineer.plugins.report.drawn import knob_layout as layout_of
 
     configs = [s.config for a in report.arms for r in a.runs for s in r.view.rounds]
     return layout_of(report.generator, configs)

@@ -1,17 +1,17 @@
 """Seeds as the unit: the arms report's figures per run beyond the last round, and the table that
 tests each arm's per-seed values against the baseline's.
 
-The paired sign tests of :mod:`envengineer.suite_paired` compare policies instance by instance;
+The paired sign tests of :mod:`envengineer.plugins.suite.arms.paired` compare policies instance by instance;
 they do not see how far an arm moves from one seed to the next. This module takes each arm as
 its handful of per-seed values (the last round's valid rate on every set, and the validation
 rate averaged over the rounds) and compares them with the baseline's by Welch's t test and an
-exact permutation test (:mod:`envengineer.comparison_stats`), Holm-adjusted across the arms.
+exact permutation test (:mod:`envengineer.plugins.suite.arms.stats`), Holm-adjusted across the arms.
 
 It also reads what else a run's validation summary may hold: ``sampled``, the sampled pass@1
 at the trainer's temperature, which older runs do not have.
 
-It reads the report's objects (:class:`envengineer.suite_arms.ArmsReport`) and imports nothing
-from :mod:`envengineer.suite_report`, which imports from here.
+It reads the report's objects (:class:`envengineer.plugins.suite.arms.runs.ArmsReport`) and imports nothing
+from :mod:`envengineer.plugins.suite.arms.page`, which imports from here.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envengineer.compare import MISSING, Column, Comparison, Stat, cell, percent
-from envengineer.comparison_stats import area_under_rounds, holm, permutation_test, welch
-from envengineer.runview import rate
-from envengineer.suite_arms import VALIDATION, ArmRun, ArmsReport
+from envengineer.plugins.report.compare import MISSING, Column, Comparison, Stat, cell, percent
+from envengineer.plugins.suite.arms.stats import area_under_rounds, holm, permutation_test, welch
+from envengineer.plugins.report.view import rate
+from envengineer.plugins.suite.arms.runs import VALIDATION, ArmRun, ArmsReport
 
 
 # ------------------------------------------------------------------ what a run holds beyond the last round

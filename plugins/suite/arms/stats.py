@@ -1,6 +1,6 @@
 """The statistics of a comparison of arms over seeds: pure functions, no I/O.
 
-The paired sign tests (:func:`envengineer.metrics.sign_test`) compare two trained policies on
+The paired sign tests (:func:`envengineer.components.metrics.sign_test`) compare two trained policies on
 the same instances; they say nothing about how much an arm's result moves from seed to seed.
 These functions take the seed as the unit: each arm is a handful of per-seed values, and an arm
 is compared with the baseline by

@@ -1,8 +1,8 @@
 """How ``envengineer suite`` runs a suite's runs: the ``launcher:`` section of a manifest and the
 ``--launcher``/``--address``/``--slurm-*`` options, as one checked model (the options win over the
 manifest), and the interface each cluster launcher implements (:class:`Launcher`: Ray in
-:mod:`envengineer.suite_launch_ray`, Slurm in :mod:`envengineer.suite_launch_slurm`). Submitting and
-following the jobs is the same for all of them: :mod:`envengineer.suite_launch`."""
+:mod:`envengineer.plugins.suite.launch.ray`, Slurm in :mod:`envengineer.plugins.suite.launch.slurm`). Submitting and
+following the jobs is the same for all of them: :mod:`envengineer.plugins.suite.launch.jobs`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envengineer.components import Resources
 from envengineer.errors import ConfigError
-from envengineer.suite_model import SuiteEntry, SuiteRun
+from envengineer.plugins.suite.model import SuiteEntry, SuiteRun
 
 LAUNCHERS = ("local", "ray", "slurm")
 
@@ -105,8 +105,8 @@ class Job:
 
 
 class Launcher(abc.ABC):
-    """Puts jobs on a cluster and says where they are. A job runs ``python -m envengineer.suite_worker
-    JOB.json`` (:func:`envengineer.suite_worker.main`) on a node with the job's resources."""
+    """Puts jobs on a cluster and says where they are. A job runs ``python -m envengineer.plugins.suite.worker
+    JOB.json`` (:func:`envengineer.plugins.suite.worker.main`) on a node with the job's resources."""
 
     name: ClassVar[str] = ""
 

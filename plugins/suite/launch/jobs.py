@@ -3,10 +3,10 @@ of every run (``--status``).
 
 A launcher puts one run (a config at a seed) on the cluster as one job, with the resources the run
 asks for (:func:`run_resources`), and says whether a job it submitted is pending, running or over:
-:class:`Launcher`, with :mod:`envengineer.suite_launch_ray` and :mod:`envengineer.suite_launch_slurm`
+:class:`Launcher`, with :mod:`envengineer.plugins.suite.launch.ray` and :mod:`envengineer.plugins.suite.launch.slurm`
 (each imports its library only when used). Everything else is here and the same for both:
 
-- the job runs :mod:`envengineer.suite_worker` on the node, the same resumable loop as ``envengineer
+- the job runs :mod:`envengineer.plugins.suite.worker` on the node, the same resumable loop as ``envengineer
   run``; its files sit beside the run directory on the shared storage (``<config>/seed-<s>.job.json``,
   ``.log``, ``.result.json``, ``.node.json``), and the run directory decides what is finished;
 - each job's id is kept in the suite's status file (``suite.json``) until the suite sees it end, so
@@ -29,21 +29,21 @@ from rich.markup import escape
 from envengineer.display import Console
 from envengineer.components import Resources
 from envengineer.errors import EnvEngineerError
-from envengineer.launchers import ENDED, PENDING, RUNNING, UNKNOWN, Job, Launcher, LauncherOptions
-from envengineer.rundir import RunDir, Step
-from envengineer.suite_model import FAILED, FINISHED, PARTIAL, STATUS_FILE, Suite, SuiteEntry, SuiteRun, read_jobs, run_key, save_jobs
-from envengineer.suite_runner import history_so_far, prepare_policies, record_outcome, unfinished
+from envengineer.plugins.suite.launch.base import ENDED, PENDING, RUNNING, UNKNOWN, Job, Launcher, LauncherOptions
+from envengineer.store.rundir import RunDir, Step
+from envengineer.plugins.suite.model import FAILED, FINISHED, PARTIAL, STATUS_FILE, Suite, SuiteEntry, SuiteRun, read_jobs, run_key, save_jobs
+from envengineer.plugins.suite.local import history_so_far, prepare_policies, record_outcome, unfinished
 
 def make_launcher(options: LauncherOptions, output: Path, saved: dict[str, dict[str, Any]] | None = None, *, start: bool = True) -> Launcher:
     """The launcher ``options`` name; ``saved`` (the status file's jobs) fills in what finds earlier jobs
     again. ``start`` False: only reach a cluster that is there (``--status`` starts nothing)."""
     if options.name == "ray":
-        from envengineer.suite_launch_ray import RayLauncher
+        from envengineer.plugins.suite.launch.ray import RayLauncher
 
         address = options.address or next((job.get("address") for job in (saved or {}).values() if job.get("launcher") == "ray" and job.get("address")), None)
         return RayLauncher(options.model_copy(update={"address": address}), start=start)
     if options.name == "slurm":
-        from envengineer.suite_launch_slurm import SlurmLauncher
+        from envengineer.plugins.suite.launch.slurm import SlurmLauncher
 
         return SlurmLauncher(options, output)
     raise EnvEngineerError(f"--launcher {options.name}: runs on this machine (--jobs N); no jobs to follow")
@@ -53,7 +53,7 @@ def run_resources(run: SuiteRun, registry: Any, options: LauncherOptions) -> Res
     """What the run asks for: its trainer's and policy's resources, with the launcher's ``gpus_per_node``
     and ``cpus`` on top. A run on several nodes gets a Ray cluster over them (docs/cluster.md); submitit's
     local executor, one machine, refuses it."""
-    from envengineer.runconfig import resolve
+    from envengineer.loop.runconfig import resolve
 
     resolved = resolve(run.config, registry)
     need = resolved.trainer.resources().union(resolved.policy.resources())

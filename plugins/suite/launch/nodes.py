@@ -12,7 +12,7 @@ says which rank it is and the job's hosts):
   (``ray start --address HEAD --block``) and stays until rank 0 says stop in the same file;
 - rank 0 waits, at most ``join_timeout_s``, until ``nodes`` nodes each offering ``per_node`` of
   ``resource`` (GPUs) have joined (else the run fails with an error naming the hosts that did not
-  join), runs the suite worker (:func:`envengineer.suite_worker.main`) with ``RAY_ADDRESS`` set to
+  join), runs the suite worker (:func:`envengineer.plugins.suite.worker.main`) with ``RAY_ADDRESS`` set to
   the head, so that verl's ``ray.init()`` and its node check attach to this cluster, then says
   stop, waits for the other nodes to leave and stops its head. Only rank 0 records the run's outcome.
 
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from envengineer.errors import EnvEngineerError
-from envengineer.launchers import ray_nodes_offering
+from envengineer.plugins.suite.launch.base import ray_nodes_offering
 
 JOB_SUFFIX, HEAD_SUFFIX = ".job.json", ".ray-head.json"
 
@@ -113,7 +113,7 @@ def run_head(job_file: str, spec: RayNodes, hosts: Sequence[str], name: str, job
             return failed(str(exc) if isinstance(exc, EnvEngineerError) else f"the job's Ray cluster: {type(exc).__name__}: {exc}")
         _note(log, f"job {job_id}: Ray cluster at {address}, {len(joined)} node(s): {', '.join(joined)}")
         os.environ["RAY_ADDRESS"] = address
-        from envengineer import suite_worker
+        from envengineer.plugins.suite import worker as suite_worker
 
         return suite_worker.main([str(job_file)])
     finally:

@@ -1,6 +1,6 @@
 """``envengineer suite --launcher ray``: each run as a detached Ray actor on a cluster.
 
-The actor asks for the run's CPUs and GPUs (:func:`envengineer.suite_launch.run_resources`); once
+The actor asks for the run's CPUs and GPUs (:func:`envengineer.plugins.suite.launch.jobs.run_resources`); once
 Ray places it on a node it starts the run's worker process there and stays until the suite has
 seen the run end. Detached and named (``<namespace>/<config>-seed-<s>-<random>``), it outlives the
 suite's own process: the same command run again finds it by its name and follows it. The run is
@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from envengineer.components import Resources
 from envengineer.errors import EnvEngineerError
-from envengineer.launchers import ENDED, PENDING, RUNNING, UNKNOWN, Job, Launcher, LauncherOptions, new_id, ray_nodes_offering
+from envengineer.plugins.suite.launch.base import ENDED, PENDING, RUNNING, UNKNOWN, Job, Launcher, LauncherOptions, new_id, ray_nodes_offering
 
 
 #: What a multi-node run's actor answers while the cluster lacks the nodes it needs.
@@ -33,7 +33,7 @@ WAITING = "waiting"
 
 
 class RunActor:
-    """On its node: the run's worker process (:mod:`envengineer.suite_worker`), started when placed, or for
+    """On its node: the run's worker process (:mod:`envengineer.plugins.suite.worker`), started when placed, or for
     a run on several nodes once the cluster has them (``nodes`` nodes with ``gpus_per_node`` GPUs each)."""
 
     def __init__(self, job_file: str, nodes: int = 1, gpus_per_node: int = 0) -> None:
@@ -51,7 +51,7 @@ class RunActor:
                     return WAITING
             from envengineer.processes import start
 
-            self.process = start([sys.executable, "-m", "envengineer.suite_worker", self.job_file],
+            self.process = start([sys.executable, "-m", "envengineer.plugins.suite.worker", self.job_file],
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return self.process.poll()
 

@@ -3,14 +3,14 @@ submitit.
 
 A job asks for one node with the run's GPUs (``--gpus-per-node``) and CPUs (``--cpus-per-task``),
 the launcher's partition, time limit and account, and any further ``#SBATCH`` options
-(:func:`sbatch_parameters`); it runs :func:`envengineer.suite_worker.main` on the node. submitit
+(:func:`sbatch_parameters`); it runs :func:`envengineer.plugins.suite.worker.main` on the node. submitit
 keeps its scripts and its own logs under ``<suite output>/.submitit/``. With ``executor: local``
 the same jobs run on this machine through submitit's local executor (a rehearsal of the Slurm path:
 the same files, no cluster).
 
 A run on several nodes (``trainer.nnodes`` above 1) is one job of that many nodes, one task per
 node with the run's GPUs on each, that makes a Ray cluster of its nodes and runs the run on it:
-:mod:`envengineer.suite_launch_nodes`.
+:mod:`envengineer.plugins.suite.launch.nodes`.
 
 submitit is imported only here, and only for ``--launcher slurm``.
 """
@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from envengineer.components import Resources
 from envengineer.errors import EnvEngineerError
-from envengineer.launchers import ENDED, PENDING, RUNNING, UNKNOWN, Job, Launcher, LauncherOptions
+from envengineer.plugins.suite.launch.base import ENDED, PENDING, RUNNING, UNKNOWN, Job, Launcher, LauncherOptions
 
 #: Slurm's job states (sacct/squeue) as the suite follows them; any other state has ended.
 _WAITING = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SUSPENDED"}
@@ -54,13 +54,13 @@ def sbatch_parameters(resources: Resources, options: LauncherOptions, name: str)
 
 def job_call(job: Job) -> tuple[Any, ...]:
     """What each task of the run's job calls: the suite worker on one node; on several, the Ray cluster
-    over the job's nodes with the worker on its first (:func:`envengineer.suite_launch_nodes.main`)."""
+    over the job's nodes with the worker on its first (:func:`envengineer.plugins.suite.launch.nodes.main`)."""
     file = str(job.file(".job.json"))
     if job.resources.nodes <= 1:
-        from envengineer import suite_worker
+        from envengineer.plugins.suite import worker as suite_worker
 
         return suite_worker.main, [file]
-    from envengineer import suite_launch_nodes
+    from envengineer.plugins.suite.launch import nodes as suite_launch_nodes
 
     return suite_launch_nodes.main, file, suite_launch_nodes.RayNodes(nodes=job.resources.nodes, per_node=job.resources.gpus_per_node)
 

@@ -1,0 +1,104 @@
+"""GPU planning as a built-in plugin: ``envengineer doctor`` (what this machine offers a GPU run: the
+loop's preflight checks, :mod:`envengineer.loop.preflight`, printed) and ``envengineer plan`` (a run's GPU
+memory per phase, :mod:`~envengineer.plugins.gpu.plan`), and the memory plan ``run --dry-run`` prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.markup import escape
+
+from envengineer.display import Console
+from envengineer.errors import EnvEngineerError
+from envengineer.hookspecs import hookimpl
+
+#: the command line's consoles (output read by tests through typer's runner: they write to the current sys.stdout)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _registry() -> Any:
+    from envengineer.registry import load_registry
+
+    return load_registry()
+
+
+def doctor(
+    config: Optional[Path] = typer.Argument(None, help="a run config: check what its trainer and policy need (default: everything the plugins check)"),
+    overrides: Optional[list[str]] = typer.Argument(None, help="dotted overrides KEY.SUB=VALUE, as for run", show_default=False),
+) -> None:
+    """What this machine and environment offer a GPU run, and what will not work (ok / warn / missing, with fixes).
+
+    Exits 1 when CONFIG's run would stop before it starts (its model folder missing or incomplete) or when it needs
+    a GPU and something it needs is missing (as `run` would stop); a machine without a GPU is reported, not an error.
+    """
+    from envengineer.loop.preflight import input_checks, plugin_checks, run_checks, table
+
+    registry = _registry()
+    components = None
+    if config is not None:
+        from envengineer.loop.runconfig import load_run_config, resolve
+
+        resolved = resolve(load_run_config(config, overrides or (), registry), registry)
+        components = [resolved.trainer, resolved.policy, resolved.engineer]
+    inputs = input_checks(components) if components is not None else []
+    checks = run_checks(registry.pm, components) + inputs
+    console.print(table(checks))
+    gpu = next((c for c in checks if c.name == "gpus"), None)
+    if gpu is not None and gpu.status == "missing":
+        console.print("[bold]no GPU[/] on this machine: CPU runs (the tiny policy, trl) work; GPU rounds (verl, vLLM) need one.")
+    if components is not None:
+        needs_gpu = bool(plugin_checks(registry.pm, components))
+        missing = [c.name for c in checks if c.status == "missing"]
+        if inputs:  # stops the run before anything is written, on any machine
+            console.print(f"[bold red]{escape(str(config))} would stop before it starts:[/] {escape(', '.join(c.name for c in inputs))} "
+                          "missing (run says the same)")
+            raise typer.Exit(1)
+        if not needs_gpu:
+            console.print(f"{escape(str(config))}: its trainer and policy need no GPU; nothing here stops it.")
+        elif missing:
+            console.print(f"[bold red]{escape(str(config))} would stop before training:[/] missing {escape(', '.join(missing))}")
+            raise typer.Exit(1)
+        else:
+            console.print(f"{escape(str(config))}: everything its GPU rounds need is here.")
+
+
+def print_memory(config: Path, overrides: list[str] | tuple[str, ...], registry: Any, gpu_memory_gb: float, console: Any = console) -> bool:
+    """The run's memory plan (``envengineer plan``); whether it fits. A run with nothing to plan says why."""
+    from envengineer.plugins.gpu.plan import plan_run, print_plan
+
+    try:
+        plan = plan_run(config, overrides, registry, gpu_memory_gb)
+    except EnvEngineerError as exc:
+        console.print(f"[bold]memory plan[/]: none: {escape(str(exc))}", highlight=False, soft_wrap=True)
+        return True
+    console.rule("memory plan")
+    print_plan(plan, console, command=" ".join(["envengineer plan", str(config), *overrides]))
+    return plan.fits
+
+
+def plan_command(
+    config: Path = typer.Argument(..., help="run config YAML"),
+    overrides: Optional[list[str]] = typer.Argument(None, help="dotted overrides KEY.SUB=VALUE, as for run", show_default=False),
+    gpu_memory_gb: float = typer.Option(80.0, "--gpu-memory-gb", min=1.0, help="memory of one GPU, in GB of 10^9 bytes"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="also write the plan to this JSON file"),
+) -> None:
+    """GPU memory per GPU of a run before launch, per phase (weights, gradients, optimizer state, reference,
+    worst micro-batch, vLLM's share); exits 1 when it does not fit, naming overrides that make it fit."""
+    from envengineer.fileio import write_json
+    from envengineer.plugins.gpu.plan import plan_run, print_plan
+
+    plan = plan_run(config, overrides or (), _registry(), gpu_memory_gb)
+    print_plan(plan, console, command=" ".join(["envengineer plan", str(config), *(overrides or ())]))
+    if json_path is not None:
+        write_json(json_path, plan.to_dict())
+    if not plan.fits:
+        raise typer.Exit(1)
+
+
+@hookimpl
+def register_commands(cli: Any) -> None:
+    cli.command()(doctor)
+    cli.command("plan")(plan_command)
