@@ -1,0 +1,42 @@
+"""The framework's own commands come from built-in plugins (docs/architecture.md): blocked, a command is gone
+and the loop still runs; loaded, --help lists every command where it always stood."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def envengineer(args, tmp_path, **env):
+    environ = {**os.environ, "ENVENGINEER_LOAD_PLUGINS": "", "COLUMNS": "200", "ENVENGINEER_CACHE": str(tmp_path / "cache"), **env}
+    return subprocess.run([sys.executable, "-m", "envengineer.cli.commands", *args], capture_output=True, text=True,
+                          env=environ, cwd=REPO, timeout=300)
+
+
+def commands(help_text):
+    return re.findall(r"^│ (\w[\w-]*) ", help_text, re.M)
+
+
+def test_help_lists_the_builtin_plugins_commands_in_their_places(tmp_path):
+    from envengineer.cli.commands import HELP_ORDER
+
+    listed = commands(envengineer(["--help"], tmp_path).stdout)
+    assert listed[: len(HELP_ORDER)] == list(HELP_ORDER), listed
+    assert {"bench", "engineers", "serve", "models", "pretrain"} <= set(listed)
+
+
+def test_a_blocked_command_plugin_takes_only_its_commands_away(tmp_path):
+    out = envengineer(["--help"], tmp_path, ENVENGINEER_BLOCK_PLUGINS="gpu,suite,score").stdout
+    listed = commands(out)
+    assert not {"doctor", "plan", "suite", "engineers"} & set(listed), listed
+    assert {"run", "eval", "report", "compare", "generate"} <= set(listed)
+    # the loop runs without them; --dry-run says there is no memory plan
+    run = envengineer(["run", "examples/sim-student/base.yaml", "--dry-run", "--output", str(tmp_path / "run")], tmp_path,
+                      ENVENGINEER_BLOCK_PLUGINS="gpu")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "memory plan: none: the gpu plugin (envengineer.plugins.gpu) is not loaded" in " ".join(run.stdout.split())
+    loaded = envengineer(["run", "examples/sim-student/base.yaml", "--dry-run", "--output", str(tmp_path / "run")], tmp_path)
+    assert loaded.returncode == 0 and "memory plan" in loaded.stdout and "not loaded" not in loaded.stdout
