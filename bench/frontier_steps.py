@@ -120,6 +120,7 @@ def analyse(output: Path, baselines: list[str], beyond: set[str], console: Conso
                       pct(list(rates[BEYOND].values())), f"{100 * statistics.fmean(rates[BEYOND].values()):.1f}", pct(list(val.values())),
                       " ".join(str(k) for k in kept.values()), " ".join(f"{c:.0f}" for c in cpu.values()))
     console.print(table)
+    console.print(kept_table(result["arms"], output))
     check = Table(title="never-trained check: training records read per run, and how many were walks of the never-trained "
                         f"lengths ({', '.join(sorted(beyond))}); passes at 0", title_justify="left")
     for column in ("arm", "records read (per seed)", "in never-trained groups", "groups trained on"):
@@ -143,6 +144,45 @@ def analyse(output: Path, baselines: list[str], beyond: set[str], console: Conso
     write_text(output / "steps.json", json.dumps(result, indent=2, default=str) + "\n")
     console.print(f"wrote {output / 'steps.json'}")
     return result
+
+
+def kept_table(arms: dict[str, Any], output: Path) -> Table:
+    """Kept prompts (mixed outcomes: what the optimizer steps on) per round, the mean over seeds; ``*``: a seed's
+    round kept fewer than the round's most (at equal steps: the draw cap stopped the filling)."""
+    rounds = max((len(rr) for a in arms.values() for rr in a["rounds"].values()), default=0)
+    table = Table(title=f"{output}: kept prompts per round (mean over seeds; * a seed below the arm's most: at equal steps, "
+                        "the draw cap)", title_justify="left")
+    table.add_column("arm")
+    for r in range(rounds):
+        table.add_column(str(r), justify="right")
+    for arm, a in arms.items():
+        most = max((line["kept"] for rr in a["rounds"].values() for line in rr), default=0)
+        cells = []
+        for r in range(rounds):
+            values = [rr[r]["kept"] for rr in a["rounds"].values() if len(rr) > r]
+            cells.append(f"{statistics.fmean(values):.0f}" + ("*" if any(v < most for v in values) else "") if values else "")
+        table.add_row(arm, *cells)
+    return table
+
+
+def gap_table(primary: dict[str, Any], secondary: dict[str, Any]) -> tuple[Table, dict[str, Any]]:
+    """P5: learnability − fixed on the target, per seed, at equal steps and at equal instances."""
+    table = Table(title="P5: learnability − fixed on the k9-k10 target (points), per seed: equal steps, equal instances",
+                  title_justify="left")
+    for column in ("seed", "equal steps", "equal instances", "larger at equal instances"):
+        table.add_column(column)
+    rows = {}
+    arms_p, arms_s = primary["arms"], secondary["arms"]
+    if not all(a in arms for arms in (arms_p, arms_s) for a in (ENGINEER, FIXED)):
+        return table, rows
+    for seed in arms_p[ENGINEER]["target"]:
+        if seed not in arms_s[ENGINEER]["target"] or seed not in arms_s[FIXED]["target"]:
+            continue
+        steps = 100 * (arms_p[ENGINEER]["target"][seed] - arms_p[FIXED]["target"][seed])
+        instances = 100 * (arms_s[ENGINEER]["target"][seed] - arms_s[FIXED]["target"][seed])
+        rows[seed] = {"equal_steps": steps, "equal_instances": instances, "larger": instances > steps}
+        table.add_row(str(seed), f"{steps:+.1f}", f"{instances:+.1f}", "yes" if instances > steps else "no")
+    return table, rows
 
 
 def _bench_path(where: str) -> Path:
@@ -227,6 +267,11 @@ def main() -> None:
     results = [analyse(args.output, args.baselines, beyond, console)]
     if args.secondary:
         results.append(analyse(args.secondary, args.baselines, beyond, console))
+    if len(results) == 2:
+        table, rows = gap_table(*results)
+        console.print(table)
+        if rows:
+            console.print(f"P5 holds at every seed: {'yes' if all(r['larger'] for r in rows.values()) else 'no'}")
     if not all(r["untrained_passes"] for r in results):
         console.print("[bold red]the never-trained check failed: a run trained on the never-trained lengths[/]")
     if args.plots:

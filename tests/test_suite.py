@@ -301,5 +301,5 @@ def test_a_parallel_runs_job_carries_its_suite_table_and_row(tmp_path, monkeypat
                                "suite": config.suite.model_dump(mode="json")}))
     assert suite_worker.main([str(job)]) == 1  # Stop: the capture ends the run
     assert seen["suite"].table == "engineers" and seen["suite"].row == "fixed"
-    source = (Path(suite_worker.__file__).parent / "suite_runner.py").read_text()
+    source = (Path(suite_worker.__file__).parent / "local.py").read_text()
     assert '"suite": run.config.suite.model_dump(mode="json")' in source

@@ -617,7 +617,7 @@ def _ranks(values: Sequence[float]) -> list[float]:
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
     """Spearman's rank correlation with its two-sided p (t approximation, n − 2 degrees of freedom)."""
-    from envengineer.plugins.suite.arms.stats import t_sf2
+    from scipy import stats
 
     n = len(x)
     if n < 3:
@@ -629,7 +629,7 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
     if sxx == 0 or syy == 0:
         return {"n": n, "rho": None, "p": None}
     rho = sxy / math.sqrt(sxx * syy)
-    p = 0.0 if abs(rho) >= 1 else t_sf2(rho * math.sqrt((n - 2) / (1 - rho * rho)), n - 2)
+    p = 0.0 if abs(rho) >= 1 else float(2 * stats.t.sf(abs(rho) * math.sqrt((n - 2) / (1 - rho * rho)), n - 2))
     return {"n": n, "rho": round(rho, 6), "p": float(f"{p:.3g}")}
 
 
