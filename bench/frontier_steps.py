@@ -93,7 +93,7 @@ def pct(values: list[float]) -> str:
     return " ".join(f"{100 * v:.1f}" for v in values)
 
 
-def analyse(output: Path, baselines: list[str], beyond: set[str], console: Console) -> dict[str, Any]:
+def analyse(output: Path, baselines: list[str], beyond: set[str], console: Console, equal_steps: bool = True) -> dict[str, Any]:
     """The tables and tests of one suite; ``beyond``: the never-trained set's groups."""
     runs = arm_runs(output)
     if not runs:
@@ -120,7 +120,7 @@ def analyse(output: Path, baselines: list[str], beyond: set[str], console: Conso
                       pct(list(rates[BEYOND].values())), f"{100 * statistics.fmean(rates[BEYOND].values()):.1f}", pct(list(val.values())),
                       " ".join(str(k) for k in kept.values()), " ".join(f"{c:.0f}" for c in cpu.values()))
     console.print(table)
-    console.print(kept_table(result["arms"], output))
+    console.print(kept_table(result["arms"], output, marks=equal_steps))
     check = Table(title="never-trained check: training records read per run, and how many were walks of the never-trained "
                         f"lengths ({', '.join(sorted(beyond))}); passes at 0", title_justify="left")
     for column in ("arm", "records read (per seed)", "in never-trained groups", "groups trained on"):
@@ -146,12 +146,12 @@ def analyse(output: Path, baselines: list[str], beyond: set[str], console: Conso
     return result
 
 
-def kept_table(arms: dict[str, Any], output: Path) -> Table:
-    """Kept prompts (mixed outcomes: what the optimizer steps on) per round, the mean over seeds; ``*``: a seed's
-    round kept fewer than the round's most (at equal steps: the draw cap stopped the filling)."""
+def kept_table(arms: dict[str, Any], output: Path, marks: bool = True) -> Table:
+    """Kept prompts (mixed outcomes: what the optimizer steps on) per round, the mean over seeds; ``*`` (``marks``, at
+    equal steps): a seed's round kept fewer than the arm's most, the draw cap having stopped the filling."""
     rounds = max((len(rr) for a in arms.values() for rr in a["rounds"].values()), default=0)
-    table = Table(title=f"{output}: kept prompts per round (mean over seeds; * a seed below the arm's most: at equal steps, "
-                        "the draw cap)", title_justify="left")
+    table = Table(title=f"{output}: kept prompts per round (mean over seeds" + ("; * a seed's round stopped by the draw cap)" if marks
+                        else ")"), title_justify="left")
     table.add_column("arm")
     for r in range(rounds):
         table.add_column(str(r), justify="right")
@@ -160,7 +160,7 @@ def kept_table(arms: dict[str, Any], output: Path) -> Table:
         cells = []
         for r in range(rounds):
             values = [rr[r]["kept"] for rr in a["rounds"].values() if len(rr) > r]
-            cells.append(f"{statistics.fmean(values):.0f}" + ("*" if any(v < most for v in values) else "") if values else "")
+            cells.append(f"{statistics.fmean(values):.0f}" + ("*" if marks and any(v < most for v in values) else "") if values else "")
         table.add_row(arm, *cells)
     return table
 
@@ -266,7 +266,7 @@ def main() -> None:
     beyond = {str(r.get("group")) for r in read_jsonl(_bench_path(BEYOND))}
     results = [analyse(args.output, args.baselines, beyond, console)]
     if args.secondary:
-        results.append(analyse(args.secondary, args.baselines, beyond, console))
+        results.append(analyse(args.secondary, args.baselines, beyond, console, equal_steps=False))
     if len(results) == 2:
         table, rows = gap_table(*results)
         console.print(table)

@@ -91,9 +91,9 @@ def family(name: str, pairs: list[tuple[str, str]], outcomes: dict[str, dict[int
         diffs = [s["diff"] for s in row["per_seed"]]
         row["mean_diff"] = statistics.fmean(diffs) if diffs else None
         if len(diffs) > 1:
-            from envengineer.plugins.suite.arms.stats import t_quantile
+            from scipy import stats
 
-            half = t_quantile(0.975, len(diffs) - 1) * statistics.stdev(diffs) / len(diffs) ** 0.5
+            half = float(stats.t.ppf(0.975, len(diffs) - 1)) * statistics.stdev(diffs) / len(diffs) ** 0.5
             row["interval"] = [row["mean_diff"] - half, row["mean_diff"] + half]
     return rows
 
