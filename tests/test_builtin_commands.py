@@ -40,3 +40,24 @@ def test_a_blocked_command_plugin_takes_only_its_commands_away(tmp_path):
     assert "memory plan: none: the gpu plugin (envengineer.plugins.gpu) is not loaded" in " ".join(run.stdout.split())
     loaded = envengineer(["run", "examples/sim-student/base.yaml", "--dry-run", "--output", str(tmp_path / "run")], tmp_path)
     assert loaded.returncode == 0 and "memory plan" in loaded.stdout and "not loaded" not in loaded.stdout
+
+
+def test_the_command_plugins_register_functions_after_their_submodules_are_imported():
+    """A command function named like a submodule of its package (``compare``) would be replaced by the submodule
+    once anything imports it: every callback the built-in command plugins register is still a function."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import typer
+
+    from envengineer.plugins import gpu, report, score, suite
+
+    for package in (report, suite, gpu, score):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            importlib.import_module(info.name)
+        fresh = typer.Typer()
+        package.register_commands(cli=fresh)
+        callbacks = [c.callback for c in fresh.registered_commands] + [
+            c.callback for g in fresh.registered_groups for c in g.typer_instance.registered_commands]
+        assert callbacks and all(inspect.isfunction(c) for c in callbacks), (package.__name__, callbacks)

@@ -151,7 +151,7 @@ def test_pretrain_comes_from_the_policies_plugin():
     assert registered == {"pretrain": "envengineer.plugins.policies.cli", "serve": "envengineer.plugins.serve",
                           "models": "envengineer.plugins.serve",
                           # the framework's own commands, built-in plugins since the core was made minimal
-                          "report": "envengineer.plugins.report", "compare": "envengineer.plugins.report",
+                          "report": "envengineer.plugins.report", "compare_command": "envengineer.plugins.report",
                           "suite_command": "envengineer.plugins.suite", "doctor": "envengineer.plugins.gpu",
                           "plan_command": "envengineer.plugins.gpu"}
 

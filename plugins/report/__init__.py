@@ -28,7 +28,7 @@ def report(run_dir: Path = typer.Argument(..., help="run directory (finished or 
         err_console.print(f"[yellow]skipped:[/] {escape(str(problem))}", highlight=False, soft_wrap=True)
 
 
-def compare(
+def compare_command(
     run_dirs: list[Path] = typer.Argument(..., help="run directories to put side by side"),
     output: Optional[Path] = typer.Option(None, "--output", help="also write the table to FILE.md or FILE.csv"),
 ) -> None:
@@ -45,4 +45,4 @@ def compare(
 @hookimpl
 def register_commands(cli: Any) -> None:
     cli.command()(report)
-    cli.command()(compare)
+    cli.command("compare")(compare_command)  # not named compare: the submodule of that name would replace it
