@@ -60,6 +60,19 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__spec__ = self._specs.pop(module.__spec__.name)
 
 
+def forward(package: str, module: str) -> Any:
+    """A PEP 562 ``__getattr__`` for ``package``, a package that was the module now at ``module``: its old names,
+    looked up there when imported (a patch goes there, not on the package)."""
+
+    def __getattr__(name: str) -> Any:
+        try:
+            return getattr(importlib.import_module(module), name)
+        except AttributeError:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+
+    return __getattr__
+
+
 def install() -> None:
     if not any(isinstance(finder, MovedModules) for finder in sys.meta_path):
         sys.meta_path.append(MovedModules())

@@ -102,7 +102,7 @@ from envengineer.components.training import (
 _LAZY: dict[str, str] = {
     # prompt budgets (context modules, engineers)
     "Cut": "envengineer.design.budget",
-    "PromptBudgetOptions": "envengineer.design.budget",
+    "PromptBudgetOptions": "envengineer.components.prompt_budget",
     # structured replies (engineers: docs/engineers.md#structured-replies)
     "ANALYSIS_DESCRIPTION": "envengineer.design.structured",
     "SCHEMA_NAME": "envengineer.design.structured",
@@ -134,7 +134,8 @@ _LAZY: dict[str, str] = {
 }
 
 if TYPE_CHECKING:  # what static tools see; at run time these come through __getattr__
-    from envengineer.design.budget import Cut, PromptBudgetOptions
+    from envengineer.components.prompt_budget import PromptBudgetOptions
+    from envengineer.design.budget import Cut
     from envengineer.loop.evaluation import score_response, spread
     from envengineer.components.model_folder import folder_problem, missing_files
     from envengineer.loop.payloads import PAYLOADS, BenchmarkPayload, DesignPayload, RoundPayload, RunEndPayload, RunStartPayload, watched

@@ -6,14 +6,6 @@ through the ``register_commands`` hook, as any plugin does.
 from here, looked up in :mod:`envengineer.cli.commands` when imported.
 """
 
-from typing import Any
+from envengineer._moved import forward
 
-
-def __getattr__(name: str) -> Any:
-    import importlib
-
-    commands = importlib.import_module("envengineer.cli.commands")
-    try:
-        return getattr(commands, name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = forward(__name__, "envengineer.cli.commands")

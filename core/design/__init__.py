@@ -6,14 +6,6 @@ structured reply, and the step itself (:mod:`~envengineer.design.step`: ask, re-
 (``design``, ``write_outcome``, ...) are still importable from here, looked up there when imported.
 """
 
-from typing import Any
+from envengineer._moved import forward
 
-
-def __getattr__(name: str) -> Any:
-    import importlib
-
-    step = importlib.import_module("envengineer.design.step")
-    try:
-        return getattr(step, name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = forward(__name__, "envengineer.design.step")

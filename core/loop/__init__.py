@@ -7,14 +7,6 @@ and the design step replayed from a recorded run.
 importable from here; they are looked up in :mod:`envengineer.loop.steps` when imported (a patch goes there).
 """
 
-from typing import Any
+from envengineer._moved import forward
 
-
-def __getattr__(name: str) -> Any:
-    import importlib
-
-    steps = importlib.import_module("envengineer.loop.steps")
-    try:
-        return getattr(steps, name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = forward(__name__, "envengineer.loop.steps")

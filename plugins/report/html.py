@@ -18,7 +18,8 @@ import yaml
 
 from envengineer.plugins.report.drawn import BenchView, aggregate_notes
 from envengineer.plugins.report.plots import METRICS, benched, config_stages, evaluated, failure_types, group_plot_name, number
-from envengineer.plugins.report.view import RunView, Stage, design_alarm, paired_with_base, rate
+from envengineer.plugins.report.view import RunView, Stage, rate
+from envengineer.store.records import design_alarm, paired_with_base
 
 IMAGE_DIR = "report"
 

@@ -171,12 +171,8 @@ def rate(summary: dict[str, Any] | None, metric: str, *path: str) -> float | Non
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-# the run-reading helpers the loop needs too live in the store (envengineer.store.records)
-_read_json, _read_yaml, _read_text, _read_jsonl = noted_json, noted_yaml, noted_text, noted_jsonl
-
-
 def _summary(path: Path, problems: list[str]) -> dict[str, Any] | None:
-    data = _read_json(path, problems)
+    data = noted_json(path, problems)
     if data is None:
         return None
     if not isinstance(data, dict) or not isinstance(data.get("overall"), dict):
@@ -188,10 +184,10 @@ def _summary(path: Path, problems: list[str]) -> dict[str, Any] | None:
 def _stage(run: RunDir, round: int | None, problems: list[str]) -> Stage:
     stage = Stage(label=BASE if round is None else f"{round:02d}", index=round)
     if round is not None:
-        config = _read_yaml(run.config_path(round), problems)
+        config = noted_yaml(run.config_path(round), problems)
         stage.config = config if isinstance(config, dict) else None
-        stage.curves = _read_jsonl(run.curves(round), problems)
-        signal = _read_json(run.signal(round), problems)
+        stage.curves = noted_jsonl(run.curves(round), problems)
+        signal = noted_json(run.signal(round), problems)
         stage.signal = signal if isinstance(signal, dict) else None
     stage.eval = _summary(run.eval_summary(round), problems)
     if stage.eval is not None:
@@ -200,8 +196,8 @@ def _stage(run: RunDir, round: int | None, problems: list[str]) -> Stage:
         if (summary := _summary(run.bench_dir(round, name) / "summary.json", problems)) is not None:
             stage.bench[name] = summary
     if round is not None:
-        stage.summary_md = _read_text(run.summary_note(round), problems) or None
-        projection = _read_yaml(run.projection(round), problems)
+        stage.summary_md = noted_text(run.summary_note(round), problems) or None
+        projection = noted_yaml(run.projection(round), problems)
         stage.projection = projection if isinstance(projection, dict) else None
     return stage
 
@@ -247,7 +243,7 @@ def load_run(run_dir: str | Path, registry: Any = None) -> RunView:
         raise InputError(f"{path}: no such run directory")
     problems: list[str] = []
     run = RunDir(path)
-    config = _read_yaml(run.run_yaml, problems)
+    config = noted_yaml(run.run_yaml, problems)
     rounds = [_stage(run, n, problems) for n in run.rounds_on_disk()]
     base = _stage(run, None, problems)
     if not isinstance(config, dict) and not rounds and base.eval is None:
@@ -255,7 +251,7 @@ def load_run(run_dir: str | Path, registry: Any = None) -> RunView:
     view = RunView(
         path=path,
         config=config if isinstance(config, dict) else {},
-        history=_read_jsonl(run.history_path, problems),
+        history=noted_jsonl(run.history_path, problems),
         base=base,
         rounds=rounds,
         problems=problems,

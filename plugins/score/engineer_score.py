@@ -601,36 +601,17 @@ def _arm(run: RecordedRun) -> str:
     return str(engineer.get("name")) if isinstance(engineer, dict) else str(engineer)
 
 
-def _ranks(values: Sequence[float]) -> list[float]:
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1  # ties share their mean rank
-        i = j + 1
-    return ranks
-
-
 def spearman(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
-    """Spearman's rank correlation with its two-sided p (t approximation, n − 2 degrees of freedom)."""
+    """Spearman's rank correlation (ties share their mean rank) with its two-sided p (t approximation, n − 2
+    degrees of freedom): scipy.stats.spearmanr; rho and p None under 3 points or when either side is constant."""
+    n = len(x)
+    if n < 3 or len(set(x)) < 2 or len(set(y)) < 2:
+        return {"n": n, "rho": None, "p": None}
     from scipy import stats
 
-    n = len(x)
-    if n < 3:
-        return {"n": n, "rho": None, "p": None}
-    rx, ry = _ranks(x), _ranks(y)
-    mx, my = sum(rx) / n, sum(ry) / n
-    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
-    if sxx == 0 or syy == 0:
-        return {"n": n, "rho": None, "p": None}
-    rho = sxy / math.sqrt(sxx * syy)
-    p = 0.0 if abs(rho) >= 1 else float(2 * stats.t.sf(abs(rho) * math.sqrt((n - 2) / (1 - rho * rho)), n - 2))
-    return {"n": n, "rho": round(rho, 6), "p": float(f"{p:.3g}")}
+    result = stats.spearmanr(x, y)
+    rho, p = float(result.statistic), float(result.pvalue)
+    return {"n": n, "rho": round(rho, 6), "p": float(f"{0.0 if abs(rho) >= 1 else p:.3g}")}
 
 
 def predictive_check(lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -26,8 +26,6 @@ from envengineer.api import (
 from envengineer.tasks.reasoning_gym import PINNED_VERSION, TASK_NAME, compact
 from envengineer.tasks.reasoning_gym.catalogue import CATALOGUE, DEFAULT_DATASETS, attributes, refusal
 from envengineer.tasks.reasoning_gym.items import (  # noqa: F401 - importable from here too
-    _rg_config,
-    _scorer,
     describe_levels,
     item_seed,
     level_ranges,
