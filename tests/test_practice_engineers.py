@@ -329,7 +329,7 @@ def test_rlve_follows_rlves_manager_on_a_hand_computed_trace(registry, walk):
         assert runs.sizes() == {g: 5 for g in WALKS}  # the grid size is no level: it never moves
         assert f"h={h} ({WALKS[h]}), levels [{max(0, h - 3)}, {h}]" in runs.note
     note = runs.note
-    assert "r0 at h=0: 120/128 = 94% ≥ 90%: h→1" in note and "r1 at h=1: 112 GRPO rollouts < 128" in note
+    assert "r0 at h=0: 120/128 = 94% ≥ 90%: h→1" in note and "r1 at h=1: 112 rollouts < 128" in note and "accuracy: GRPO's rollouts at h" in note
     assert "r2 at h=1: 132/144 = 92% ≥ 90%: h→2" in note and "r3 at h=2: 110/128 = 86% < 90%" in note
     assert "r5 at h=3: 128/128 = 100% ≥ 90%: h→4" in note and "r6 at h=4: 10/128 = 8% < 90%" in note
     assert "k4 0.24, k5 0.24, k6 0.24, k7 0.24, 0.01 elsewhere" in note
@@ -372,11 +372,26 @@ def test_rlve_on_knobs_counts_grpo_at_h_per_group_and_never_lowers_it(registry, 
     assert sized.sizes()["k5"] == 4 and sized.shares() == pytest.approx({g: 0.125 for g in WALKS})
 
 
+def test_rlve_count_screened_reads_the_prefilters_samples(registry, walk):
+    """count: screened counts what a prefilter sampled (every sample less GRPO's), as RLVE counts the groups its
+    dynamic-sampling filter drops; the default counts GRPO's alone. The same round: 120/128 screened, 0/64 trained."""
+    signal = signal_of({"k3": grpo_cell(0, 64, prefilter=(120, 128))})
+    grpo = Rounds(registry, walk, registry.create("engineer", "rlve"))
+    screened = Rounds(registry, walk, registry.create("engineer", "rlve", {"count": "screened"}))
+    grpo.finish(signal)
+    screened.finish(signal)
+    assert "r0 at h=0: 64 rollouts < 128" in grpo.note and grpo.shares()["k3"] == pytest.approx(0.93)
+    assert "r0 at h=0: 120/128 = 94% ≥ 90%: h→1" in screened.note and "the prefilter's samples at h" in screened.note
+    assert screened.shares() == pytest.approx(window_shares(0, 1), abs=2e-4)
+
+
 def test_rlve_options_are_checked(registry):
     with pytest.raises(ConfigError, match="axis"):
         registry.create("engineer", "rlve", {"axis": "sizes"})
     with pytest.raises(ConfigError, match="min_samples"):
         registry.create("engineer", "rlve", {"min_samples": 0})
+    with pytest.raises(ConfigError, match="count"):
+        registry.create("engineer", "rlve", {"count": "all"})
 
 
 # ----------------------------------------------------------- learnability-shares

@@ -313,6 +313,10 @@ class RlveOptions(_Options):
                                                      "order, one environment: the task declares groups_are_levels, e.g. grid-walk's "
                                                      "walk lengths), knobs (each group an environment, its levels its difficulty knobs' "
                                                      "values), auto (groups when the task declares groups_are_levels, else knobs)")
+    count: Literal["grpo", "screened"] = Field("grpo", description="which rollouts at h the accuracy counts: grpo (GRPO's rollouts "
+                                               "alone, never a prefilter's), screened (a prefilter's samples, which cover every prompt it "
+                                               "screened as RLVE's count covers the groups its dynamic-sampling filter drops; GRPO's where "
+                                               "a group has no prefilter samples)")
     levels: int = Field(11, ge=2, description="knobs axis: levels a non-integer difficulty knob's range is cut into, from its easy bound "
                         "(level 0) to its hard bound; an integer knob's levels are its own values")
     difficulty_knobs: list[str] | None = Field(None, description="knobs axis: the knobs that make a group harder (default: every knob "
@@ -328,15 +332,15 @@ class Ceiling:
     samples: int = 0
     right: int = 0
 
-    def add(self, cell: Mapping[str, Any] | None, trace: list[str], round: int, threshold: float, min_samples: int) -> None:
-        """Count a round's GRPO rollouts at h (``cell``: their signal cell, None when the round held none), then
-        check as RLVE's manager does: at ``min_samples`` or more, h += 1 when the accuracy reaches ``threshold``
-        (never past ``top``), and the statistics restart either way; h never falls."""
-        self.samples += int((cell or {}).get("grpo_samples") or 0)
-        self.right += int((cell or {}).get("grpo_right") or 0)
+    def add(self, counted: tuple[int, int], trace: list[str], round: int, threshold: float, min_samples: int) -> None:
+        """Count a round's rollouts at h (``counted``: rollouts, right ones), then check as RLVE's manager does:
+        at ``min_samples`` or more, h += 1 when the accuracy reaches ``threshold`` (never past ``top``), and the
+        statistics restart either way; h never falls."""
+        self.samples += counted[0]
+        self.right += counted[1]
         n, v = self.samples, self.right
         if n < min_samples:
-            trace.append(f"r{round} at h={self.h}: {n} GRPO rollouts < {min_samples}")
+            trace.append(f"r{round} at h={self.h}: {n} rollouts < {min_samples}")
             return
         accuracy = v / n
         if accuracy >= threshold and self.h < self.top:
@@ -380,6 +384,20 @@ class RlveEngineer(Baseline):
             return self.options.axis
         return "groups" if getattr(request.generator, "groups_are_levels", False) else "knobs"
 
+    def counted(self, cell: Mapping[str, Any] | None) -> tuple[int, int]:
+        """(rollouts, right ones) a group's signal cell gives the count: GRPO's (``count: grpo``), or the prefilter's
+        samples, every sample less GRPO's (``count: screened``; GRPO's when the cell has no prefilter sample)."""
+        c = cell or {}
+        grpo = int(c.get("grpo_samples") or 0), int(c.get("grpo_right") or 0)
+        if self.options.count == "grpo":
+            return grpo
+        screened = int(c.get("samples") or 0) - grpo[0], max(0, int(c.get("valid") or 0) - grpo[1])
+        return screened if screened[0] > 0 else grpo
+
+    def counting(self) -> str:
+        """What the note's counts are."""
+        return "accuracy: GRPO's rollouts at h" if self.options.count == "grpo" else "accuracy: the prefilter's samples at h"
+
     def window(self, h: int) -> tuple[int, int]:
         """The levels drawn at ceiling ``h``: [max(0, h - window + 1), h]."""
         return max(0, h - self.options.window + 1), h
@@ -389,8 +407,9 @@ class RlveEngineer(Baseline):
         if not table:
             return self.reply({}, "rlve: the task declares no per-group knob table; keeping the configuration.")
         rounds = recorded_rounds(request)
-        notes = [] if any(int(c.get("grpo_samples") or 0) for rec in rounds for c in group_success(rec.signal).values()) else [
-            "no GRPO rollouts in the training signal (grpo_samples): h cannot rise"]
+        notes = [] if any(self.counted(c)[0] for rec in rounds for c in group_success(rec.signal).values()) else [
+            "no GRPO rollouts in the training signal (grpo_samples)" + (" nor prefilter samples" if self.options.count == "screened" else "")
+            + ": h cannot rise"]
         if self.axis(request) == "groups":
             return self.climb_groups(request, list(table), rounds, notes)
         return self.climb_knobs(request, table, rounds, notes)
@@ -405,12 +424,12 @@ class RlveEngineer(Baseline):
         env = Ceiling(min(o.initial_level, len(groups) - 1), len(groups) - 1)
         trace: list[str] = []
         for rec in rounds:
-            env.add(group_success(rec.signal).get(groups[env.h]), trace, rec.round, o.threshold, o.min_samples)
+            env.add(self.counted(group_success(rec.signal).get(groups[env.h])), trace, rec.round, o.threshold, o.min_samples)
         low, high = self.window(env.h)
         chosen = groups[low:high + 1]
         shares = band_shares(groups, chosen, share)
         rest = [g for g in groups if g not in chosen]
-        note = ("rlve (levels: the groups in order, " + f"{groups[0]} level 0 … {groups[-1]} level {len(groups) - 1}): "
+        note = ("rlve (levels: the groups in order, " + f"{groups[0]} level 0 … {groups[-1]} level {len(groups) - 1}; {self.counting()}): "
                 + "; ".join([*notes, *trace]) + f"; h={env.h} ({groups[env.h]}), levels [{low}, {high}]: "
                 + ", ".join(f"{g} {shares[g]:g}" for g in chosen)
                 + (f", {share.low:g} elsewhere (the share knob's floor)" if rest else "") + "; other knobs kept.")
@@ -434,7 +453,7 @@ class RlveEngineer(Baseline):
             cells = group_success(rec.signal)
             for g in groups:
                 if RlveGridPortEngineer.level_of(values.get(g) or {}, ladder, top) == envs[g].h:  # the round trained g at h
-                    envs[g].add(cells.get(g), trace[g], rec.round, o.threshold, o.min_samples)
+                    envs[g].add(self.counted(cells.get(g)), trace[g], rec.round, o.threshold, o.min_samples)
         update: dict[str, dict[str, Any]] = {}
         said = []
         for g in groups:
@@ -444,7 +463,8 @@ class RlveEngineer(Baseline):
             knob_text = ", ".join(f"{k} {v:g}" for k, v in update[g].items())
             said.append(f"{g}: {'; '.join(trace[g]) + '; ' if trace[g] else ''}h={envs[g].h}, levels [{low}, {high}], "
                         f"drew {level} for the round ({knob_text})")
-        note = "rlve (levels: the difficulty knobs' values, one a group a round): " + "; ".join([*notes, *said]) + "; shares kept."
+        note = (f"rlve (levels: the difficulty knobs' values, one a group a round; {self.counting()}): "
+                + "; ".join([*notes, *said]) + "; shares kept.")
         return self.reply(generator.knob_proposal(update), note)
 
 
