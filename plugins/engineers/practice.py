@@ -299,14 +299,12 @@ class RlveGridPortEngineer(Baseline):
         return self.reply(generator.knob_proposal(update), note)
 
 
-
-
 class RlveOptions(_Options):
     window: int = Field(4, ge=1, description="each instance's level is drawn uniformly from [h - window + 1, h] "
                         "(RLVE's difficulty_sliding_window_size, 4)")
-    threshold: float = Field(0.9, ge=0, le=1, description="h rises by one level when the accuracy of GRPO's rollouts at h reaches this "
+    threshold: float = Field(0.9, ge=0, le=1, description="h rises by one level when the accuracy of the rollouts at h reaches this "
                              "(RLVE's min_metric_to_increase_difficulty, 0.9)")
-    min_samples: int = Field(128, ge=1, description="GRPO rollouts at level h before the accuracy is checked (RLVE: "
+    min_samples: int = Field(128, ge=1, description="rollouts at level h (as count says) before the accuracy is checked (RLVE: "
                              "min_prompts_before_difficulty_check 8 x n_samples_per_prompt 16 = 128); the count restarts after every check")
     initial_level: int = Field(0, ge=0, description="the starting ceiling h (RLVE's initial_difficulty, 0: the easiest level)")
     axis: Literal["auto", "groups", "knobs"] = Field("auto", description="what the levels are: groups (the knob table's groups in "
@@ -369,8 +367,8 @@ class RlveEngineer(Baseline):
       point where it must differ from RLVE: no task's config holds a mix of values within a group);
 
     either way the accuracy is GRPO's rollouts at level h (the signal's ``grpo_samples`` and ``grpo_right``),
-    never the prefilter's, and every round counts, round 0 included. No state is kept: each design step
-    replays the recorded rounds."""
+    never pooled with a prefilter's samples (``count: screened`` counts the prefilter's alone instead), and
+    every round counts, round 0 included. No state is kept: each design step replays the recorded rounds."""
 
     name: ClassVar[str] = "rlve"
     description: ClassVar[str] = ("RLVE's adaptive-difficulty manager (Zeng et al. 2025): a ceiling level h (grid-walk: the walk length), "
