@@ -280,16 +280,17 @@ def test_rlve_grid_port_moves_every_difficulty_knob_of_a_group_together(registry
 # -------------------------------------------------------------------------- rlve
 
 
-def grpo_cell(right: int, rollouts: int, k: int = 8, prefilter: tuple[int, int] = (0, 0)) -> dict:
-    """A signal cell of ``rollouts`` GRPO rollouts (groups of ``k``), ``right`` of them right, and one screened
-    prompt of ``prefilter`` = (valid, samples) prefilter samples that GRPO never trained on."""
+def rlve_cell(screened: tuple[int, int] = (0, 0), grpo: tuple[int, int] = (0, 0), k: int = 8) -> dict:
+    """A signal cell: a prefilter's ``screened`` = (right, samples), on prompts GRPO may or may not train on,
+    and ``grpo`` = (right, rollouts) of GRPO's rollouts in groups of ``k``."""
     c = Cell()
+    right, rollouts = grpo
     for n in range(rollouts // k):
         v = min(k, right)
         right -= v
-        c.add({"id": str(n), "samples": k, "valid": v, "score": v / k, "kept": True, "groups": [[1.0] * v + [0.0] * (k - v)]})
-    if prefilter[1]:
-        c.add({"id": "screened", "samples": prefilter[1], "valid": prefilter[0], "score": prefilter[0] / prefilter[1], "kept": False, "groups": []})
+        c.add({"id": f"g{n}", "samples": k, "valid": v, "score": v / k, "kept": True, "groups": [[1.0] * v + [0.0] * (k - v)]})
+    if screened[1]:
+        c.add({"id": "screened", "samples": screened[1], "valid": screened[0], "score": screened[0] / screened[1], "kept": False, "groups": []})
     return c.to_dict()
 
 
@@ -301,26 +302,28 @@ def window_shares(low: int, high: int) -> dict[str, float]:
 
 def test_rlve_follows_rlves_manager_on_a_hand_computed_trace(registry, walk):
     """RLVE's defaults (window 4, threshold 0.9, 128 rollouts) on grid-walk, whose levels are its walk lengths
-    (k3 level 0 … k10 level 7). Only GRPO's rollouts at level h count; every round counts, round 0 included.
+    (k3 level 0 … k10 level 7). Each prompt at level h counts once, by its first sampling (here a prefilter's:
+    "screened"); GRPO's rollouts on the prompts it kept are never pooled with it; every round counts, round 0 too.
 
-    round  config (levels)    GRPO at h (level)           count since check  check                       h after
-    0      uniform, k3-k10    k3 120/128 (+ 0/64 prefilter) 120/128 = 93.8%  >= 90%: h -> 1 (pooled: 62%)  1
-    1      [0, 1]             k4 100/112 (k3 0/96 below)  100/112            112 < 128: none              1
-    2      [0, 1]             k4 32/32                    132/144 = 91.7%    >= 90%: h -> 2               2
-    3      [0, 2]             k5 110/128 (k6 16/16 above) 110/128 = 85.9%    < 90%: reset, h stays        2
-    4      [0, 2]             k5 124/128                  124/128 = 96.9%    >= 90%: h -> 3               3
-    5      [0, 3]             k6 128/128                  128/128 = 100%     >= 90%: h -> 4               4
-    6      [1, 4]             k7 10/128                   10/128 = 7.8%      < 90%: reset, never lowered  4
-    after it: levels [1, 4], k4-k7 0.24 each, k3 and k8-k10 the floor 0.01; every grid size stays 5."""
+    round  config    screened at h (GRPO at h)          count since check  check                          h after
+    0      uniform   k3 120/128 (GRPO 10/32)            120/128 = 93.8%    >= 90%: h -> 1 (pooled: 81%)   1
+    1      [0, 1]    k4 100/112 (k3 0/96: below h)      100/112            112 < 128: none                1
+    2      [0, 1]    k4 32/32                           132/144 = 91.7%    >= 90%: h -> 2                 2
+    3      [0, 2]    k5 110/128 (k6 16/16: above h)     110/128 = 85.9%    < 90%: reset, h stays          2
+    4      [0, 2]    k5 124/128                         124/128 = 96.9%    >= 90%: h -> 3                 3
+    5      [0, 3]    k6 128/128 (GRPO none: all right)  128/128 = 100%     >= 90%: h -> 4                 4
+    6      [1, 4]    k7 10/128                          10/128 = 7.8%      < 90%: reset, never lowered    4
+    the level mix after each: the window's walk lengths share the budget equally, the others keep the floor
+    0.01 (after round 6: k4-k7 0.24 each); every grid size stays 5."""
     runs = Rounds(registry, walk, registry.create("engineer", "rlve"), rounds_total=10)
     trace = [
-        {"k3": grpo_cell(120, 128, prefilter=(0, 64)), **{g: grpo_cell(0, 32) for g in WALKS[1:]}},
-        {"k4": grpo_cell(100, 112), "k3": grpo_cell(0, 96)},
-        {"k4": grpo_cell(32, 32)},
-        {"k5": grpo_cell(110, 128), "k6": grpo_cell(16, 16)},
-        {"k5": grpo_cell(124, 128)},
-        {"k6": grpo_cell(128, 128)},
-        {"k7": grpo_cell(10, 128), "k3": grpo_cell(128, 128)},
+        {"k3": rlve_cell((120, 128), (10, 32)), **{g: rlve_cell((0, 32)) for g in WALKS[1:]}},
+        {"k4": rlve_cell((100, 112)), "k3": rlve_cell((0, 96))},
+        {"k4": rlve_cell((32, 32))},
+        {"k5": rlve_cell((110, 128)), "k6": rlve_cell((16, 16))},
+        {"k5": rlve_cell((124, 128))},
+        {"k6": rlve_cell((128, 128))},
+        {"k7": rlve_cell((10, 128)), "k3": rlve_cell((128, 128))},
     ]
     ceilings = [1, 1, 2, 2, 3, 4, 4]
     for cells, h in zip(trace, ceilings):
@@ -329,20 +332,37 @@ def test_rlve_follows_rlves_manager_on_a_hand_computed_trace(registry, walk):
         assert runs.sizes() == {g: 5 for g in WALKS}  # the grid size is no level: it never moves
         assert f"h={h} ({WALKS[h]}), levels [{max(0, h - 3)}, {h}]" in runs.note
     note = runs.note
-    assert "r0 at h=0: 120/128 = 94% ≥ 90%: h→1" in note and "r1 at h=1: 112 rollouts < 128" in note and "accuracy: GRPO's rollouts at h" in note
+    assert "accuracy: each prompt's first sampling at h" in note
+    assert "r0 at h=0: 120/128 = 94% ≥ 90%: h→1" in note and "r1 at h=1: 112 rollouts < 128" in note
     assert "r2 at h=1: 132/144 = 92% ≥ 90%: h→2" in note and "r3 at h=2: 110/128 = 86% < 90%" in note
     assert "r5 at h=3: 128/128 = 100% ≥ 90%: h→4" in note and "r6 at h=4: 10/128 = 8% < 90%" in note
     assert "k4 0.24, k5 0.24, k6 0.24, k7 0.24, 0.01 elsewhere" in note
 
 
+def test_rlve_count_grpo_reads_grpos_rollouts_alone(registry, walk):
+    """count: grpo counts GRPO's rollouts only: with a prefilter, a level solved at screening (no prompt kept)
+    gives it nothing to count, so h stalls where RLVE's count (every group generated) would raise it."""
+    signal = signal_of({"k3": rlve_cell((120, 128), (0, 64))})
+    first = Rounds(registry, walk, registry.create("engineer", "rlve"))
+    grpo = Rounds(registry, walk, registry.create("engineer", "rlve", {"count": "grpo"}))
+    first.finish(signal)
+    grpo.finish(signal)
+    assert "r0 at h=0: 120/128 = 94% ≥ 90%: h→1" in first.note and first.shares() == pytest.approx(window_shares(0, 1), abs=2e-4)
+    assert "r0 at h=0: 64 rollouts < 128" in grpo.note and "accuracy: GRPO's rollouts at h" in grpo.note
+    assert grpo.shares()["k3"] == pytest.approx(0.93)
+    grpo.finish(signal_of({"k3": rlve_cell((128, 128))}))  # all right at screening: nothing kept, nothing counted
+    assert "r1 at h=0: 64 rollouts < 128" in grpo.note and grpo.shares()["k3"] == pytest.approx(0.93)
+
+
 def test_rlve_climbs_the_walk_length_to_the_declared_range_not_the_grid_size(registry, walk):
     """On grid-walk the levels are the walk lengths: h passes the grid size's five values (the first port's
-    cap) up to k10, the last group, and stays there; rlve-grid-port on the same evidence moves the grid size."""
+    cap) up to k10, the last group, and stays there; rlve-grid-port on the same evidence moves the grid size.
+    No prefilter here: GRPO's rollouts are each prompt's first sampling."""
     runs = Rounds(registry, walk, registry.create("engineer", "rlve", {"min_samples": 16}), rounds_total=12)
     port = Rounds(registry, walk, registry.create("engineer", "rlve-grid-port", {"min_samples": 16, "window": 1}), rounds_total=12)
     for h in range(9):
         level = min(h, 7)
-        runs.finish(signal_of({WALKS[level]: grpo_cell(16, 16)}))
+        runs.finish(signal_of({WALKS[level]: rlve_cell(grpo=(16, 16))}))
         assert runs.shares() == pytest.approx(window_shares(max(0, min(h + 1, 7) - 3), min(h + 1, 7)), abs=2e-4)
         assert runs.sizes() == {g: 5 for g in WALKS}
     assert "h at the top of the declared range" in runs.note and "h=7 (k10), levels [4, 7]" in runs.note
@@ -351,38 +371,27 @@ def test_rlve_climbs_the_walk_length_to_the_declared_range_not_the_grid_size(reg
     assert set(port.sizes().values()) != {5} and port.shares() == pytest.approx({g: 0.125 for g in WALKS})
 
 
-def test_rlve_on_knobs_counts_grpo_at_h_per_group_and_never_lowers_it(registry, mapf, walk):
+def test_rlve_on_knobs_counts_each_group_at_its_h_and_never_lowers_it(registry, mapf, walk):
     """Where each group is an environment (mapf-frozenlake: its difficulty knobs hole_ratio and wait_ratio move
-    together), each group climbs its own h; a prefilter's perfect samples raise nothing; a failing check resets
-    the count and leaves h where it is. axis: knobs on grid-walk puts the grid size back as the level."""
+    together), each group climbs its own h; the prefilter's count is never pooled with GRPO's; a failing check
+    resets the count and leaves h where it is. axis: knobs on grid-walk puts the grid size back as the level."""
     runs = Rounds(registry, mapf, registry.create("engineer", "rlve", {"window": 1, "min_samples": 16}))
     hole = knob_levels(mapf.knob("hole_ratio"), 11)
     runs.finish({})  # no signal: every group goes to level 0
     assert all(v["hole_ratio"] == 0.0 for v in mapf.knob_values(runs.config).values()) and "h cannot rise" in runs.note
-    runs.finish(signal_of({"4x4": grpo_cell(16, 16), "5x5": grpo_cell(0, 8, prefilter=(64, 64))}, grouping="size"))
+    # 4x4: 16/16 GRPO, no prefilter; 5x5: screened 12/16 = 75% (pooled with GRPO's 32/32: 44/48 = 92%, a rise)
+    runs.finish(signal_of({"4x4": rlve_cell(grpo=(16, 16)), "5x5": rlve_cell((12, 16), (32, 32))}, grouping="size"))
     values = mapf.knob_values(runs.config)
-    assert values["4x4"]["hole_ratio"] == hole[1] and values["5x5"]["hole_ratio"] == 0.0  # 5x5: 8 GRPO rollouts < 16
-    runs.finish(signal_of({"4x4": grpo_cell(0, 16)}, grouping="size"))  # 0% at h = 1: reset, h stays 1
+    assert values["4x4"]["hole_ratio"] == hole[1] and values["5x5"]["hole_ratio"] == 0.0
+    runs.finish(signal_of({"4x4": rlve_cell(grpo=(0, 16))}, grouping="size"))  # 0% at h = 1: reset, h stays 1
     assert mapf.knob_values(runs.config)["4x4"]["hole_ratio"] == hole[1]
     assert "4x4: r1 at h=0: 16/16 = 100% ≥ 90%: h→1; r2 at h=1: 0/16 = 0% < 90%; h=1" in runs.note
+    assert "5x5: r1 at h=0: 12/16 = 75% < 90%" in runs.note
     sized = Rounds(registry, walk, registry.create("engineer", "rlve", {"axis": "knobs", "window": 1, "min_samples": 16}))
-    sized.finish(signal_of({"k5": grpo_cell(16, 16)}))
+    sized.finish(signal_of({"k5": rlve_cell(grpo=(16, 16))}))
     assert sized.sizes()["k5"] == 3  # round 0 at size 5 is above h = 0: not counted, as RLVE never samples above h
-    sized.finish(signal_of({"k5": grpo_cell(16, 16)}))
+    sized.finish(signal_of({"k5": rlve_cell(grpo=(16, 16))}))
     assert sized.sizes()["k5"] == 4 and sized.shares() == pytest.approx({g: 0.125 for g in WALKS})
-
-
-def test_rlve_count_screened_reads_the_prefilters_samples(registry, walk):
-    """count: screened counts what a prefilter sampled (every sample less GRPO's), as RLVE counts the groups its
-    dynamic-sampling filter drops; the default counts GRPO's alone. The same round: 120/128 screened, 0/64 trained."""
-    signal = signal_of({"k3": grpo_cell(0, 64, prefilter=(120, 128))})
-    grpo = Rounds(registry, walk, registry.create("engineer", "rlve"))
-    screened = Rounds(registry, walk, registry.create("engineer", "rlve", {"count": "screened"}))
-    grpo.finish(signal)
-    screened.finish(signal)
-    assert "r0 at h=0: 64 rollouts < 128" in grpo.note and grpo.shares()["k3"] == pytest.approx(0.93)
-    assert "r0 at h=0: 120/128 = 94% ≥ 90%: h→1" in screened.note and "the prefilter's samples at h" in screened.note
-    assert screened.shares() == pytest.approx(window_shares(0, 1), abs=2e-4)
 
 
 def test_rlve_options_are_checked(registry):

@@ -11,8 +11,8 @@ same, and a run's seed decides rlve's draws.
 - ``window``: the frontier group and the next harder ones, advancing when the frontier passes;
 - ``rlve``: RLVE's adaptive-difficulty manager (Zeng et al. 2025, arXiv 2511.07317): a ceiling level h
   on the task's declared difficulty (the groups where the task declares them its levels, grid-walk's walk
-  lengths, else each group's difficulty knobs), each instance's level from [h - 3, h], h raised when GRPO's
-  accuracy at h reaches 90%;
+  lengths, else each group's difficulty knobs), each instance's level from [h - 3, h], h raised when the
+  accuracy of the rollouts at h (each prompt once, never a prefilter's pooled with GRPO's) reaches 90%;
 - ``rlve-grid-port``: the first port of that rule (on grid-walk the grid size, one level a group a round,
   every sample counted), kept so the results that cite it stay reproducible;
 - ``learnability-shares``: ``learnability``'s budget rule with every difficulty knob frozen.
@@ -311,10 +311,12 @@ class RlveOptions(_Options):
                                                      "order, one environment: the task declares groups_are_levels, e.g. grid-walk's "
                                                      "walk lengths), knobs (each group an environment, its levels its difficulty knobs' "
                                                      "values), auto (groups when the task declares groups_are_levels, else knobs)")
-    count: Literal["grpo", "screened"] = Field("grpo", description="which rollouts at h the accuracy counts: grpo (GRPO's rollouts "
-                                               "alone, never a prefilter's), screened (a prefilter's samples, which cover every prompt it "
-                                               "screened as RLVE's count covers the groups its dynamic-sampling filter drops; GRPO's where "
-                                               "a group has no prefilter samples)")
+    count: Literal["screened", "grpo"] = Field("screened", description="which rollouts at h the accuracy counts, never the two pooled: "
+                                               "screened (each prompt once, by its first sampling: a prefilter's samples where it screened "
+                                               "the group's prompts, the ones it dropped included, as RLVE's manager counts every group it "
+                                               "generated, the ones its dynamic-sampling filter drops included; GRPO's rollouts where no "
+                                               "prefilter ran), grpo (GRPO's rollouts alone: with a prefilter only the mixed prompts it "
+                                               "kept, so a level solved at screening gives no count and h stalls there)")
     levels: int = Field(11, ge=2, description="knobs axis: levels a non-integer difficulty knob's range is cut into, from its easy bound "
                         "(level 0) to its hard bound; an integer knob's levels are its own values")
     difficulty_knobs: list[str] | None = Field(None, description="knobs axis: the knobs that make a group harder (default: every knob "
@@ -323,7 +325,7 @@ class RlveOptions(_Options):
 
 @dataclass
 class Ceiling:
-    """One RLVE environment's state, replayed: its ceiling h and GRPO's rollouts at h since the last check."""
+    """One RLVE environment's state, replayed: its ceiling h and the rollouts at h counted since the last check."""
 
     h: int
     top: int  # the highest level the declared range holds
@@ -366,14 +368,16 @@ class RlveEngineer(Baseline):
       value per knob per group, so each design step draws the next round's level of each group (the only
       point where it must differ from RLVE: no task's config holds a mix of values within a group);
 
-    either way the accuracy is GRPO's rollouts at level h (the signal's ``grpo_samples`` and ``grpo_right``),
-    never pooled with a prefilter's samples (``count: screened`` counts the prefilter's alone instead), and
-    every round counts, round 0 included. No state is kept: each design step replays the recorded rounds."""
+    either way the accuracy is that of the rollouts at level h, each prompt counted once: by default its first
+    sampling (a prefilter's samples where one screened it, which covers the prompts it dropped as RLVE's count
+    covers the groups its dynamic-sampling filter drops; GRPO's rollouts where none ran), never a prefilter's
+    pooled with GRPO's; ``count: grpo`` reads GRPO's alone (the signal's ``grpo_samples``, ``grpo_right``).
+    Every round counts, round 0 included. No state is kept: each design step replays the recorded rounds."""
 
     name: ClassVar[str] = "rlve"
     description: ClassVar[str] = ("RLVE's adaptive-difficulty manager (Zeng et al. 2025): a ceiling level h (grid-walk: the walk length), "
-                                  "each instance's level drawn from [h - window + 1, h], h raised (never lowered) when GRPO's accuracy "
-                                  "at h over at least min_samples rollouts reaches threshold")
+                                  "each instance's level drawn from [h - window + 1, h], h raised (never lowered) when the accuracy "
+                                  "of the rollouts at h (each prompt once) over at least min_samples reaches threshold")
     Options: ClassVar[type[BaseModel]] = RlveOptions
 
     def axis(self, request: DesignRequest) -> str:
@@ -383,8 +387,8 @@ class RlveEngineer(Baseline):
         return "groups" if getattr(request.generator, "groups_are_levels", False) else "knobs"
 
     def counted(self, cell: Mapping[str, Any] | None) -> tuple[int, int]:
-        """(rollouts, right ones) a group's signal cell gives the count: GRPO's (``count: grpo``), or the prefilter's
-        samples, every sample less GRPO's (``count: screened``; GRPO's when the cell has no prefilter sample)."""
+        """(rollouts, right ones) a group's signal cell gives the count: the prefilter's samples, every sample less
+        GRPO's (``count: screened``; GRPO's when the cell has no prefilter sample), or GRPO's alone (``count: grpo``)."""
         c = cell or {}
         grpo = int(c.get("grpo_samples") or 0), int(c.get("grpo_right") or 0)
         if self.options.count == "grpo":
@@ -394,7 +398,7 @@ class RlveEngineer(Baseline):
 
     def counting(self) -> str:
         """What the note's counts are."""
-        return "accuracy: GRPO's rollouts at h" if self.options.count == "grpo" else "accuracy: the prefilter's samples at h"
+        return "accuracy: GRPO's rollouts at h" if self.options.count == "grpo" else "accuracy: each prompt's first sampling at h"
 
     def window(self, h: int) -> tuple[int, int]:
         """The levels drawn at ceiling ``h``: [max(0, h - window + 1), h]."""
@@ -406,8 +410,7 @@ class RlveEngineer(Baseline):
             return self.reply({}, "rlve: the task declares no per-group knob table; keeping the configuration.")
         rounds = recorded_rounds(request)
         notes = [] if any(self.counted(c)[0] for rec in rounds for c in group_success(rec.signal).values()) else [
-            "no GRPO rollouts in the training signal (grpo_samples)" + (" nor prefilter samples" if self.options.count == "screened" else "")
-            + ": h cannot rise"]
+            "no rollouts in the training signal" + (" (grpo_samples)" if self.options.count == "grpo" else "") + ": h cannot rise"]
         if self.axis(request) == "groups":
             return self.climb_groups(request, list(table), rounds, notes)
         return self.climb_knobs(request, table, rounds, notes)
