@@ -16,8 +16,9 @@ groups): prompts, samples, sampled success ``p`` (valid / samples), the share of
 ``0 < p < 1`` (mixed: the ones GRPO can learn from), all-right and all-wrong counts, prompts kept,
 and GRPO's own rollouts apart from the prefilter's: ``grpo_samples`` (the rewards in ``groups``) and
 ``grpo_right`` (those of them at least 1: R_acc's 1 for a valid completion, a full score with a graded
-reward; an optimality bonus only adds to a valid one). A rule that must count what GRPO sampled and
-not what screened it (RLVE's accuracy at the ceiling, ``rlve``) reads these two.
+reward; an optimality bonus only adds to a valid one). A rule that must not pool a prefilter's samples
+with GRPO's reads these two: GRPO's alone, or the prefilter's as every sample less GRPO's (``rlve``'s
+accuracy at its ceiling, each prompt counted once).
 """
 
 from __future__ import annotations
