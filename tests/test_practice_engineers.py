@@ -1,6 +1,7 @@
 """The practitioners' baselines (plugins/engineers/practice.py) on hand-made evidence: fixed-band's
 rule on a constructed base profile, window's advances on a hand-made sequence of rounds, rlve's
-ceilings against a hand-computed trace, learnability-shares against learnability. Each design step
+ceilings and level mixes against a hand-computed trace of RLVE's manager (and the first port's, kept as
+rlve-grid-port), learnability-shares against learnability. Each design step
 replays the recorded rounds, so every test builds a history and checks what the engineer proposes
 after each round."""
 
@@ -196,17 +197,17 @@ def test_window_options_are_checked(registry):
         registry.create("engineer", "rlve", {"windw": 2})
 
 
-# -------------------------------------------------------------------------- rlve
+# ------------------------------------------------ rlve-grid-port (the first port, kept for its results)
 
 
-def test_rlve_levels_span_each_knob_from_easy_to_hard(walk, mapf):
+def test_rlve_grid_port_levels_span_each_knob_from_easy_to_hard(walk, mapf):
     assert knob_levels(walk.knob("size"), 11) == [3, 4, 5, 6, 7]  # an integer knob: its own values
     holes = knob_levels(mapf.knob("hole_ratio"), 11)
     assert len(holes) == 11 and holes[0] == 0.0 and holes[-1] == mapf.knob("hole_ratio").high
     assert holes == sorted(holes)
 
 
-def test_rlve_ceiling_against_a_hand_computed_trace(registry, walk):
+def test_rlve_grid_port_ceiling_against_a_hand_computed_trace(registry, walk):
     """window 1 (every round at its ceiling h), threshold 0.9, 128 samples: k5 gets 100 samples a round.
 
     round  k5 size (level)  k5 valid/samples  count since check  check                    h after
@@ -218,7 +219,7 @@ def test_rlve_ceiling_against_a_hand_computed_trace(registry, walk):
     5      4 (1)            190/200           190/200 = 95%      >= 90%: h -> 2           2
     6      5 (2)
     k6 never gets a valid sample: it stays at level 0 (size 3); groups without samples too."""
-    runs = Rounds(registry, walk, registry.create("engineer", "rlve", {"window": 1}))
+    runs = Rounds(registry, walk, registry.create("engineer", "rlve-grid-port", {"window": 1}))
     k5 = [None, (95, 100), (80, 100), (95, 100), (92, 100), (190, 200)]
     sizes = [runs.sizes()["k5"]]
     for n, counts in enumerate(k5):
@@ -238,10 +239,10 @@ def test_rlve_ceiling_against_a_hand_computed_trace(registry, walk):
     assert "r5 at h=1: 190/200 = 95% ≥ 90%: h→2" in note and "r1 at h=0: 100 samples < 128" in note
 
 
-def test_rlve_draws_from_the_window_and_counts_only_the_ceiling(registry, walk):
+def test_rlve_grid_port_draws_from_the_window_and_counts_only_the_ceiling(registry, walk):
     """The paper's defaults (window 4): each round's level lies in [max(0, h - 3), h]; a round below h,
     however well it went, never raises h, and every round at h with 200 samples at 95% raises it."""
-    engineer = registry.create("engineer", "rlve")
+    engineer = registry.create("engineer", "rlve-grid-port")
     runs = Rounds(registry, walk, engineer, rounds_total=20)
     h, levels = 0, []
     level = None  # round 0 is at the config's size 5, not at a level the engineer drew
@@ -255,8 +256,8 @@ def test_rlve_draws_from_the_window_and_counts_only_the_ceiling(registry, walk):
         assert max(0, h - 3) <= level <= h, (h, level, runs.note)
     assert h >= 2 and len(set(levels)) >= 3
     # the draws are the run's: the same seed draws the same levels, another seed others
-    again = Rounds(registry, walk, registry.create("engineer", "rlve"), rounds_total=20)
-    other = Rounds(registry, walk, registry.create("engineer", "rlve"), rounds_total=20, seed=7)
+    again = Rounds(registry, walk, registry.create("engineer", "rlve-grid-port"), rounds_total=20)
+    other = Rounds(registry, walk, registry.create("engineer", "rlve-grid-port"), rounds_total=20, seed=7)
     for r in runs.history:
         again.finish(r.signal)
         other.finish(r.signal)
@@ -264,8 +265,8 @@ def test_rlve_draws_from_the_window_and_counts_only_the_ceiling(registry, walk):
     assert [x.config for x in other.history] != [x.config for x in runs.history]
 
 
-def test_rlve_moves_every_difficulty_knob_of_a_group_together(registry, mapf):
-    runs = Rounds(registry, mapf, registry.create("engineer", "rlve", {"window": 1, "min_samples": 16}))
+def test_rlve_grid_port_moves_every_difficulty_knob_of_a_group_together(registry, mapf):
+    runs = Rounds(registry, mapf, registry.create("engineer", "rlve-grid-port", {"window": 1, "min_samples": 16}))
     runs.finish({})  # no signal: nothing rises, every group goes to level 0
     assert all(v["hole_ratio"] == 0.0 and v["wait_ratio"] == 0.0 for v in mapf.knob_values(runs.config).values())
     assert "no training signal" in runs.note
@@ -274,6 +275,132 @@ def test_rlve_moves_every_difficulty_knob_of_a_group_together(registry, mapf):
     hole, wait = mapf.knob("hole_ratio"), mapf.knob("wait_ratio")
     assert values["4x4"]["hole_ratio"] == knob_levels(hole, 11)[1] and values["4x4"]["wait_ratio"] == knob_levels(wait, 11)[1]
     assert values["5x5"]["hole_ratio"] == 0.0
+
+
+# -------------------------------------------------------------------------- rlve
+
+
+def rlve_cell(screened: tuple[int, int] = (0, 0), grpo: tuple[int, int] = (0, 0), k: int = 8) -> dict:
+    """A signal cell: a prefilter's ``screened`` = (right, samples), on prompts GRPO may or may not train on,
+    and ``grpo`` = (right, rollouts) of GRPO's rollouts in groups of ``k``."""
+    c = Cell()
+    right, rollouts = grpo
+    for n in range(rollouts // k):
+        v = min(k, right)
+        right -= v
+        c.add({"id": f"g{n}", "samples": k, "valid": v, "score": v / k, "kept": True, "groups": [[1.0] * v + [0.0] * (k - v)]})
+    if screened[1]:
+        c.add({"id": "screened", "samples": screened[1], "valid": screened[0], "score": screened[0] / screened[1], "kept": False, "groups": []})
+    return c.to_dict()
+
+
+def window_shares(low: int, high: int) -> dict[str, float]:
+    """grid-walk's shares for the levels [low, high]: equal on k(3+low) … k(3+high), the floor elsewhere."""
+    chosen = WALKS[low:high + 1]
+    return {g: (1 - FLOOR * (len(WALKS) - len(chosen))) / len(chosen) if g in chosen else FLOOR for g in WALKS}
+
+
+def test_rlve_follows_rlves_manager_on_a_hand_computed_trace(registry, walk):
+    """RLVE's defaults (window 4, threshold 0.9, 128 rollouts) on grid-walk, whose levels are its walk lengths
+    (k3 level 0 … k10 level 7). Each prompt at level h counts once, by its first sampling (here a prefilter's:
+    "screened"); GRPO's rollouts on the prompts it kept are never pooled with it; every round counts, round 0 too.
+
+    round  config    screened at h (GRPO at h)          count since check  check                          h after
+    0      uniform   k3 120/128 (GRPO 10/32)            120/128 = 93.8%    >= 90%: h -> 1 (pooled: 81%)   1
+    1      [0, 1]    k4 100/112 (k3 0/96: below h)      100/112            112 < 128: none                1
+    2      [0, 1]    k4 32/32                           132/144 = 91.7%    >= 90%: h -> 2                 2
+    3      [0, 2]    k5 110/128 (k6 16/16: above h)     110/128 = 85.9%    < 90%: reset, h stays          2
+    4      [0, 2]    k5 124/128                         124/128 = 96.9%    >= 90%: h -> 3                 3
+    5      [0, 3]    k6 128/128 (GRPO none: all right)  128/128 = 100%     >= 90%: h -> 4                 4
+    6      [1, 4]    k7 10/128                          10/128 = 7.8%      < 90%: reset, never lowered    4
+    the level mix after each: the window's walk lengths share the budget equally, the others keep the floor
+    0.01 (after round 6: k4-k7 0.24 each); every grid size stays 5."""
+    runs = Rounds(registry, walk, registry.create("engineer", "rlve"), rounds_total=10)
+    trace = [
+        {"k3": rlve_cell((120, 128), (10, 32)), **{g: rlve_cell((0, 32)) for g in WALKS[1:]}},
+        {"k4": rlve_cell((100, 112)), "k3": rlve_cell((0, 96))},
+        {"k4": rlve_cell((32, 32))},
+        {"k5": rlve_cell((110, 128)), "k6": rlve_cell((16, 16))},
+        {"k5": rlve_cell((124, 128))},
+        {"k6": rlve_cell((128, 128))},
+        {"k7": rlve_cell((10, 128)), "k3": rlve_cell((128, 128))},
+    ]
+    ceilings = [1, 1, 2, 2, 3, 4, 4]
+    for cells, h in zip(trace, ceilings):
+        runs.finish(signal_of(cells))
+        assert runs.shares() == pytest.approx(window_shares(max(0, h - 3), h), abs=2e-4), (h, runs.note)
+        assert runs.sizes() == {g: 5 for g in WALKS}  # the grid size is no level: it never moves
+        assert f"h={h} ({WALKS[h]}), levels [{max(0, h - 3)}, {h}]" in runs.note
+    note = runs.note
+    assert "accuracy: each prompt's first sampling at h" in note
+    assert "r0 at h=0: 120/128 = 94% ≥ 90%: h→1" in note and "r1 at h=1: 112 rollouts < 128" in note
+    assert "r2 at h=1: 132/144 = 92% ≥ 90%: h→2" in note and "r3 at h=2: 110/128 = 86% < 90%" in note
+    assert "r5 at h=3: 128/128 = 100% ≥ 90%: h→4" in note and "r6 at h=4: 10/128 = 8% < 90%" in note
+    assert "k4 0.24, k5 0.24, k6 0.24, k7 0.24, 0.01 elsewhere" in note
+
+
+def test_rlve_count_grpo_reads_grpos_rollouts_alone(registry, walk):
+    """count: grpo counts GRPO's rollouts only: with a prefilter, a level solved at screening (no prompt kept)
+    gives it nothing to count, so h stalls where RLVE's count (every group generated) would raise it."""
+    signal = signal_of({"k3": rlve_cell((120, 128), (0, 64))})
+    first = Rounds(registry, walk, registry.create("engineer", "rlve"))
+    grpo = Rounds(registry, walk, registry.create("engineer", "rlve", {"count": "grpo"}))
+    first.finish(signal)
+    grpo.finish(signal)
+    assert "r0 at h=0: 120/128 = 94% ≥ 90%: h→1" in first.note and first.shares() == pytest.approx(window_shares(0, 1), abs=2e-4)
+    assert "r0 at h=0: 64 rollouts < 128" in grpo.note and "accuracy: GRPO's rollouts at h" in grpo.note
+    assert grpo.shares()["k3"] == pytest.approx(0.93)
+    grpo.finish(signal_of({"k3": rlve_cell((128, 128))}))  # all right at screening: nothing kept, nothing counted
+    assert "r1 at h=0: 64 rollouts < 128" in grpo.note and grpo.shares()["k3"] == pytest.approx(0.93)
+
+
+def test_rlve_climbs_the_walk_length_to_the_declared_range_not_the_grid_size(registry, walk):
+    """On grid-walk the levels are the walk lengths: h passes the grid size's five values (the first port's
+    cap) up to k10, the last group, and stays there; rlve-grid-port on the same evidence moves the grid size.
+    No prefilter here: GRPO's rollouts are each prompt's first sampling."""
+    runs = Rounds(registry, walk, registry.create("engineer", "rlve", {"min_samples": 16}), rounds_total=12)
+    port = Rounds(registry, walk, registry.create("engineer", "rlve-grid-port", {"min_samples": 16, "window": 1}), rounds_total=12)
+    for h in range(9):
+        level = min(h, 7)
+        runs.finish(signal_of({WALKS[level]: rlve_cell(grpo=(16, 16))}))
+        assert runs.shares() == pytest.approx(window_shares(max(0, min(h + 1, 7) - 3), min(h + 1, 7)), abs=2e-4)
+        assert runs.sizes() == {g: 5 for g in WALKS}
+    assert "h at the top of the declared range" in runs.note and "h=7 (k10), levels [4, 7]" in runs.note
+    for r in runs.history:
+        port.finish(r.signal)
+    assert set(port.sizes().values()) != {5} and port.shares() == pytest.approx({g: 0.125 for g in WALKS})
+
+
+def test_rlve_on_knobs_counts_each_group_at_its_h_and_never_lowers_it(registry, mapf, walk):
+    """Where each group is an environment (mapf-frozenlake: its difficulty knobs hole_ratio and wait_ratio move
+    together), each group climbs its own h; the prefilter's count is never pooled with GRPO's; a failing check
+    resets the count and leaves h where it is. axis: knobs on grid-walk puts the grid size back as the level."""
+    runs = Rounds(registry, mapf, registry.create("engineer", "rlve", {"window": 1, "min_samples": 16}))
+    hole = knob_levels(mapf.knob("hole_ratio"), 11)
+    runs.finish({})  # no signal: every group goes to level 0
+    assert all(v["hole_ratio"] == 0.0 for v in mapf.knob_values(runs.config).values()) and "h cannot rise" in runs.note
+    # 4x4: 16/16 GRPO, no prefilter; 5x5: screened 12/16 = 75% (pooled with GRPO's 32/32: 44/48 = 92%, a rise)
+    runs.finish(signal_of({"4x4": rlve_cell(grpo=(16, 16)), "5x5": rlve_cell((12, 16), (32, 32))}, grouping="size"))
+    values = mapf.knob_values(runs.config)
+    assert values["4x4"]["hole_ratio"] == hole[1] and values["5x5"]["hole_ratio"] == 0.0
+    runs.finish(signal_of({"4x4": rlve_cell(grpo=(0, 16))}, grouping="size"))  # 0% at h = 1: reset, h stays 1
+    assert mapf.knob_values(runs.config)["4x4"]["hole_ratio"] == hole[1]
+    assert "4x4: r1 at h=0: 16/16 = 100% ≥ 90%: h→1; r2 at h=1: 0/16 = 0% < 90%; h=1" in runs.note
+    assert "5x5: r1 at h=0: 12/16 = 75% < 90%" in runs.note
+    sized = Rounds(registry, walk, registry.create("engineer", "rlve", {"axis": "knobs", "window": 1, "min_samples": 16}))
+    sized.finish(signal_of({"k5": rlve_cell(grpo=(16, 16))}))
+    assert sized.sizes()["k5"] == 3  # round 0 at size 5 is above h = 0: not counted, as RLVE never samples above h
+    sized.finish(signal_of({"k5": rlve_cell(grpo=(16, 16))}))
+    assert sized.sizes()["k5"] == 4 and sized.shares() == pytest.approx({g: 0.125 for g in WALKS})
+
+
+def test_rlve_options_are_checked(registry):
+    with pytest.raises(ConfigError, match="axis"):
+        registry.create("engineer", "rlve", {"axis": "sizes"})
+    with pytest.raises(ConfigError, match="min_samples"):
+        registry.create("engineer", "rlve", {"min_samples": 0})
+    with pytest.raises(ConfigError, match="count"):
+        registry.create("engineer", "rlve", {"count": "all"})
 
 
 # ----------------------------------------------------------- learnability-shares

@@ -51,6 +51,22 @@ def test_aggregate_files_prompts_by_every_grouping_in_the_tasks_order(mapf):
     assert group_success({}) == {}
 
 
+def test_a_cell_counts_grpos_rollouts_apart_from_the_prefilters(mapf):
+    """grpo_samples and grpo_right read only the lines' GRPO groups: a prefilter's samples (in samples and
+    valid, not in groups) never reach them; a reward of at least 1 is right (R_acc's 1, 1 plus a bonus)."""
+    records = mapf.generate(mapf.default_config(), n=16, seed=3).records
+    first, second = records[0], records[1]
+    lines = [
+        # 4 prefilter samples (3 valid), then two GRPO groups of 4: 2 + 1 right (1.5: valid with a bonus; 0.5: a partial score)
+        rollout_line(first["id"], [1, 1, 1, 0, 1, 0, 1.5, 0, 0.5, 0, 0, 1], [True] * 3 + [False, True, False, True, False, False, False, False, True],
+                     kept=True, groups=[[1, 0, 1.5, 0], [0.5, 0, 0, 1]]),
+        rollout_line(second["id"], [1.0, 1.0], [True, True], kept=False),  # screened out: no GRPO rollout
+    ]
+    overall = aggregate(lines, records, mapf)["overall"]
+    assert (overall["samples"], overall["valid"]) == (14, 8)
+    assert (overall["grpo_samples"], overall["grpo_right"]) == (8, 3)
+
+
 def _request(records, **fields):
     return TrainRequest(policy_path=None, records=records, generator=None, validator=None, out_dir=None, **fields)
 

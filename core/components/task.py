@@ -43,6 +43,11 @@ class Generator(Component, abc.ABC):
     knob_table: ClassVar[str | None] = None
     #: The numeric knobs the engineers move, in display order (see :class:`Knob`).
     knobs: ClassVar[tuple[Knob, ...]] = ()
+    #: True when the knob table's groups, in the table's order, are the levels of the task's difficulty from
+    #: easy to hard (grid-walk's k3 … k10: walks of that many moves), not environments of their own: a rule
+    #: that climbs one difficulty (``rlve``) climbs the groups, and their budget shares are the mix of levels
+    #: a round's instances are drawn from. False: each group is an environment, its difficulty in its knobs.
+    groups_are_levels: ClassVar[bool] = False
     #: The registered benchmark a run evaluates on each round (the loop's evidence) when the run
     #: config leaves ``eval.validation`` unset. None: a run must name one.
     validation_benchmark: ClassVar[str | None] = None

@@ -107,6 +107,8 @@ class SignalCell(_Model):
     all_wrong: int | None = None
     kept: int | None = None
     learnability: Number | None = None
+    grpo_samples: int | None = None
+    grpo_right: int | None = None
 
 
 class Signal(_Model):

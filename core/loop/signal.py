@@ -13,7 +13,12 @@ opposed to greedy validation rates on another distribution.
 
 :func:`aggregate` files the lines by every grouping the task declares (the records give the
 groups): prompts, samples, sampled success ``p`` (valid / samples), the share of prompts with
-``0 < p < 1`` (mixed: the ones GRPO can learn from), all-right and all-wrong counts, prompts kept.
+``0 < p < 1`` (mixed: the ones GRPO can learn from), all-right and all-wrong counts, prompts kept,
+and GRPO's own rollouts apart from the prefilter's: ``grpo_samples`` (the rewards in ``groups``) and
+``grpo_right`` (those of them at least 1: R_acc's 1 for a valid completion, a full score with a graded
+reward; an optimality bonus only adds to a valid one). A rule that must not pool a prefilter's samples
+with GRPO's reads these two: GRPO's alone, or the prefilter's as every sample less GRPO's (``rlve``'s
+accuracy at its ceiling, each prompt counted once).
 """
 
 from __future__ import annotations
@@ -66,11 +71,16 @@ class Cell:
     all_wrong: int = 0
     kept: int = 0
     learnability: float = 0.0  # sum over prompts of p (1 - p)
+    grpo_samples: int = 0  # GRPO's rollouts alone (the rewards in the lines' groups), without the prefilter's
+    grpo_right: int = 0  # ... of them with a reward of at least 1 (a valid completion under R_acc)
 
     def add(self, line: Mapping[str, Any]) -> None:
         n, v = int(line["samples"]), int(line["valid"])
         self.prompts += 1
         self.kept += bool(line.get("kept"))
+        for group in line.get("groups") or ():
+            self.grpo_samples += len(group)
+            self.grpo_right += sum(float(r) >= 1.0 for r in group)
         if n == 0:
             return
         self.samples += n
@@ -100,6 +110,7 @@ class Cell:
             "mixed_share": round(self.mixed / sampled, 6) if sampled else None,
             "mixed": self.mixed, "all_right": self.all_right, "all_wrong": self.all_wrong,
             "kept": self.kept, "learnability": round(self.learnability, 6),
+            "grpo_samples": self.grpo_samples, "grpo_right": self.grpo_right,
         }
 
 

@@ -1,4 +1,4 @@
-"""Baselines practitioners use: fixed-band, window, rlve and learnability-shares.
+"""Baselines practitioners use: fixed-band, window, rlve (and its first port, rlve-grid-port) and learnability-shares.
 
 Like the other baselines (:mod:`envengineer.plugins.engineers.baselines`) they know a task only by
 its declaration: the groups of the knob table in the task's order (read as easy to hard), the budget
@@ -9,7 +9,12 @@ same, and a run's seed decides rlve's draws.
 
 - ``fixed-band``: shares fixed once, from the base profile, over the groups in the learnable band;
 - ``window``: the frontier group and the next harder ones, advancing when the frontier passes;
-- ``rlve``: RLVE's adaptive difficulty (Zeng et al. 2025, arXiv 2511.07317) on the declared knobs;
+- ``rlve``: RLVE's adaptive-difficulty manager (Zeng et al. 2025, arXiv 2511.07317): a ceiling level h
+  on the task's declared difficulty (the groups where the task declares them its levels, grid-walk's walk
+  lengths, else each group's difficulty knobs), each instance's level from [h - 3, h], h raised when the
+  accuracy of the rollouts at h (each prompt once, never a prefilter's pooled with GRPO's) reaches 90%;
+- ``rlve-grid-port``: the first port of that rule (on grid-walk the grid size, one level a group a round,
+  every sample counted), kept so the results that cite it stay reproducible;
 - ``learnability-shares``: ``learnability``'s budget rule with every difficulty knob frozen.
 """
 
@@ -19,7 +24,7 @@ import random
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from envengineer.api import DesignRequest, EngineerReply, Knob, group_success
 from envengineer.plugins.engineers.baselines import (
@@ -185,7 +190,7 @@ class WindowEngineer(Baseline):
 # -------------------------------------------------------------------------- rlve
 
 
-class RlveOptions(_Options):
+class RlveGridPortOptions(_Options):
     window: int = Field(4, ge=1, description="levels are drawn uniformly from [h - window + 1, h] (RLVE's difficulty_sliding_window_size, 4)")
     threshold: float = Field(0.9, ge=0, le=1, description="h rises by one level when the accuracy at h reaches this "
                              "(RLVE's min_metric_to_increase_difficulty, 0.9)")
@@ -206,17 +211,20 @@ def knob_levels(knob: Knob, levels: int) -> list[float | int]:
     return [knob.snap(easy + (hard - easy) * i / (levels - 1)) for i in range(levels)]
 
 
-class RlveEngineer(Baseline):
-    """RLVE's adaptive environments, each group of the knob table an environment.
+class RlveGridPortEngineer(Baseline):
+    """The first port of RLVE's rule, kept so the results that cite it stay reproducible
+    (docs/results-frontier.md, docs/simulated-student.md): ``rlve`` follows RLVE's manager instead.
 
-    RLVE draws each problem's difficulty uniformly from [h - w + 1, h] and counts only the rollouts
-    at h; here a round's config holds one value per group, so each design step draws the level of
-    the next round, and only the rounds a group trained at its ceiling add to its count."""
+    Each group of the knob table is an environment whose levels are its difficulty knobs' values
+    (on grid-walk the grid size, not the walk length); each design step draws one level per group
+    for the whole next round from [h - w + 1, h]; only the rounds a group trained at its ceiling add
+    to its count, the count being every sample of the signal (the prefilter's with GRPO's)."""
 
-    name: ClassVar[str] = "rlve"
-    description: ClassVar[str] = ("RLVE's adaptive difficulty (Zeng et al. 2025): per group a ceiling level h, each round's level drawn "
-                                  "from [h - window + 1, h], h raised when the sampled accuracy at h reaches threshold over min_samples")
-    Options: ClassVar[type[BaseModel]] = RlveOptions
+    name: ClassVar[str] = "rlve-grid-port"
+    description: ClassVar[str] = ("the first port of RLVE's rule (kept for the results that cite it; rlve is RLVE's manager): per group a "
+                                  "ceiling level h of its difficulty knobs, one level a round drawn from [h - window + 1, h], h raised "
+                                  "when the sampled accuracy (prefilter and GRPO) at h reaches threshold over min_samples")
+    Options: ClassVar[type[BaseModel]] = RlveGridPortOptions
 
     def ladder(self, request: DesignRequest, notes: list[str]) -> dict[str, list[float | int]]:
         """``{knob: values by level}`` of the difficulty knobs used."""
@@ -272,7 +280,7 @@ class RlveEngineer(Baseline):
         notes: list[str] = []
         ladder = self.ladder(request, notes)
         if not table or not ladder:
-            return self.reply({}, "rlve: the task declares no difficulty knob (harder up or down) in a per-group knob table; "
+            return self.reply({}, "rlve-grid-port: the task declares no difficulty knob (harder up or down) in a per-group knob table; "
                                   "keeping the configuration.")
         groups = list(table)
         top = max(len(values) for values in ladder.values()) - 1
@@ -287,7 +295,177 @@ class RlveEngineer(Baseline):
             said.append(f"{g}: {'; '.join(trace[g]) + '; ' if trace[g] else ''}h={h[g]}, window [{low}, {h[g]}], drew {level} ({knobs})")
         if not any(group_success(rec.signal) for rec in recorded_rounds(request)):
             notes.append("no training signal: the ceilings cannot rise")
-        note = "rlve: " + "; ".join([*notes, *said]) + "; shares kept."
+        note = "rlve-grid-port: " + "; ".join([*notes, *said]) + "; shares kept."
+        return self.reply(generator.knob_proposal(update), note)
+
+
+class RlveOptions(_Options):
+    window: int = Field(4, ge=1, description="each instance's level is drawn uniformly from [h - window + 1, h] "
+                        "(RLVE's difficulty_sliding_window_size, 4)")
+    threshold: float = Field(0.9, ge=0, le=1, description="h rises by one level when the accuracy of the rollouts at h reaches this "
+                             "(RLVE's min_metric_to_increase_difficulty, 0.9)")
+    min_samples: int = Field(128, ge=1, description="rollouts at level h (as count says) before the accuracy is checked (RLVE: "
+                             "min_prompts_before_difficulty_check 8 x n_samples_per_prompt 16 = 128); the count restarts after every check")
+    initial_level: int = Field(0, ge=0, description="the starting ceiling h (RLVE's initial_difficulty, 0: the easiest level)")
+    axis: Literal["auto", "groups", "knobs"] = Field("auto", description="what the levels are: groups (the knob table's groups in "
+                                                     "order, one environment: the task declares groups_are_levels, e.g. grid-walk's "
+                                                     "walk lengths), knobs (each group an environment, its levels its difficulty knobs' "
+                                                     "values), auto (groups when the task declares groups_are_levels, else knobs)")
+    count: Literal["screened", "grpo"] = Field("screened", description="which rollouts at h the accuracy counts, never the two pooled: "
+                                               "screened (each prompt once, by its first sampling: a prefilter's samples where it screened "
+                                               "the group's prompts, the ones it dropped included, as RLVE's manager counts every group it "
+                                               "generated, the ones its dynamic-sampling filter drops included; GRPO's rollouts where no "
+                                               "prefilter ran), grpo (GRPO's rollouts alone: with a prefilter only the mixed prompts it "
+                                               "kept, so a level solved at screening gives no count and h stalls there)")
+    levels: int = Field(11, ge=2, description="knobs axis: levels a non-integer difficulty knob's range is cut into, from its easy bound "
+                        "(level 0) to its hard bound; an integer knob's levels are its own values")
+    difficulty_knobs: list[str] | None = Field(None, description="knobs axis: the knobs that make a group harder (default: every knob "
+                                               "the task declares harder up or down)")
+
+
+@dataclass
+class Ceiling:
+    """One RLVE environment's state, replayed: its ceiling h and the rollouts at h counted since the last check."""
+
+    h: int
+    top: int  # the highest level the declared range holds
+    samples: int = 0
+    right: int = 0
+
+    def add(self, counted: tuple[int, int], trace: list[str], round: int, threshold: float, min_samples: int) -> None:
+        """Count a round's rollouts at h (``counted``: rollouts, right ones), then check as RLVE's manager does:
+        at ``min_samples`` or more, h += 1 when the accuracy reaches ``threshold`` (never past ``top``), and the
+        statistics restart either way; h never falls."""
+        self.samples += counted[0]
+        self.right += counted[1]
+        n, v = self.samples, self.right
+        if n < min_samples:
+            trace.append(f"r{round} at h={self.h}: {n} rollouts < {min_samples}")
+            return
+        accuracy = v / n
+        if accuracy >= threshold and self.h < self.top:
+            self.h += 1
+            trace.append(f"r{round} at h={self.h - 1}: {v}/{n} = {_pct(accuracy)} ≥ {_pct(threshold)}: h→{self.h}")
+        else:
+            trace.append(f"r{round} at h={self.h}: {v}/{n} = {_pct(accuracy)}"
+                         + (" (h at the top of the declared range)" if accuracy >= threshold else f" < {_pct(threshold)}"))
+        self.samples = self.right = 0
+
+
+class RlveEngineer(Baseline):
+    """RLVE's adaptive-difficulty manager (Zeng et al. 2025, arXiv 2511.07317) on the task's declaration.
+
+    RLVE keeps per environment a ceiling h (from ``initial_difficulty``), draws each problem's level
+    uniformly from [h - w + 1, h], counts the accuracy of the rollouts at level h only, and once they
+    number at least a minimum, raises h by one when the accuracy reaches the threshold and resets the
+    count either way; h never falls and nothing but the environment caps it. Here:
+
+    - ``groups`` axis (the task declares ``groups_are_levels``: grid-walk's walk lengths): the task is one
+      environment whose levels are its groups in order; the level mix is the budget shares, equal over the
+      window's groups, and the generator draws each instance's level (its group) from them, so a round
+      mixes the levels as RLVE's per-problem draws do;
+    - ``knobs`` axis (each group an environment, its level its difficulty knobs' values): a config holds one
+      value per knob per group, so each design step draws the next round's level of each group (the only
+      point where it must differ from RLVE: no task's config holds a mix of values within a group);
+
+    either way the accuracy is that of the rollouts at level h, each prompt counted once: by default its first
+    sampling (a prefilter's samples where one screened it, which covers the prompts it dropped as RLVE's count
+    covers the groups its dynamic-sampling filter drops; GRPO's rollouts where none ran), never a prefilter's
+    pooled with GRPO's; ``count: grpo`` reads GRPO's alone (the signal's ``grpo_samples``, ``grpo_right``).
+    Every round counts, round 0 included. No state is kept: each design step replays the recorded rounds."""
+
+    name: ClassVar[str] = "rlve"
+    description: ClassVar[str] = ("RLVE's adaptive-difficulty manager (Zeng et al. 2025): a ceiling level h (grid-walk: the walk length), "
+                                  "each instance's level drawn from [h - window + 1, h], h raised (never lowered) when the accuracy "
+                                  "of the rollouts at h (each prompt once) over at least min_samples reaches threshold")
+    Options: ClassVar[type[BaseModel]] = RlveOptions
+
+    def axis(self, request: DesignRequest) -> str:
+        """``groups`` or ``knobs``: the option, or (``auto``) what the task declares."""
+        if self.options.axis != "auto":
+            return self.options.axis
+        return "groups" if getattr(request.generator, "groups_are_levels", False) else "knobs"
+
+    def counted(self, cell: Mapping[str, Any] | None) -> tuple[int, int]:
+        """(rollouts, right ones) a group's signal cell gives the count: the prefilter's samples, every sample less
+        GRPO's (``count: screened``; GRPO's when the cell has no prefilter sample), or GRPO's alone (``count: grpo``)."""
+        c = cell or {}
+        grpo = int(c.get("grpo_samples") or 0), int(c.get("grpo_right") or 0)
+        if self.options.count == "grpo":
+            return grpo
+        screened = int(c.get("samples") or 0) - grpo[0], max(0, int(c.get("valid") or 0) - grpo[1])
+        return screened if screened[0] > 0 else grpo
+
+    def counting(self) -> str:
+        """What the note's counts are."""
+        return "accuracy: GRPO's rollouts at h" if self.options.count == "grpo" else "accuracy: each prompt's first sampling at h"
+
+    def window(self, h: int) -> tuple[int, int]:
+        """The levels drawn at ceiling ``h``: [max(0, h - window + 1), h]."""
+        return max(0, h - self.options.window + 1), h
+
+    def propose(self, request: DesignRequest) -> EngineerReply:
+        table = knob_table(request)
+        if not table:
+            return self.reply({}, "rlve: the task declares no per-group knob table; keeping the configuration.")
+        rounds = recorded_rounds(request)
+        notes = [] if any(self.counted(c)[0] for rec in rounds for c in group_success(rec.signal).values()) else [
+            "no rollouts in the training signal" + (" (grpo_samples)" if self.options.count == "grpo" else "") + ": h cannot rise"]
+        if self.axis(request) == "groups":
+            return self.climb_groups(request, list(table), rounds, notes)
+        return self.climb_knobs(request, table, rounds, notes)
+
+    def climb_groups(self, request: DesignRequest, groups: list[str], rounds: list[Recorded], notes: list[str]) -> EngineerReply:
+        """One environment, its levels the groups: h over the groups, the window's groups sharing the budget equally."""
+        o = self.options
+        share = request.generator.share_knob()
+        if share is None or not all(share.name in v for v in knob_table(request).values()):
+            return self.reply({}, "rlve (axis groups): the task declares no budget share in its knob table, so no mix of levels "
+                                  "can be proposed; keeping the configuration.")
+        env = Ceiling(min(o.initial_level, len(groups) - 1), len(groups) - 1)
+        trace: list[str] = []
+        for rec in rounds:
+            env.add(self.counted(group_success(rec.signal).get(groups[env.h])), trace, rec.round, o.threshold, o.min_samples)
+        low, high = self.window(env.h)
+        chosen = groups[low:high + 1]
+        shares = band_shares(groups, chosen, share)
+        rest = [g for g in groups if g not in chosen]
+        note = ("rlve (levels: the groups in order, " + f"{groups[0]} level 0 … {groups[-1]} level {len(groups) - 1}; {self.counting()}): "
+                + "; ".join([*notes, *trace]) + f"; h={env.h} ({groups[env.h]}), levels [{low}, {high}]: "
+                + ", ".join(f"{g} {shares[g]:g}" for g in chosen)
+                + (f", {share.low:g} elsewhere (the share knob's floor)" if rest else "") + "; other knobs kept.")
+        return self.reply(request.generator.knob_proposal({g: {share.name: v} for g, v in shares.items()}), note)
+
+    def climb_knobs(self, request: DesignRequest, table: Mapping[str, Any], rounds: list[Recorded], notes: list[str]) -> EngineerReply:
+        """Each group an environment, its levels its difficulty knobs' values (moved together); one level a group a round."""
+        o = self.options
+        generator = request.generator
+        knobs = chosen_knobs(request, o.difficulty_knobs, generator.difficulty_knobs(), notes)
+        ladder = {k.name: knob_levels(k, o.levels) for k in knobs if k.easy_end is not None}
+        if not ladder:
+            return self.reply({}, "rlve (axis knobs): the task declares no difficulty knob (harder up or down) in its knob table; "
+                                  "keeping the configuration.")
+        groups = list(table)
+        top = max(len(values) for values in ladder.values()) - 1
+        envs = {g: Ceiling(min(o.initial_level, top), top) for g in groups}
+        trace: dict[str, list[str]] = {g: [] for g in groups}
+        for rec in rounds:
+            values = generator.knob_values(rec.config)
+            cells = group_success(rec.signal)
+            for g in groups:
+                if RlveGridPortEngineer.level_of(values.get(g) or {}, ladder, top) == envs[g].h:  # the round trained g at h
+                    envs[g].add(self.counted(cells.get(g)), trace[g], rec.round, o.threshold, o.min_samples)
+        update: dict[str, dict[str, Any]] = {}
+        said = []
+        for g in groups:
+            low, high = self.window(envs[g].h)
+            level = random.Random(f"rlve|{request.seed}|{g}").randint(low, high)
+            update[g] = {k: values[min(level, len(values) - 1)] for k, values in ladder.items() if k in table[g]}
+            knob_text = ", ".join(f"{k} {v:g}" for k, v in update[g].items())
+            said.append(f"{g}: {'; '.join(trace[g]) + '; ' if trace[g] else ''}h={envs[g].h}, levels [{low}, {high}], "
+                        f"drew {level} for the round ({knob_text})")
+        note = (f"rlve (levels: the difficulty knobs' values, one a group a round; {self.counting()}): "
+                + "; ".join([*notes, *said]) + "; shares kept.")
         return self.reply(generator.knob_proposal(update), note)
 
 
@@ -317,4 +495,4 @@ class LearnabilitySharesEngineer(Baseline):
         return self.reply(reply.proposal or {}, f"learnability-shares (difficulty knobs frozen): {note}")
 
 
-ENGINEERS = (FixedBandEngineer, WindowEngineer, RlveEngineer, LearnabilitySharesEngineer)
+ENGINEERS = (FixedBandEngineer, WindowEngineer, RlveEngineer, RlveGridPortEngineer, LearnabilitySharesEngineer)

@@ -155,6 +155,8 @@ class GridWalkGenerator(Generator):
     )
     groupings: ClassVar[tuple[Grouping, ...]] = GROUPINGS
     validation_benchmark: ClassVar[str | None] = VALIDATION
+    #: the walk length is the task's difficulty, and each group is one length: k3 (level 0) … k10
+    groups_are_levels: ClassVar[bool] = True
 
     options: GridWalkOptions
 
