@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 from rich.console import Console
@@ -219,34 +219,41 @@ def _set(venv: Path, names: list[str], versions: dict[str, str]) -> None:
         _pip(venv, "--no-deps", *[f"{n}=={versions[n]}" for n in names])
 
 
-def _bisect(venv: Path, tests: list[str], changed: list[str], pins: dict[str, str], fresh: dict[str, str], log: Path) -> dict:
-    """The one changed package whose lock version makes the smoke pass (binary search: half the candidates put
-    back at the lock's versions at a time, with --no-deps); or why none was found."""
-    checked = []
-    _set(venv, changed, pins)
-    with console.status("the smoke subset with every changed pin at the lock's version"):
-        back_ok = _smoke(venv, tests, log)
-    checked.append({"at_lock": changed, "passes": back_ok})
-    if not back_ok:
-        _set(venv, changed, fresh)
-        return {"checked": checked, "why": "it fails with every changed pin at the lock's version too (the code, not a release)"}
+def find_culprit(changed: list[str], passes: Callable[[list[str]], bool]) -> tuple[str | None, list[dict], str]:
+    """The one package of ``changed`` that breaks the smoke subset, by binary search: ``passes(names)`` runs the
+    subset with ``names`` put back at the lock's versions (the rest of ``changed`` at their fresh ones). Returns
+    ``(culprit or None, each try as {"at_lock": names, "passes": verdict}, why none was found)``."""
+    tries: list[dict] = []
+
+    def attempt(names: list[str]) -> bool:
+        verdict = passes(names)
+        tries.append({"at_lock": list(names), "passes": verdict})
+        return verdict
+
+    if not attempt(list(changed)):
+        return None, tries, "it fails with every changed pin at the lock's version too (the code, not a release)"
     candidates = list(changed)
     while len(candidates) > 1:
         half = candidates[: len(candidates) // 2]
-        _set(venv, changed, fresh)
-        _set(venv, half, pins)
-        with console.status(f"{len(candidates)} candidates: the smoke subset with {len(half)} at the lock's versions"):
-            ok = _smoke(venv, tests, log)
-        checked.append({"at_lock": half, "passes": ok})
-        candidates = half if ok else candidates[len(half):]
-    _set(venv, changed, fresh)
-    _set(venv, candidates, pins)
-    ok = _smoke(venv, tests, log)
-    checked.append({"at_lock": candidates, "passes": ok})
-    _set(venv, changed, fresh)
-    if ok:
-        return {"checked": checked, "culprit": candidates[0]}
-    return {"checked": checked, "why": "the failure needs more than one new release together"}
+        candidates = half if attempt(half) else candidates[len(half):]
+    if attempt(candidates):
+        return candidates[0], tries, ""
+    return None, tries, "the failure needs more than one new release together"
+
+
+def _bisect(venv: Path, tests: list[str], changed: list[str], pins: dict[str, str], fresh: dict[str, str], log: Path) -> dict:
+    """:func:`find_culprit` in the scratch venv: each try installs the named packages at the lock's versions and the
+    other changed ones at their fresh versions (``pip install --no-deps``), then runs the smoke subset."""
+
+    def passes(names: list[str]) -> bool:
+        _set(venv, [n for n in changed if n not in names], fresh)
+        _set(venv, names, pins)
+        with console.status(f"the smoke subset with {len(names)} of {len(changed)} changed pins at the lock's versions"):
+            return _smoke(venv, tests, log)
+
+    culprit, tries, why = find_culprit(changed, passes)
+    _set(venv, changed, fresh)  # the venv as pip resolved it again
+    return {"culprit": culprit, "checked": tries, "why": why}
 
 
 if __name__ == "__main__":

@@ -415,7 +415,7 @@ def _is_command_list(block: Block) -> bool:
 
 # ----------------------------------------------------------------------------- the tests
 
-#: pages whose run blocks take more than a few seconds (the README's quickstart: ~1 minute)
+#: pages whose run blocks take more than a few seconds (the README: its testbed and dry-run blocks; its quickstart is run by CI first, scripts/readme_commands.py)
 SLOW_PAGES = {"README.md"}
 
 

@@ -128,3 +128,39 @@ def test_doctor_finds_the_checkout_lock():
 def test_this_environment_is_the_lock():
     """In CI's venv, made by the README's two commands, nothing differs from the lock."""
     assert [f"{f.name}: {f.found} (lock {f.locked})" for f in compare(read_lock(LOCK))] == []
+
+
+def _lock_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lock_script", ROOT / "scripts" / "lock.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("culprit", ["a", "d", "g"])
+def test_the_drift_check_finds_the_one_release_that_breaks(culprit):
+    """scripts/lock.py drift's search: the smoke subset passes exactly when the culprit is back at the lock's
+    version; the search names it in about log2(n) tries."""
+    find = _lock_script().find_culprit
+    changed = list("abcdefg")
+    found, tries, why = find(changed, lambda at_lock: culprit in at_lock)
+    assert found == culprit and why == "" and len(tries) <= 2 + 3
+    assert tries[0] == {"at_lock": changed, "passes": True}
+
+
+def test_the_drift_check_says_when_no_single_release_is_to_blame():
+    find = _lock_script().find_culprit
+    found, tries, why = find(list("abcd"), lambda at_lock: False)
+    assert found is None and "the code, not a release" in why and len(tries) == 1
+    found, _, why = find(list("abcd"), lambda at_lock: {"a", "d"} <= set(at_lock))  # two releases together
+    assert found is None and "more than one new release" in why
+
+
+def test_the_lock_script_checks_pyproject_offline():
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(_lock_script().app, ["check"])
+    assert result.exit_code == 0, result.output
+    assert "every requirement of .[dev] is pinned within its range" in " ".join(result.output.split())
