@@ -323,6 +323,7 @@ def test_a_dead_group_draws_at_most_its_weight_over_min_keep(registry, arith):
     outcome = step(registry, arith, engineer, arith.default_config(), kept_signal(p, keep), training=KEPT)
     # 0.325, 0.425, 0.01 / 0.1 = 0.1 over 0.85
     assert shares(outcome) == pytest.approx({"1d": 0.3824, "2d": 0.5, "3d": 0.1176}, abs=1e-4)
+    assert "share 0.3333→0.1176 (keep 0%, counted 10%)" in note(outcome)
 
 
 def test_the_budget_mode_option_overrides_the_recorded_one(registry, arith):

@@ -565,7 +565,9 @@ class LearnabilityEngineer(Baseline):
             for g in groups:
                 new = share.snap((1 - o.mix) * ratio[g] + o.mix * budget * score[g] / total)
                 update[g][share.name] = new
-                kept_rate = f" (keep {rate[g]:.0%})" if rate else ""
+                raw = keep.get(g) if keep is not None else None
+                kept_rate = "" if not rate else f" (keep {rate[g]:.0%})" if raw is not None and abs(raw - rate[g]) < 1e-12 else (
+                    f" (keep {raw:.0%}, counted {rate[g]:.0%})" if raw is not None else f" (keep unknown, counted {rate[g]:.0%})")
                 said[g].append(f"share {ratio[g]:.4f}→{new:.4f}{kept_rate}")
         else:
             notes.append(budget_note(request))
