@@ -498,10 +498,17 @@ def learnability_weights(p: Mapping[str, float], epsilon: float, keep: Mapping[s
     return {g: weight[g] / rate[g] for g in p}, rate
 
 
+def keep_label(raw: float | None, used: float) -> str:
+    """A group's keep rate for the note: as recorded, or what it was counted as (below min_keep, or unknown)."""
+    if raw is None:
+        return f"keep unknown, counted {used:.0%}"
+    return f"keep {raw:.0%}" if abs(raw - used) < 1e-12 else f"keep {raw:.0%}, counted {used:.0%}"
+
+
 class LearnabilityEngineer(Baseline):
     name: ClassVar[str] = "learnability"
-    description: ClassVar[str] = ("budget in proportion to p(1-p) of each group's sampled success, difficulty toward p = target "
-                                  "(PLR / SEC / GenEnv style)")
+    description: ClassVar[str] = ("budget in proportion to p(1-p) of each group's sampled success (of the kept prompts at kept-prompt "
+                                  "budgets), difficulty toward p = target (PLR / SEC / GenEnv style)")
     Options: ClassVar[type[BaseModel]] = LearnabilityOptions
 
     def propose(self, request: DesignRequest) -> EngineerReply:
@@ -565,10 +572,7 @@ class LearnabilityEngineer(Baseline):
             for g in groups:
                 new = share.snap((1 - o.mix) * ratio[g] + o.mix * budget * score[g] / total)
                 update[g][share.name] = new
-                raw = keep.get(g) if keep is not None else None
-                kept_rate = "" if not rate else f" (keep {rate[g]:.0%})" if raw is not None and abs(raw - rate[g]) < 1e-12 else (
-                    f" (keep {raw:.0%}, counted {rate[g]:.0%})" if raw is not None else f" (keep unknown, counted {rate[g]:.0%})")
-                said[g].append(f"share {ratio[g]:.4f}→{new:.4f}{kept_rate}")
+                said[g].append(f"share {ratio[g]:.4f}→{new:.4f}" + (f" ({keep_label(keep[g], rate[g])})" if keep is not None else ""))
         else:
             notes.append(budget_note(request))
         notes += [f"{g} {success.label(g)}: {', '.join(said[g])}" for g in groups]
