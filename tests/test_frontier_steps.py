@@ -86,6 +86,8 @@ def test_the_check_reads_every_training_record_and_fails_on_a_never_trained_walk
     assert checks["records"] >= 16 and checks["in_never_trained"] == 0 and "k11" not in checks["groups"]
     assert [(t["family"], t["a"], t["b"]) for t in report["tests"]] == [("k9-k10 target", "learnability", "fixed"),
                                                                       ("k11-k12 never trained", "learnability", "fixed")]
+    # at kept-prompt budgets learnability allocates the kept prompts (the round recorded its budget_mode)
+    assert "kept-prompt budget: shares ∝ (p(1-p) + epsilon) / keep rate" in (out / "learnability/seed-4/round-00/engineer/response.md").read_text()
     history = [json.loads(line) for line in (out / "fixed/seed-4/history.jsonl").read_text().splitlines()]
     assert report["arms"]["fixed"]["kept_total"]["4"] == sum(h["trained_prompts"] for h in history if h["step"] == "train")
     assert report["arms"]["fixed"]["cpu_s_total"]["4"] == pytest.approx(sum(h.get("cpu_s", 0) for h in history if h["round"] is not None))

@@ -7,13 +7,18 @@ enough samples of it, else its validation valid rate (the report's ``by[<first g
 the knob table, the budget share and the difficulty knobs come from the generator's
 declaration (:attr:`Generator.knob_table`, :attr:`Generator.knobs`), so each move is a whole
 number of the knob's declared step and stays within its bounds.
+
+A task without a knob table (its declared knobs are top-level fields of the config: most
+verifiers tasksets) is **one group**, :data:`WHOLE`: its knobs are that group's row
+(:func:`knob_groups`) and its evidence the signal's and the report's overall cells
+(:func:`group_cells`), so every rule moves its difficulty knobs as it moves one group's.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,17 +40,50 @@ class _Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def group_rates(report: Mapping[str, Any], dimension: str | None = None) -> dict[str, dict[str, Any]]:
-    """``{group: rates}`` of the named grouping, or the first one the report has."""
-    return group_success(report, dimension)
+#: The one group of a task without a knob table (the name its knob values carry in a run's payloads).
+WHOLE = "all"
+
+
+def knob_groups(generator: Any, config: Any) -> dict[str, dict[str, Any]]:
+    """``{group: {knob: value}}`` of the declared knobs in ``config`` (a model or a mapping), in the
+    generator's group order (groups it does not list follow).
+
+    A task without a knob table is one group, :data:`WHOLE`, holding its top-level knobs, so a rule
+    written per group applies to it unchanged ({} when the config holds no declared knob)."""
+    if generator.knob_table is None:
+        data = config.model_dump() if isinstance(config, BaseModel) else dict(config or {})
+        top = {knob.name: data[knob.name] for knob in generator.knobs if knob.name in data}
+        return {WHOLE: top} if top else {}
+    values = generator.knob_values(config)
+    order = [g for g in generator.groups() if g in values]
+    return {g: values[g] for g in order + [g for g in values if g not in order]}
+
+
+def group_cells(generator: Any, summary: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """``{group: cell}`` of a training signal or a validation summary, the groups :func:`knob_groups` names.
+
+    With a knob table: the cells of the summary's first grouping (the task's primary, the one the
+    table is keyed by). Without one: the overall cell as the one group :data:`WHOLE`, whatever
+    groupings the task declares for its reports (it has one set of knobs, so one group of evidence);
+    {} when the overall cell counts nothing."""
+    if generator.knob_table is not None:
+        return group_success(summary)
+    overall = (summary or {}).get("overall") or {}
+    counted = int(overall.get("n") or 0) > 0 or int(overall.get("samples") or 0) > 0
+    return {WHOLE: dict(overall)} if counted else {}
+
+
+def budget_note(request: DesignRequest) -> str:
+    """Why no share moved, for the note: one group holds the whole budget, or the task declares no share in every group."""
+    if request.generator.knob_table is None:
+        return f"one group ({WHOLE}: the task has no knob table): it holds the whole budget"
+    return "no budget-share knob for every group: shares kept"
 
 
 def knob_table(request: DesignRequest) -> dict[str, dict[str, Any]]:
-    """``{group: {knob: value}}`` of the current config's declared knobs, in the generator's
-    group order (groups the generator does not list follow); {} without a knob table."""
-    values = request.generator.knob_values(request.current_config)
-    order = [g for g in request.generator.groups() if g in values]
-    return {g: values[g] for g in order + [g for g in values if g not in order]}
+    """``{group: {knob: value}}`` of the current config's declared knobs (:func:`knob_groups`): the
+    knob table's groups, or the one group :data:`WHOLE` of a task without a table."""
+    return knob_groups(request.generator, request.current_config)
 
 
 def chosen_knobs(request: DesignRequest, names: list[str] | None, default: tuple[Knob, ...], notes: list[str]) -> list[Knob]:
@@ -91,8 +129,8 @@ class Success:
     def __init__(self, request: DesignRequest, groups: list[str], min_samples: int, signal: Mapping[str, Any] | None = None,
                  report: Mapping[str, Any] | None = None) -> None:
         ev = request.evidence
-        self.cells = group_success(ev.signal if signal is None else signal)
-        self.rates = group_rates(ev.report if report is None else report)
+        self.cells = group_cells(request.generator, ev.signal if signal is None else signal)
+        self.rates = group_cells(request.generator, ev.report if report is None else report)
         self.min_samples = min_samples
         self.p: dict[str, float] = {}
         self.source: dict[str, str] = {}  # group -> "sampled" | "validation"
@@ -221,7 +259,7 @@ class CurriculumEngineer(Baseline):
         o = self.options
         table = knob_table(request)
         if not table:
-            return self.reply({}, "curriculum: the task declares no per-group knob table; keeping the configuration.")
+            return self.reply({}, "curriculum: the config holds no declared knob; keeping the configuration.")
         notes: list[str] = []
         default = request.generator.difficulty_knobs()
         names = o.knobs
@@ -336,7 +374,7 @@ class HeuristicEngineer(Baseline):
         success = Success(request, list(table), o.min_samples)
         groups = [g for g in table if g in success.p]
         if not table or not groups:
-            return self.reply({}, "heuristic: no per-group knobs or rates; keeping the configuration.")
+            return self.reply({}, "heuristic: no declared knob in the config, or no success rate of its groups; keeping the configuration.")
         p = success.p
         previous = self.previous(request, success)
         notes: list[str] = [success.describe()]
@@ -428,12 +466,49 @@ class LearnabilityOptions(_Options):
     stuck_step: float = Field(0.15, gt=0, le=1, description="the move, instead of step, of a group with no valid sample (p = 0: easier) "
                               "or no failed one (p = 1: harder): it gives GRPO nothing to learn from")
     difficulty_knobs: list[str] | None = Field(None, description="knobs that make a group harder (default: every knob the task declares harder up or down)")
+    budget_mode: Literal["instances", "kept_prompts"] | None = Field(
+        None, description="what the shares allocate: instances (the drawn instances split in proportion to p(1-p) + epsilon) or "
+        "kept_prompts (the prompts the trainer keeps, only mixed ones, split so: each group's weight divided by its keep rate); "
+        "default: the budget_mode the round recorded (instances when it recorded none)")
+    min_keep: float = Field(0.1, gt=0, le=1, description="kept_prompts: a group's keep rate counts as at least this, so a group whose "
+                            "prompts were (almost) never mixed cannot take the draws of the round (its share is at most its weight / min_keep)")
+
+
+def recorded_budget_mode(request: DesignRequest) -> str:
+    """The round's ``budget_mode`` as its training details recorded it; ``instances`` when they hold none (older runs)."""
+    mode = ((request.evidence.training or {}).get("bookkeeping") or {}).get("budget_mode")
+    return mode if mode in ("instances", "kept_prompts") else "instances"
+
+
+def learnability_weights(p: Mapping[str, float], epsilon: float, keep: Mapping[str, float | None] | None = None,
+                         min_keep: float = 0.1) -> tuple[dict[str, float], dict[str, float]]:
+    """Each group's allocation weight and the keep rate it was divided by (empty: the instance form).
+
+    The learnability weight is ``w = p (1 - p) + epsilon``. Given ``keep`` (each group's share of
+    prompts the prefilter keeps, None where unknown), the weight is ``w / max(keep, min_keep)``: shares
+    of *drawn* instances in that proportion make the *kept* prompts, drawn share × keep rate, split in
+    proportion to ``w``. A group with no keep rate (its p from validation) counts at the mean of the
+    known ones; with none known every group counts alike, which is the instance form."""
+    weight = {g: p[g] * (1 - p[g]) + epsilon for g in p}
+    if keep is None:
+        return weight, {}
+    known = [float(v) for v in keep.values() if v is not None]
+    fill = sum(known) / len(known) if known else 1.0
+    rate = {g: max(min_keep, float(keep[g]) if keep.get(g) is not None else fill) for g in p}
+    return {g: weight[g] / rate[g] for g in p}, rate
+
+
+def keep_label(raw: float | None, used: float) -> str:
+    """A group's keep rate for the note: as recorded, or what it was counted as (below min_keep, or unknown)."""
+    if raw is None:
+        return f"keep unknown, counted {used:.0%}"
+    return f"keep {raw:.0%}" if abs(raw - used) < 1e-12 else f"keep {raw:.0%}, counted {used:.0%}"
 
 
 class LearnabilityEngineer(Baseline):
     name: ClassVar[str] = "learnability"
-    description: ClassVar[str] = ("budget in proportion to p(1-p) of each group's sampled success, difficulty toward p = target "
-                                  "(PLR / SEC / GenEnv style)")
+    description: ClassVar[str] = ("budget in proportion to p(1-p) of each group's sampled success (of the kept prompts at kept-prompt "
+                                  "budgets), difficulty toward p = target (PLR / SEC / GenEnv style)")
     Options: ClassVar[type[BaseModel]] = LearnabilityOptions
 
     def propose(self, request: DesignRequest) -> EngineerReply:
@@ -441,7 +516,7 @@ class LearnabilityEngineer(Baseline):
         generator = request.generator
         table = knob_table(request)
         if not table:
-            return self.reply({}, "learnability: the task declares no per-group knob table; keeping the configuration.")
+            return self.reply({}, "learnability: the config holds no declared knob; keeping the configuration.")
         success = Success(request, list(table), o.min_samples)
         groups = [g for g in table if g in success.p]
         if not groups:
@@ -477,11 +552,19 @@ class LearnabilityEngineer(Baseline):
             bound = "hard" if harder else "easy"
             said[g].append(why + (f" ({', '.join(changed)})" if changed else f" (at its {bound} bound)" if difficulty else " (no difficulty knob)"))
 
-        # Budget: share in proportion to p(1-p) + epsilon, mixed with the current shares.
+        # Budget: in proportion to p(1-p) + epsilon, mixed with the current shares. At instance budgets
+        # the shares split the instances so; at kept-prompt budgets the prefilter keeps only mixed prompts
+        # (already about p(1-p) of a group's draws), so the shares are chosen for the kept prompts to split
+        # so: each weight divided by the group's keep rate (weighting by p(1-p) twice would starve low-p groups).
         share = generator.share_knob()
         if share is not None and all(share.name in table[g] for g in groups):
+            mode = o.budget_mode or recorded_budget_mode(request)
+            keep = {g: success.mixed(g) for g in groups} if mode == "kept_prompts" else None
+            score, rate = learnability_weights({g: p[g] for g in groups}, o.epsilon, keep, o.min_keep)
+            if keep is not None:
+                notes.append("kept-prompt budget: shares ∝ (p(1-p) + epsilon) / keep rate, so the kept prompts split ∝ p(1-p) + epsilon"
+                             + ("" if any(v is not None for v in keep.values()) else " (no keep rate recorded: counted alike)"))
             ratio = {g: float(table[g][share.name]) for g in groups}
-            score = {g: p[g] * (1 - p[g]) + o.epsilon for g in groups}
             total = sum(score.values())
             if total <= 0:
                 score, total = dict.fromkeys(groups, 1.0), float(len(groups))
@@ -489,9 +572,9 @@ class LearnabilityEngineer(Baseline):
             for g in groups:
                 new = share.snap((1 - o.mix) * ratio[g] + o.mix * budget * score[g] / total)
                 update[g][share.name] = new
-                said[g].append(f"share {ratio[g]:.4f}→{new:.4f}")
+                said[g].append(f"share {ratio[g]:.4f}→{new:.4f}" + (f" ({keep_label(keep[g], rate[g])})" if keep is not None else ""))
         else:
-            notes.append("no budget-share knob for every group: shares kept")
+            notes.append(budget_note(request))
         notes += [f"{g} {success.label(g)}: {', '.join(said[g])}" for g in groups]
         update = {g: v for g, v in update.items() if v}
         return self.reply(generator.knob_proposal(update), "learnability: " + "; ".join(notes) + ".")
@@ -526,7 +609,7 @@ class InvertedEngineer(Baseline):
         generator = request.generator
         table = knob_table(request)
         if not table:
-            return self.reply({}, "inverted: the task declares no per-group knob table; keeping the configuration.")
+            return self.reply({}, "inverted: the config holds no declared knob; keeping the configuration.")
         success = Success(request, list(table), o.min_samples)
         groups = [g for g in table if g in success.p]
         if not groups:
@@ -562,7 +645,7 @@ class InvertedEngineer(Baseline):
                 update[g][share.name] = new
                 said[g].append(f"share {ratio[g]:.4f}→{new:.4f}")
         else:
-            notes.append("no budget-share knob for every group: shares kept")
+            notes.append(budget_note(request))
         notes += [f"{g} {success.label(g)}: {', '.join(said[g]) or 'kept'}" for g in groups]
         update = {g: v for g, v in update.items() if v}
         return self.reply(generator.knob_proposal(update), "inverted: " + "; ".join(notes) + ".")

@@ -26,14 +26,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from envengineer.api import DesignRequest, EngineerReply, Knob, group_success
+from envengineer.api import DesignRequest, EngineerReply, Knob
 from envengineer.plugins.engineers.baselines import (
     Baseline,
     LearnabilityEngineer,
     LearnabilityOptions,
     Success,
     _Options,
+    budget_note,
     chosen_knobs,
+    group_cells,
+    knob_groups,
     knob_table,
 )
 from pydantic import BaseModel, Field
@@ -92,6 +95,12 @@ class FixedBandEngineer(Baseline):
         generator = request.generator
         table = knob_table(request)
         share = generator.share_knob()
+        if table and generator.knob_table is None:  # one group: no shares to fix, only the cycle
+            knobs, swept, notes = self.swept(request, list(table))
+            note = (f"fixed-band: {budget_note(request)}; "
+                    + (f"swept for round {request.evidence.round + 1}: {', '.join(swept)}" if swept else "difficulty knobs kept (no cycle)")
+                    + (f"; {'; '.join(notes)}" if notes else "") + ".")
+            return self.reply(generator.knob_proposal(knobs), note)
         if not table or share is None or not all(share.name in v for v in table.values()):
             return self.reply({}, "fixed-band: the task declares no budget share in a per-group knob table; keeping the configuration.")
         groups = list(table)
@@ -112,10 +121,22 @@ class FixedBandEngineer(Baseline):
                                        "; validation: round 0's (no base evaluation recorded)")
         profile = ", ".join(f"{g} {success.label(g)}" for g in groups if g in p)
         shares = band_shares(groups, band, share)
-        knobs: dict[str, dict[str, Any]] = {g: {share.name: v} for g, v in shares.items()}
+        knobs, swept, notes = self.swept(request, groups)
+        for g, v in shares.items():
+            knobs[g][share.name] = v
+        kept = (f"swept for round {request.evidence.round + 1}: {', '.join(swept)}; other difficulty knobs kept" if swept
+                else "difficulty knobs kept")
+        note = (f"fixed-band: the base profile ({source}): {profile}; {why}; shares fixed at "
+                f"{', '.join(f'{g} {shares[g]:g}' for g in band)}, {share.low:g} elsewhere; {kept}"
+                + (f"; {'; '.join(notes)}" if notes else "") + ".")
+        return self.reply(generator.knob_proposal(knobs), note)
+
+    def swept(self, request: DesignRequest, groups: list[str]) -> tuple[dict[str, dict[str, Any]], list[str], list[str]]:
+        """The ``cycle`` knobs' values for the next round in every group, what was swept, and notes on knobs not swept."""
+        knobs: dict[str, dict[str, Any]] = {g: {} for g in groups}
         notes: list[str] = []
         swept = []
-        for knob in chosen_knobs(request, o.cycle, (), notes):
+        for knob in chosen_knobs(request, self.options.cycle, (), notes):
             if knob.easy_end is None:
                 notes.append(f"{knob.name} declares no harder direction: not swept")
                 continue
@@ -124,12 +145,7 @@ class FixedBandEngineer(Baseline):
             for g in groups:
                 knobs[g][knob.name] = value
             swept.append(f"{knob.name} {value:g} (value {(request.evidence.round + 1) % len(values) + 1} of {len(values)})")
-        kept = (f"swept for round {request.evidence.round + 1}: {', '.join(swept)}; other difficulty knobs kept" if swept
-                else "difficulty knobs kept")
-        note = (f"fixed-band: the base profile ({source}): {profile}; {why}; shares fixed at "
-                f"{', '.join(f'{g} {shares[g]:g}' for g in band)}, {share.low:g} elsewhere; {kept}"
-                + (f"; {'; '.join(notes)}" if notes else "") + ".")
-        return self.reply(generator.knob_proposal(knobs), note)
+        return knobs, swept, notes
 
 
 # ------------------------------------------------------------------------ window
@@ -177,6 +193,9 @@ class WindowEngineer(Baseline):
         generator = request.generator
         table = knob_table(request)
         share = generator.share_knob()
+        if table and generator.knob_table is None:
+            return self.reply({}, f"window: {budget_note(request)}, so the window is that group and moves nowhere (window moves "
+                                  "no difficulty knob); keeping the configuration.")
         if not table or share is None or not all(share.name in v for v in table.values()):
             return self.reply({}, "window: the task declares no budget share in a per-group knob table; keeping the configuration.")
         groups = list(table)
@@ -250,8 +269,8 @@ class RlveGridPortEngineer(Baseline):
         count = {g: [0, 0] for g in groups}  # samples, valid at h since the last check
         trace: dict[str, list[str]] = {g: [] for g in groups}
         for rec in recorded_rounds(request):
-            values = request.generator.knob_values(rec.config)
-            cells = group_success(rec.signal)
+            values = knob_groups(request.generator, rec.config)
+            cells = group_cells(request.generator, rec.signal)
             for g in groups:
                 level = self.level_of(values.get(g) or {}, ladder, top)
                 if level != h[g]:
@@ -293,7 +312,7 @@ class RlveGridPortEngineer(Baseline):
             update[g] = {k: values[min(level, len(values) - 1)] for k, values in ladder.items() if k in table[g]}
             knobs = ", ".join(f"{k} {v:g}" for k, v in update[g].items())
             said.append(f"{g}: {'; '.join(trace[g]) + '; ' if trace[g] else ''}h={h[g]}, window [{low}, {h[g]}], drew {level} ({knobs})")
-        if not any(group_success(rec.signal) for rec in recorded_rounds(request)):
+        if not any(group_cells(generator, rec.signal) for rec in recorded_rounds(request)):
             notes.append("no training signal: the ceilings cannot rise")
         note = "rlve-grid-port: " + "; ".join([*notes, *said]) + "; shares kept."
         return self.reply(generator.knob_proposal(update), note)
@@ -473,10 +492,11 @@ class RlveEngineer(Baseline):
 
 
 class LearnabilitySharesOptions(_Options):
-    mix: float = Field(0.8, ge=0, le=1, description="weight of the learnability allocation against the current shares")
-    epsilon: float = Field(0.01, ge=0, le=0.25, description="added to every group's p(1-p) so no group's weight is zero")
-    min_samples: int = Field(16, ge=1, description="a group's p is its sampled success on the round's training prompts when the training "
-                             "signal holds at least this many samples of it, else its greedy validation valid rate")
+    mix: float = LearnabilityOptions.model_fields["mix"]
+    epsilon: float = LearnabilityOptions.model_fields["epsilon"]
+    min_samples: int = LearnabilityOptions.model_fields["min_samples"]
+    budget_mode: Literal["instances", "kept_prompts"] | None = LearnabilityOptions.model_fields["budget_mode"]
+    min_keep: float = LearnabilityOptions.model_fields["min_keep"]
 
 
 class LearnabilitySharesEngineer(Baseline):
