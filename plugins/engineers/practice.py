@@ -426,9 +426,9 @@ class RlveEngineer(Baseline):
     def propose(self, request: DesignRequest) -> EngineerReply:
         table = knob_table(request)
         if not table:
-            return self.reply({}, "rlve: the task declares no per-group knob table; keeping the configuration.")
+            return self.reply({}, "rlve: the task declares no knob; keeping the configuration.")
         rounds = recorded_rounds(request)
-        notes = [] if any(self.counted(c)[0] for rec in rounds for c in group_success(rec.signal).values()) else [
+        notes = [] if any(self.counted(c)[0] for rec in rounds for c in group_cells(request.generator, rec.signal).values()) else [
             "no rollouts in the training signal" + (" (grpo_samples)" if self.options.count == "grpo" else "") + ": h cannot rise"]
         if self.axis(request) == "groups":
             return self.climb_groups(request, list(table), rounds, notes)
@@ -444,7 +444,7 @@ class RlveEngineer(Baseline):
         env = Ceiling(min(o.initial_level, len(groups) - 1), len(groups) - 1)
         trace: list[str] = []
         for rec in rounds:
-            env.add(self.counted(group_success(rec.signal).get(groups[env.h])), trace, rec.round, o.threshold, o.min_samples)
+            env.add(self.counted(group_cells(request.generator, rec.signal).get(groups[env.h])), trace, rec.round, o.threshold, o.min_samples)
         low, high = self.window(env.h)
         chosen = groups[low:high + 1]
         shares = band_shares(groups, chosen, share)
@@ -469,8 +469,8 @@ class RlveEngineer(Baseline):
         envs = {g: Ceiling(min(o.initial_level, top), top) for g in groups}
         trace: dict[str, list[str]] = {g: [] for g in groups}
         for rec in rounds:
-            values = generator.knob_values(rec.config)
-            cells = group_success(rec.signal)
+            values = knob_groups(generator, rec.config)
+            cells = group_cells(generator, rec.signal)
             for g in groups:
                 if RlveGridPortEngineer.level_of(values.get(g) or {}, ladder, top) == envs[g].h:  # the round trained g at h
                     envs[g].add(self.counted(cells.get(g)), trace[g], rec.round, o.threshold, o.min_samples)
