@@ -154,7 +154,6 @@ class SimulatedPolicy(Policy):
 
     def __init__(self, options: BaseModel | None = None) -> None:
         super().__init__(options)
-        self._answers: dict[str, str] = {}  # reference answers by instance id (the validation set repeats every round)
         self._calls = 0  # sampled calls so far: each draws afresh, reproducibly
 
     def params(self) -> dict[str, Any]:
@@ -197,10 +196,16 @@ class SimulatedPolicy(Policy):
                           "the checkpoint engineer's model or as a solver of free prompts")
 
     def answer(self, generator: Any, record: Mapping[str, Any], style: str) -> str:
-        key = generator.record_id(record)
-        if key not in self._answers:
-            self._answers[key] = generator.reference_completion(record, style)
-        return self._answers[key]
+        """The task's reference completion of ``record``, solved once per process: the validation and test sets
+        repeat every round and every run of a suite, and the answer is a function of the record and the style."""
+        key = (type(generator).__qualname__, style, hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest())
+        found = _REFERENCE_ANSWERS.get(key)
+        if found is None:
+            found = generator.reference_completion(record, style)
+            if len(_REFERENCE_ANSWERS) >= _REFERENCE_ANSWERS_MAX:
+                _REFERENCE_ANSWERS.pop(next(iter(_REFERENCE_ANSWERS)))  # the oldest first
+            _REFERENCE_ANSWERS[key] = found
+        return found
 
     def sample_records(self, generator: Any, records: Sequence[Mapping[str, Any]], *, style: str, n: int = 1) -> list[list[str]]:
         if not self.options.path:
@@ -216,6 +221,11 @@ class SimulatedPolicy(Policy):
                 solved = [uniform("sampled", self.options.seed, self._calls, rid, k) < p for k in range(n)]
             out.append([self.answer(generator, record, style) if ok else "" for ok in solved])
         return out
+
+
+#: reference answers by (generator, style, sha256 of the record), shared by the process's simulated policies
+_REFERENCE_ANSWERS: dict[tuple[str, str, str], str] = {}
+_REFERENCE_ANSWERS_MAX = 200_000
 
 
 # ------------------------------------------------------------------------- trainer
