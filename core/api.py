@@ -53,11 +53,13 @@ from envengineer.fileio import (
     fsync_dir,
     read_jsonl,
     read_yaml,
+    replace_folder,
     write_json,
     write_jsonl,
     write_text,
     write_yaml,
 )
+from envengineer.processes import cpu_model
 from envengineer.components.gpus import Gpu, GpuProcess, driver_problem, read_gpus, read_processes, visible_gpus
 from envengineer.hookspecs import hookimpl
 from envengineer.components.knobs import number, split_budget, toward
@@ -193,7 +195,7 @@ __all__ = [
     "Fix", "GB", "MemoryEstimate", "ModelShape", "folder_problem", "missing_files",
     # machine checks (envengineer doctor) and GPUs
     "Check", "Gpu", "GpuProcess", "driver_problem", "package_check", "read_gpus", "read_processes", "torch_check",
-    "version", "visible_gpus",
+    "version", "visible_gpus", "cpu_model",
     # trackers' helpers (docs/trackers.md)
     "benchmark_scalars", "benchmark_step", "curve_points", "design_scalars", "display_name", "group_name",
     "hyperparameters", "missing_package", "needs_curves", "notes_text", "read_state", "redact", "redacted",
@@ -202,7 +204,7 @@ __all__ = [
     "BenchmarkPayload", "DesignPayload", "PAYLOADS", "RoundPayload", "RunEndPayload", "RunStartPayload", "watched",
     # run directories, files, checksums, caches
     "RunDir", "SUMS", "atomic_open", "cache_root", "fsync_dir", "read_checksums", "read_jsonl", "read_yaml",
-    "sha256_file", "write_json", "write_jsonl", "write_text", "write_yaml",
+    "replace_folder", "sha256_file", "write_json", "write_jsonl", "write_text", "write_yaml",
     # commands a plugin adds (register_commands)
     "load_registry", "only_task", "stage_progress",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -66,6 +67,20 @@ def fsync_dir(folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def replace_folder(staged: Path, folder: Path) -> None:
+    """Put the finished folder ``staged`` (made beside ``folder``, on its file system) in ``folder``'s place: an
+    older ``folder`` is renamed aside first and removed after, so a reader sees the old folder or the new one,
+    never a half-made one."""
+    if folder.exists():
+        old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
+        os.replace(folder, old)
+        os.replace(staged, folder)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staged, folder)
+    fsync_dir(folder.parent)
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:

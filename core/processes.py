@@ -12,6 +12,8 @@ job that runs produces.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import contextlib
 import os
 import signal
@@ -33,6 +35,20 @@ class Stalled(EnvEngineerError):
     def __init__(self, seconds: float) -> None:
         super().__init__(f"no new output for {seconds / 60:.1f} minutes")
         self.seconds = seconds
+
+
+def cpu_model() -> str:
+    """This machine's CPU model name (a native build runs on the CPU it was built for; the kernels MKL picks may
+    differ between CPUs of one instruction set), from /proc/cpuinfo, else what :mod:`platform` says."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def start(command: list[str], **popen: Any) -> subprocess.Popen:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envengineer.api import ConfigError, cache_root, fsync_dir, write_json
+from envengineer.api import ConfigError, cache_root, cpu_model, replace_folder, write_json
 
 ENV = "ENVENGINEER_LLAMA_SERVER"
 BINARY = "llama-server"
@@ -78,17 +78,6 @@ def build_dir(cache: str | Path | None = None) -> Path:
     """Where the build of :data:`SOURCE` lives in the cache."""
     root = Path(cache) if cache is not None else cache_root()
     return root / "llama-server" / SOURCE.version
-
-
-def cpu_model() -> str:
-    """This machine's CPU, as the build records it (a native build runs on the CPU it was built for)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def cached_build(cache: str | Path | None = None) -> Path | None:
@@ -210,14 +199,7 @@ def build_llama_server(cache: str | Path | None = None, jobs: int | None = None,
                 "cmake_flags": list(CMAKE_FLAGS), "jobs": threads, "cpu": cpu_model(), "machine": platform.machine(),
                 "wall_seconds": round(time.monotonic() - started, 1), "cpu_seconds": round(_children_cpu() - cpu_started, 1),
             })
-            if folder.exists():
-                old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
-                os.replace(folder, old)
-                os.replace(out, folder)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(out, folder)
-            fsync_dir(folder.parent)
+            replace_folder(out, folder)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return folder / BINARY

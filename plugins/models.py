@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envengineer.api import ConfigError, cache_root, fsync_dir, write_json
+from envengineer.api import ConfigError, cache_root, fsync_dir, replace_folder, write_json
 
 #: Bump when the conversion writes a different folder (a folder made before is then made again).
 CONVERSION_VERSION = 1
@@ -212,14 +212,7 @@ class PackagedModel:
                            "sha256": _sha256(source)},
                 "files": files,
             })
-            if folder.exists():
-                old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
-                os.replace(folder, old)
-                os.replace(tmp, folder)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, folder)
-            fsync_dir(folder.parent)
+            replace_folder(tmp, folder)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

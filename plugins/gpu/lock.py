@@ -37,12 +37,10 @@ def canonical(name: str) -> str:
 
 
 def find_lock(start: Path | None = None) -> Path | None:
-    """The checkout's lock: ``requirements/lock.txt`` in the folder above the installed package (an editable
+    """The checkout's lock: ``requirements/lock.txt`` in the checkout this module lives in (an editable
     install) or in ``start`` and its parents (a clone's working directory); None when neither has one."""
-    import envengineer
-
-    here = Path(envengineer.__file__).resolve().parent
-    candidates = [here.parent / LOCK]
+    checkout = Path(__file__).resolve().parents[2]  # plugins/gpu/lock.py in a source checkout (an editable install)
+    candidates = [checkout / LOCK]
     if start is not None:
         start = start.resolve()
         candidates += [folder / LOCK for folder in (start, *start.parents)]

@@ -52,6 +52,8 @@ import weakref
 from pathlib import Path
 from typing import Any, Literal
 
+from envengineer.api import cpu_model
+
 logger = logging.getLogger(__name__)
 
 #: Fewest rows a batch is shrunk to (measured on one machine: MKL's float32 matmul gives different
@@ -401,22 +403,11 @@ def _own_source_sha256() -> str:
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 
 
-def _cpu_model() -> str:
-    """The CPU's model name (kernels MKL picks may differ between CPUs of one instruction set)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def verdict_file(path: tuple) -> Path:
     """Where a passed self-check on float path ``path`` is recorded (the cache; see the module's docs)."""
     from envengineer.api import cache_root
 
-    key = hashlib.sha256(json.dumps([list(path), _own_source_sha256(), _cpu_model(), platform.machine()],
+    key = hashlib.sha256(json.dumps([list(path), _own_source_sha256(), cpu_model(), platform.machine()],
                                     default=str).encode()).hexdigest()[:32]
     return cache_root() / "fast-sampler" / f"{key}.json"
 
@@ -436,7 +427,7 @@ def _record_pass(path: tuple) -> None:
     try:
         write_text(verdict_file(path), json.dumps({
             "passed": True, "float_path": [str(x) for x in path], "fast_sampler_sha256": _own_source_sha256(),
-            "cpu": _cpu_model()}, indent=1) + "\n")
+            "cpu": cpu_model()}, indent=1) + "\n")
     except OSError as exc:  # a read-only cache costs the next process the check, nothing else
         logger.debug("fast sampler: the self-check's verdict was not recorded: %s", exc)
 
