@@ -16,6 +16,9 @@ What is checked:
   table's per-group model when the task has a table), and its ``low`` and ``high`` each
   validate when set into the default config (a knob declared wider than its field's
   constraints would make proposals and ``random_config`` fall back to the current config);
+- **knobs reach the records**: each declared knob at its low bound and at its high bound (a share
+  knob: the whole budget on the first group, then on the last) gives different records from the
+  same seed, so a generator that ignores the config it is given fails;
 - **determinism**: the same config and seed give the same records, byte for byte, twice in
   this process and in fresh interpreters under other ``PYTHONHASHSEED`` values;
 - **projection**: ``project()`` never raises on fuzzed, hostile proposals (wrong types,
@@ -208,6 +211,48 @@ def check_knob_declarations(generator: Generator) -> list[str]:
     return problems
 
 
+def check_knobs_reach_records(generator: Generator, *, n: int = 24, seed: int = 0) -> list[str]:
+    """Each declared knob's value reaches the generated records: the records made at the knob's low bound and at
+    its high bound (every group that has it, the rest of the default config kept, the same seed) differ. A
+    generator that ignores the config it is given makes valid-looking records on which the engineer's designs
+    do nothing; this is the check that catches it. A share knob is moved by putting the whole budget on the
+    first group, then on the last; a knob declared with one value (low = high) is left out."""
+    problems: list[str] = []
+    default = generator.default_config()
+    values = generator.knob_values(default)
+    groups = list(values) if generator.knob_table is not None else ["all"]
+
+    def records(proposal: Mapping[str, Any]) -> tuple[str, str | None]:
+        try:
+            config = generator.project(proposal, default).config
+            made = generator.generate(config, n=n, seed=seed).records
+        except Exception as exc:  # noqa: BLE001 - reported
+            return "", f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        return records_digest(made), None
+
+    for knob in generator.knobs:
+        if knob.share:
+            if generator.knob_table is None or len(groups) < 2:
+                continue
+            ends = []
+            for target in (groups[0], groups[-1]):
+                ends.append(generator.knob_proposal({g: {knob.name: knob.high if g == target else knob.low} for g in groups}))
+            what = f"the whole budget on {groups[0]!r}, then on {groups[-1]!r}"
+        else:
+            having = [g for g in groups if generator.knob_table is None or knob.name in (values.get(g) or {})]
+            if not having or knob.low == knob.high:  # a knob with one value has nothing to move
+                continue
+            ends = [generator.knob_proposal({g: {knob.name: _bound_value(knob, bound)} for g in having}) for bound in (knob.low, knob.high)]
+            what = f"{knob.low:g} and {knob.high:g}"
+        (low, low_error), (high, high_error) = records(ends[0]), records(ends[1])
+        if low_error or high_error:
+            problems.append(f"knobs reach the records: generating with knob {knob.name!r} at {what} failed: {low_error or high_error}")
+        elif low == high:
+            problems.append(f"knobs reach the records: knob {knob.name!r} at {what} gave identical records (n={n}, seed={seed}): "
+                            "the generator ignores it, so no design moves what is trained")
+    return problems
+
+
 def _bound_value(knob: Any, bound: float) -> float | int:
     return int(bound) if knob.integer else float(bound)
 
@@ -395,6 +440,7 @@ def check_task(
             problems.append(f"generate: check_record refuses a generated record {generator.record_id(record)}: {exc}")
             break
     problems += check_knob_declarations(generator)
+    problems += check_knobs_reach_records(generator, n=n, seed=seed)
     problems += check_determinism(task, options, plugins=plugins, n=n, seed=seed, hash_seeds=hash_seeds, generator=generator)
     problems += check_projection(generator, count=fuzz, seed=seed)
     problems += check_validator(generator, validator, records, time_limit=time_limit)

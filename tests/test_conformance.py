@@ -62,3 +62,22 @@ def test_fuzzing_is_seeded(arith_on_path):
     config = generator.default_config()
     assert repr(fuzz_proposals(generator, config, 50, 3)) == repr(fuzz_proposals(generator, config, 50, 3))
     assert repr(fuzz_proposals(generator, config, 50, 3)) != repr(fuzz_proposals(generator, config, 50, 4))
+
+
+def test_the_kit_fails_a_family_whose_generator_ignores_its_knobs(arith_on_path):
+    """The records look valid, but the engineer's designs would do nothing: each knob at its bounds must change
+    what is generated (issue 44). A generator that always generates from its default config fails, naming every
+    knob; the honest generator passes the same check."""
+    from envengineer.testing import check_knobs_reach_records, load_task
+
+    generator, _ = load_task("arith", plugins=["envengineer_arith"])
+    assert check_knobs_reach_records(generator, n=24) == []
+
+    class IgnoresItsConfig(type(generator)):
+        def generate(self, config, *, n, seed, **kwargs):
+            return super().generate(self.default_config(), n=n, seed=seed, **kwargs)
+
+    problems = check_knobs_reach_records(IgnoresItsConfig(generator.options), n=24)
+    knobs = {k.name for k in generator.knobs}
+    assert len(problems) == len(knobs) and all("gave identical records" in p for p in problems), problems
+    assert {name for name in knobs if any(f"knob {name!r}" in p for p in problems)} == knobs
