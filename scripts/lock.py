@@ -106,6 +106,28 @@ def refresh(ctx: typer.Context, upgrade: bool = typer.Option(False, "--upgrade",
     console.print(f"wrote {LOCK.relative_to(ROOT)}: {len(after)} pins; run the tests on it before committing")
 
 
+def _print_drift(pins: dict[str, str], fresh: dict[str, str]) -> list[str]:
+    """The fresh venv against the lock: each package installed at another version than the lock's, and each one
+    installed that the lock does not have (the lock's CUDA packages, which the CPU wheel never asks for, are not
+    differences); returns the changed names (the candidates of the search)."""
+    from envengineer.plugins.gpu.lock import INSTALLERS, same_version
+
+    changed = sorted(n for n in fresh if n in pins and not same_version(fresh[n], pins[n]))
+    added = sorted(n for n in fresh if n not in pins and n not in INSTALLERS)
+    if not changed and not added:
+        console.print(f"the fresh set is the lock's ({len(fresh)} packages)")
+        return changed
+    table = Table(title=f"the fresh set against the lock: {len(changed)} at other versions, {len(added)} not in the lock")
+    for column in ("package", "lock", "fresh"):
+        table.add_column(column)
+    for name in changed:
+        table.add_row(name, pins[name], fresh[name])
+    for name in added:
+        table.add_row(name, "-", fresh[name])
+    console.print(table)
+    return changed
+
+
 def _print_changes(before: dict[str, str], after: dict[str, str], a: str, b: str) -> list[str]:
     changed = sorted(n for n in set(before) | set(after) if before.get(n) != after.get(n))
     if not changed:
@@ -166,6 +188,8 @@ def drift(
     venv: Optional[Path] = typer.Option(None, help="the scratch venv (default: a new temporary folder, removed after)"),
     output: Path = typer.Option(Path("out/drift.json"), help="the report: versions, what differs, the smoke verdicts"),
     tests: Optional[list[str]] = typer.Option(None, "--test", help="the smoke subset (repeatable; default: SMOKE)"),
+    extra: str = typer.Option(EXTRA, "--extra", help="the extra to resolve fresh, as a library user installs it (e.g. "
+                              "train: the quickstart's; the test runner is added unpinned when the extra lacks it)"),
 ) -> None:
     """Resolve pyproject's ranges fresh (pip, no lock) into a scratch venv, run the smoke subset there, and name the
     new release that breaks it."""
@@ -182,13 +206,14 @@ def drift(
         with console.status("a scratch venv with pyproject's ranges resolved fresh (no lock)"):
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
             _pip(venv, "torch==2.13.0")
-            _pip(venv, "-e", f".[{EXTRA}]")
+            _pip(venv, "-e", f".[{extra}]")
+            if extra != EXTRA:  # the runner of the smoke subset, which only dev brings
+                _pip(venv, "pytest", "pytest-xdist", "hypothesis")
             subprocess.run([str(venv / "bin" / "envengineer"), "models", "smollm2-135m-instruct", "--fetch"], cwd=ROOT,
                            check=True, stdout=subprocess.DEVNULL)
         fresh = _installed(venv)
         fresh.pop("envengineer", None)
-        changed = [n for n in _print_changes(pins, {n: v for n, v in fresh.items() if n in pins or n not in {"pip", "setuptools", "wheel"}}, "lock", "fresh")
-                   if n in pins and n in fresh]
+        changed = _print_drift(pins, fresh)
         with console.status(f"the smoke subset ({len(tests)} files) on the fresh set"):
             ok = _smoke(venv, tests, log)
         verdict: dict = {"fresh_passes": ok, "culprit": None, "checked": []}
