@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from envengineer.plugins.gpu.lock import (
-    canonical, compare, extra_requirements, find_lock, read_lock, same_version, unmet_requirements,
+    canonical, compare, extra_requirements, find_lock, install_paths, read_lock, same_version, unmet_requirements,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,9 +86,10 @@ def test_compare_names_a_changed_version_a_missing_dependency_and_a_package_outs
     _dist(site, "ee-demo-kernels", "0.19.1")
     _dist(site, "ee-demo-trl", "1.16.0", requires=["ee-demo-transformers>=5", "ee-demo-accelerate>=1"])
     _dist(site, "ee-demo-other", "2.0")  # installed by the user, named by nothing of the lock: not reported
-    monkeypatch.setattr(sys, "path", [str(site), *sys.path])
     pins = {"ee-demo-transformers": "5.10.4", "ee-demo-trl": "1.15.0", "ee-demo-accelerate": "1.16.0"}
-    found = {f.name: f for f in compare(pins) if f.name.startswith("ee-demo-")}
+    monkeypatch.setattr(sys, "path", [str(site), *sys.path])
+    assert not [f for f in compare(pins) if f.name.startswith("ee-demo-")]  # on sys.path alone (vendored): no install
+    found = {f.name: f for f in compare(pins, paths=[str(site), *install_paths()]) if f.name.startswith("ee-demo-")}
     assert set(found) == {"ee-demo-trl", "ee-demo-accelerate", "ee-demo-kernels"}
     assert found["ee-demo-trl"].found == "1.16.0" and found["ee-demo-trl"].fix == 'pip install -c requirements/lock.txt "ee-demo-trl==1.15.0"'
     assert "required by ee-demo-trl" in found["ee-demo-accelerate"].found
@@ -126,7 +127,8 @@ def test_doctor_finds_the_checkout_lock():
 @pytest.mark.skipif(os.environ.get("ENVENGINEER_REQUIRE_LOCK") != "1",
                     reason="set ENVENGINEER_REQUIRE_LOCK=1 where the environment was installed through the lock (CI does)")
 def test_this_environment_is_the_lock():
-    """In CI's venv, made by the README's two commands, nothing differs from the lock."""
+    """In CI's venv, made by the README's two commands, nothing differs from the lock (its site-packages: a package
+    imported earlier in this process, ray, puts vendored metadata on sys.path, colorama's, which nobody installed)."""
     assert [f"{f.name}: {f.found} (lock {f.locked})" for f in compare(read_lock(LOCK))] == []
 
 

@@ -84,9 +84,24 @@ class Finding:
     fix: str
 
 
-def _installed() -> dict[str, importlib.metadata.Distribution]:
+def install_paths() -> list[str]:
+    """Where this interpreter's installed packages are: its site-packages folders, the user's, and PYTHONPATH's
+    entries. Not every folder on ``sys.path``: a package may put its vendored copies there when it is imported
+    (``import ray`` adds ``ray/thirdparty_files``, with colorama's metadata), and those are nobody's install."""
+    import os
+    import site
+
+    paths = list(site.getsitepackages())
+    user = site.getusersitepackages()
+    if isinstance(user, str):
+        paths.append(user)
+    paths += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return paths
+
+
+def _installed(paths: list[str] | None = None) -> dict[str, importlib.metadata.Distribution]:
     found: dict[str, importlib.metadata.Distribution] = {}
-    for dist in importlib.metadata.distributions():
+    for dist in importlib.metadata.distributions(path=install_paths() if paths is None else paths):
         name = dist.metadata.get("Name")
         if name:
             found.setdefault(canonical(name), dist)
@@ -112,9 +127,10 @@ def _requirements(dist: importlib.metadata.Distribution) -> list[tuple[str, bool
     return out
 
 
-def compare(pins: dict[str, str], lock_arg: str = str(LOCK)) -> list[Finding]:
-    """What in this environment differs from ``pins`` (the rules of the module's docstring), by name."""
-    installed = _installed()
+def compare(pins: dict[str, str], lock_arg: str = str(LOCK), paths: list[str] | None = None) -> list[Finding]:
+    """What in this environment (the distributions in ``paths``, by default :func:`install_paths`) differs from
+    ``pins`` (the rules of the module's docstring), by name."""
+    installed = _installed(paths)
     findings: dict[str, Finding] = {}
     required_by: dict[str, list[str]] = {}
     optional_of: dict[str, list[str]] = {}
