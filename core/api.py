@@ -9,8 +9,10 @@ extension points themselves (the hooks a plugin implements) are documented in
 :mod:`envengineer.hookspecs`.
 
 The built-in plugins and tasks (``plugins/``, ``tasks/``) import the core through this module
-only (``tests/test_import_layers.py`` holds them to it), so what they use is what a third-party
-plugin can use too.
+(``tests/test_import_layers.py`` holds them to it), so what they use is what a third-party plugin can
+use too; the exceptions the layer test lists by name are the four command plugins (report, suite, gpu,
+score), which are part of the framework's command line and import core modules directly, and a few
+uses of :mod:`envengineer.processes`.
 
 Importing this module stays light (no torch, transformers, ...; no plugin). The names in
 :data:`_LAZY` come from modules this import does not otherwise load: each is looked up in its

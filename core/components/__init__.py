@@ -5,8 +5,10 @@ config): :mod:`~envengineer.components.base`. A task family is split in two, a `
 ``Validator`` paired by name (:mod:`~envengineer.components.task`); the loop's components are context
 modules, engineers, trainers, policies and trackers (:mod:`~envengineer.components.roles`). The
 declarations a task makes (knobs, groupings, benchmarks, verdicts) are
-:mod:`~envengineer.components.declarations`; the engineer's contract, training's and the resources a
-component reports (model shapes, memory estimates, GPUs) have modules of their own here.
+:mod:`~envengineer.components.declarations`; training's and the resources a component reports (model
+shapes, memory estimates, GPUs) have modules of their own here; the engineer's contract (``DesignRequest``,
+``EngineerReply``) is :mod:`envengineer.design.contract`, one layer up, since a request holds evidence read
+from the run directory.
 
 This package is the lowest layer of the core: it imports nothing of envengineer but
 :mod:`envengineer.errors` and :mod:`envengineer.fileio`.

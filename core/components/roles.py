@@ -1,5 +1,5 @@
-"""The loop's components: context modules, engineers, trainers, policies (and trackers, in
-:mod:`envengineer.loop.trackers`'s :class:`Tracker` base, re-exported from :mod:`envengineer.components`)."""
+"""The loop's components: context modules, engineers, trainers, policies and trackers (the :class:`Tracker` base
+lives here; :mod:`envengineer.loop.trackers` fans a run's events out to the selected trackers)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ class Engineer(Component, abc.ABC):
     @property
     def max_prompt_tokens(self) -> int | None:
         """The most analysis-prompt tokens this engineer reads (None: no budget): its ``max_prompt_tokens``
-        option where its options derive from :class:`envengineer.design.budget.PromptBudgetOptions`."""
+        option where its options derive from :class:`envengineer.components.prompt_budget.PromptBudgetOptions`."""
         from envengineer.components.prompt_budget import PromptBudgetOptions
 
         return self.options.max_prompt_tokens if isinstance(self.options, PromptBudgetOptions) else None

@@ -35,7 +35,7 @@ from envengineer.plugins.vllm_child import ChildLimits
 
 class CheckpointOptions(ChildLimits, PromptBudgetOptions):
     """The engineer's options; with vLLM also how long its child may wait for GPU memory and stay silent (:class:`ChildLimits`);
-    ``max_prompt_tokens`` (:class:`envengineer.design.budget.PromptBudgetOptions`) counted with the model's own tokenizer."""
+    ``max_prompt_tokens`` (:class:`envengineer.components.prompt_budget.PromptBudgetOptions`) counted with the model's own tokenizer."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -42,7 +42,7 @@ SYSTEM_PROMPT = (
 
 
 class LLMOptions(PromptBudgetOptions):
-    """Options every API engineer shares (``max_prompt_tokens``: :class:`envengineer.design.budget.PromptBudgetOptions`)."""
+    """Options every API engineer shares (``max_prompt_tokens``: :class:`envengineer.components.prompt_budget.PromptBudgetOptions`)."""
 
     model_config = ConfigDict(extra="forbid")
 
