@@ -64,7 +64,7 @@ from envengineer.fileio import (
 from envengineer.processes import cpu_model
 from envengineer.components.gpus import Gpu, GpuProcess, driver_problem, read_gpus, read_processes, visible_gpus
 from envengineer.hookspecs import hookimpl
-from envengineer.components.knobs import number, split_budget, toward
+from envengineer.components.knobs import WHOLE, number, split_budget, toward
 from envengineer.components.resources import Fix, MemoryEstimate
 from envengineer.components.model_shape import GB, ModelShape
 from envengineer.design.prompts import build_request, factual_note, load_prompt, summary_prompt
@@ -177,7 +177,7 @@ __all__ = [
     # task declarations and value types
     "Aggregate", "Benchmark", "Change", "GenerationResult", "Grouping", "Knob", "Projection", "Resources", "Verdict",
     # knob arithmetic (task families, engineers)
-    "number", "split_budget", "toward",
+    "WHOLE", "number", "split_budget", "toward",
     # errors
     "ConfigError", "EnvEngineerError", "InputError", "TrackerUnavailable",
     # the plugin hooks

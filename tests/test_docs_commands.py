@@ -50,6 +50,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_readme_commands():
+    """scripts/readme_commands.py (standard library only: CI runs it before anything is installed): the README's
+    two commands and the one comparison of a command's output with the lines a page declares."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_commands", ROOT / "scripts" / "readme_commands.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+README_COMMANDS = _load_readme_commands()
 PAGES = ["README.md"] + sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
 SHELL = {"bash", "sh", "shell", "console"}
 OUTPUT = {"text", "console", "output"}
@@ -338,10 +352,6 @@ def scratch_clone(dest: Path) -> Path:
     return dest
 
 
-def _normal(text: str) -> str:
-    return " ".join(text.split())
-
-
 def run_block(block: Block, cwd: Path, env: dict[str, str]) -> tuple[str, float]:
     """Run the block in ``cwd``; its merged output and wall seconds. Fails on a non-zero exit or a missing
     expected output line."""
@@ -373,12 +383,9 @@ def run_block(block: Block, cwd: Path, env: dict[str, str]) -> tuple[str, float]
     if block.exit_status is not None and not seen.exists():
         raise AssertionError(f"{block.where}: the page says a command exits {block.exit_status}, but every command succeeded\n{out[-4000:]}")
     seen.unlink(missing_ok=True)
-    lines, at = [_normal(ln) for ln in out.splitlines()], 0
-    for want in block.expected:  # in the page's order, each within one output line
-        hit = next((i for i in range(at, len(lines)) if _normal(want) in lines[i]), None)
-        if hit is None:
-            raise AssertionError(f"{block.where}: the page says the command prints (in this order)\n  {want.strip()}\nbut it printed\n{out[-4000:]}")
-        at = hit + 1
+    missing = README_COMMANDS.missing_lines(out, block.expected)  # in the page's order, each within one output line
+    if missing:
+        raise AssertionError(f"{block.where}: the page says the command prints (in this order)\n  {missing[0].strip()}\nbut it printed\n{out[-4000:]}")
     return out, seconds
 
 
@@ -536,11 +543,7 @@ def test_pip_with_the_lock_checks_its_pins(tmp_path):
 def test_the_ci_reader_finds_the_same_readme_commands():
     """scripts/readme_commands.py (standard library, what CI runs) and this file's Sybil reader agree on the README's
     first two commands and on the table the first must print."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("readme_commands", ROOT / "scripts" / "readme_commands.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = README_COMMANDS
     ci = module.readme_blocks((ROOT / "README.md").read_text())
     shell = [b for b in parse_page(ROOT / "README.md", "README.md") if b.language == "bash"][:2]
     assert [c for c, _ in ci] == [b.source.strip() for b in shell]

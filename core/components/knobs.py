@@ -104,6 +104,21 @@ def knob_values(generator: _Generator, config: BaseModel | Mapping[str, Any]) ->
     return result
 
 
+#: The one group of a task without a knob table (its declared knobs are top-level fields of the config).
+WHOLE = "all"
+
+
+def knob_rows(generator: _Generator, config: BaseModel | Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{group: {knob: value}}`` of the declared knobs in ``config``: the knob table's groups (:func:`knob_values`),
+    or, for a task without a table, one group :data:`WHOLE` holding its top-level knobs ({} when it holds none).
+    The one definition of the rows the engineers' rules and the lifecycle payloads read."""
+    if generator.knob_table is not None:
+        return knob_values(generator, config)
+    data = _dump(config)
+    top = {knob.name: data[knob.name] for knob in generator.knobs if knob.name in data}
+    return {WHOLE: top} if top else {}
+
+
 def default_config(generator: _Generator) -> BaseModel:
     """The config model built from its field defaults."""
     model = generator.config_model

@@ -72,6 +72,10 @@ class Generator(Component, abc.ABC):
         table's order ({} when the task has no knob table)."""
         return _knobs.knob_values(self, config)
 
+    def knob_rows(self, config: BaseModel | Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """:meth:`knob_values`, and for a task without a knob table one group, ``all``, of its top-level knobs."""
+        return _knobs.knob_rows(self, config)
+
     def knob_proposal(self, values: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         """A (partial) proposal that :meth:`project` accepts, from ``{group: {knob: value}}``."""
         if self.knob_table is None:

@@ -61,20 +61,13 @@ def _text(path: Path) -> str | None:
 
 def knob_values(generator: Any, config: Any) -> dict[str, dict[str, Any]]:
     """``{group: {knob: value}}`` of the task's declared knobs in ``config`` (a mapping or model): the
-    generator's ``knob_values``; a task whose knobs are top-level fields (no knob table) gives one group, ``all``."""
+    generator's ``knob_rows`` (a task whose knobs are top-level fields gives one group, ``all``)."""
     if generator is None or config is None:
         return {}
     try:
-        values = generator.knob_values(config)
+        return plain(generator.knob_rows(config))
     except Exception:  # a task's own method: a payload must not fail the run
-        values = {}
-    if values or getattr(generator, "knob_table", None) is not None:
-        return plain(values)
-    data = config.model_dump(mode="json") if hasattr(config, "model_dump") else config
-    if not isinstance(data, dict):
         return {}
-    top = {k.name: data[k.name] for k in getattr(generator, "knobs", ()) if k.name in data}
-    return plain({"all": top}) if top else {}
 
 
 # ----------------------------------------------------------------------- evaluations

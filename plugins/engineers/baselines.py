@@ -27,6 +27,7 @@ from envengineer.api import (
     DesignOutcome,
     DesignRequest,
     Engineer,
+    WHOLE,
     EngineerReply,
     Knob,
     factual_note,
@@ -40,21 +41,12 @@ class _Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-#: The one group of a task without a knob table (the name its knob values carry in a run's payloads).
-WHOLE = "all"
-
-
 def knob_groups(generator: Any, config: Any) -> dict[str, dict[str, Any]]:
-    """``{group: {knob: value}}`` of the declared knobs in ``config`` (a model or a mapping), in the
-    generator's group order (groups it does not list follow).
-
-    A task without a knob table is one group, :data:`WHOLE`, holding its top-level knobs, so a rule
-    written per group applies to it unchanged ({} when the config holds no declared knob)."""
+    """``{group: {knob: value}}`` of the declared knobs in ``config`` (``Generator.knob_rows``: a task without a
+    knob table is one group, :data:`WHOLE`), in the generator's group order (groups it does not list follow)."""
+    values = generator.knob_rows(config)
     if generator.knob_table is None:
-        data = config.model_dump() if isinstance(config, BaseModel) else dict(config or {})
-        top = {knob.name: data[knob.name] for knob in generator.knobs if knob.name in data}
-        return {WHOLE: top} if top else {}
-    values = generator.knob_values(config)
+        return values
     order = [g for g in generator.groups() if g in values]
     return {g: values[g] for g in order + [g for g in values if g not in order]}
 

@@ -32,8 +32,10 @@ _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;#]+)")
 
 
 def canonical(name: str) -> str:
-    """A distribution's name as the registry compares names (PEP 503)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+    """A distribution's name as the registry compares names (PEP 503, packaging's own rule)."""
+    from packaging.utils import canonicalize_name
+
+    return str(canonicalize_name(name))
 
 
 def find_lock(start: Path | None = None) -> Path | None:
