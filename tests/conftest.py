@@ -44,6 +44,21 @@ from envengineer.plugin_manager import create_plugin_manager
 from envengineer.registry import Registry
 
 
+ARITH_EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "envengineer-arith")
+
+
+def import_arith():
+    """The arith example package (examples/envengineer-arith), imported from its folder without installing it."""
+    import sys
+
+    sys.path.insert(0, ARITH_EXAMPLE)
+    try:
+        import envengineer_arith
+    finally:
+        sys.path.remove(ARITH_EXAMPLE)
+    return envengineer_arith
+
+
 @pytest.fixture
 def pm():
     """A fresh plugin manager with the built-ins only (no third-party entry points)."""

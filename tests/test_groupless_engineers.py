@@ -24,9 +24,7 @@ from envengineer.design.step import design
 from envengineer.plugins.engineers.baselines import WHOLE, group_cells, knob_groups, learnability_weights
 from envengineer.registry import Registry
 
-REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "vf_tasksets"
-ARITH = REPO / "examples" / "envengineer-arith"
 #: vf-toy-sums without groups: num_terms 2-6 (default 2) and max_operand 1-99 (default 9), both harder up.
 SUMS = {
     "taskset": "vf-toy-sums", "seed_field": "seed", "size_field": "num_tasks", "answer_field": "answer",
@@ -87,12 +85,9 @@ def at(generator, **values):
 
 @pytest.fixture
 def arith_module():
-    sys.path.insert(0, str(ARITH))
-    try:
-        import envengineer_arith
-    finally:
-        sys.path.remove(str(ARITH))
-    return envengineer_arith
+    from conftest import import_arith
+
+    return import_arith()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ and on a run whose task is not installed (generic fallbacks from the files)."""
 
 import csv
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,21 +16,15 @@ from envengineer.components import Aggregate, Benchmark, Grouping, Policy
 from envengineer.hookspecs import hookimpl
 from envengineer.plugin_manager import create_plugin_manager
 from envengineer.registry import Registry
+from conftest import import_arith
 
 pytest.importorskip("matplotlib")
 
-ARITH = Path(__file__).resolve().parents[1] / "examples" / "envengineer-arith"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 runner = CliRunner()
 
 
-def _arith_module():
-    sys.path.insert(0, str(ARITH))
-    try:
-        import envengineer_arith
-    finally:
-        sys.path.remove(str(ARITH))
-    return envengineer_arith
+_arith_module = import_arith
 
 
 #: Two evaluation sets of the arith task (beside the package's own arith-val), declared as a third party would: subsets on a record
