@@ -11,10 +11,6 @@ from envengineer.registry import Registry, load_registry
 
 __version__ = "0.1.0"
 
-from envengineer import _moved  # noqa: E402 - the modules' old import paths (envengineer.rundir, ...), kept working
-
-_moved.install()
-
 __all__ = [
     "ConfigError",
     "EnvEngineerError",

@@ -39,9 +39,12 @@ from envengineer.components import (
     Policy,
     Projection,
     Resources,
+    Tracker,
+    TrackerUnavailable,
     Trainer,
     Validator,
     Verdict,
+    missing_package,
     retired_options,
 )
 from envengineer.design.contract import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply
@@ -71,8 +74,6 @@ from envengineer.design.prompts import build_request, factual_note, load_prompt,
 from envengineer.design.proposals import UnusableProposal, extract_yaml_block, parse_proposal
 from envengineer.store.rundir import RunDir
 from envengineer.loop.trackers import (
-    Tracker,
-    TrackerUnavailable,
     benchmark_scalars,
     benchmark_step,
     curve_points,
@@ -80,7 +81,6 @@ from envengineer.loop.trackers import (
     display_name,
     group_name,
     hyperparameters,
-    missing_package,
     needs_curves,
     notes_text,
     read_state,

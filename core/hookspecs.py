@@ -79,7 +79,7 @@ def register_policies(register: Callable[[type], None]) -> None:
 
 @hookspec
 def register_trackers(register: Callable[[type], None]) -> None:
-    """Register experiment trackers: subclasses of :class:`envengineer.loop.trackers.Tracker`, chosen per run by the
+    """Register experiment trackers: subclasses of :class:`envengineer.components.roles.Tracker`, chosen per run by the
     run config's ``trackers`` list. A tracker implements the lifecycle hooks (``on_run_start``, ...) as ``@hookimpl`` methods;
     one that raises is disabled for the rest of the run with one warning, never failing the run."""
 

@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    from envengineer.plugins.policies.transformers_policy import quiet_hf
+    from envengineer.plugins.policies.hf import quiet_hf
 
     with quiet_hf():  # no Hugging Face progress bars or info lines
         tokenizer = build_tokenizer(args.vocab_size, args.instances, args.seed)

@@ -226,10 +226,10 @@ def check_reload(s: Scale, folder: Path) -> dict:
 def check_policy(s: Scale, folder: Path) -> dict:
     import torch
 
-    from envengineer.plugins.policies import tiny
+    from envengineer.plugins.policies import tiny_model
     from envengineer.plugins.policies.transformers_policy import TransformersOptions, TransformersPolicy
 
-    tokenizer = tiny.build_tokenizer()
+    tokenizer = tiny_model.build_tokenizer()
     shape = dataclasses.replace(s.shape, num_layers=s.policy_layers, vocab_size=len(tokenizer))
     path = folder / "policy-model"
     build(shape, s.policy_layers, torch.bfloat16, "cpu", vocab=len(tokenizer)).save_pretrained(path)

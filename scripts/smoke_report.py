@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from envengineer.store.rundir import RunDir
-from envengineer.plugins.report.view import load_run, paired_with_base, rate
+from envengineer.plugins.report.view import load_run, rate
+from envengineer.store.records import paired_with_base
 
 
 def gpu_name() -> str | None:

@@ -241,10 +241,10 @@ def tiny_models():
 @pytest.fixture(scope="session")
 def tiny_base(tmp_path_factory):
     """A very small tiny-policy model (1 layer, hidden 32) saved as a model folder, built once per session."""
-    from envengineer.plugins.policies import tiny
+    from envengineer.plugins.policies import tiny_model
 
-    tokenizer = tiny.build_tokenizer()
-    model = tiny.build_model(tokenizer, hidden_size=32, layers=1, ffn=64, seed=0)
+    tokenizer = tiny_model.build_tokenizer()
+    model = tiny_model.build_model(tokenizer, hidden_size=32, layers=1, ffn=64, seed=0)
     path = tmp_path_factory.mktemp("tiny-base")
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)

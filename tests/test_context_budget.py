@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from envengineer.design.budget import STAGES, estimate_tokens
+from envengineer.components.prompt_budget import estimate_tokens
+from envengineer.design.budget import STAGES
 from envengineer.errors import ConfigError
 from envengineer.design.evidence import RoundRecord, load_evidence
 from envengineer.design.prompts import build_request

@@ -10,10 +10,10 @@ from envengineer.cli.commands import app
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from envengineer.plugins.policies import tiny
+    from envengineer.plugins.policies import tiny_model
 
-    tokenizer = tiny.build_tokenizer()
-    model = tiny.build_model(tokenizer, hidden_size=32, layers=1, ffn=64, seed=2)
+    tokenizer = tiny_model.build_tokenizer()
+    model = tiny_model.build_model(tokenizer, hidden_size=32, layers=1, ffn=64, seed=2)
     path = tmp_path_factory.mktemp("eval-model")
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)

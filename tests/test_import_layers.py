@@ -34,8 +34,6 @@ BUILTIN_ROOTS = ("envengineer.plugins", "envengineer.tasks")
 #: Core modules a built-in plugin or task imports directly, not through envengineer.api:
 #: (the importing file, relative to the repository; the core module) -> why it is not public API.
 CORE_INTERNAL: dict[tuple[str, str], str] = {
-    ("plugins/processes.py", "envengineer.processes"):
-        "the module's old name (envengineer.plugins.processes), kept working: it is envengineer.processes",
     ("plugins/trainers/verl_launch.py", "envengineer.processes"):
         "process groups (start, watch, end_group, sigterm_as_interrupt): the suite runner's plumbing, shared with "
         "the verl launcher; names too generic for envengineer.api",
@@ -64,8 +62,7 @@ CORE_PLUGINS = ("envengineer.plugins.report", "envengineer.plugins.suite", "enve
 #: The core's layers, lowest first: a module imports modules of its own layer or below, never above
 #: (docs/architecture.md). Each entry names modules or packages (a package: every module in it).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("envengineer.errors", "envengineer.fileio", "envengineer.hookspecs", "envengineer.processes",
-              "envengineer._moved")),
+    ("base", ("envengineer.errors", "envengineer.fileio", "envengineer.hookspecs", "envengineer.processes")),
     ("components", ("envengineer.components",)),
     ("registry", ("envengineer.plugin_manager", "envengineer.registry", "envengineer.display")),
     ("store", ("envengineer.store",)),
@@ -295,7 +292,7 @@ def test_the_core_packages_are_the_layers():
     assert len([m for m in core if layer_of(m) in ("components", "store", "design", "loop", "cli")]) > len(core) * 0.7
     # the flat folder is gone: the top level holds the base, the registry, the facade and nothing else
     top = sorted(m for m in core if m.count(".") == 1 and not files[m].name == "__init__.py")
-    assert top == sorted(["envengineer._moved", "envengineer.api", "envengineer.display", "envengineer.errors",
+    assert top == sorted(["envengineer.api", "envengineer.display", "envengineer.errors",
                           "envengineer.fileio", "envengineer.hookspecs", "envengineer.plugin_manager",
                           "envengineer.processes", "envengineer.registry", "envengineer.testing"]), top
 
@@ -414,19 +411,3 @@ def test_the_checker_finds_an_upward_import_and_a_module_in_no_layer(tmp_path):
     assert any("envengineer.stray is in no layer" in p for p in problems), problems
     assert not any("core/loop/steps.py" in p for p in problems)  # downward is fine
 
-
-def test_the_old_flat_module_paths_still_import_the_same_modules():
-    """envengineer.rundir, envengineer.suite_manifest, ... (the flat core before 0.1): the module at its new place, itself."""
-    import importlib
-
-    from envengineer._moved import MOVED
-
-    for old, new in MOVED.items():
-        module = importlib.import_module(old)
-        assert module is importlib.import_module(new), old
-        assert module.__spec__.name == new and module.__name__ == new, old  # the alias did not rename it
-    from envengineer.cli import app, main  # noqa: F401 - the packages that were modules re-export their names
-    from envengineer.components import KINDS, Generator  # noqa: F401
-    from envengineer.design import design, write_outcome  # noqa: F401
-    from envengineer.loop import Loop, round_seed, run  # noqa: F401
-    from envengineer.registry import load_registry  # noqa: F401

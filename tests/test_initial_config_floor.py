@@ -13,7 +13,7 @@ from envengineer.components import GenerationResult, Generator, Knob
 from envengineer.design.context import choose_start
 from envengineer.errors import ConfigError
 from envengineer.registry import load_registry
-from envengineer.loop.taskops import knobs_out_of_bounds, load_generator_config
+from envengineer.store.configs import knobs_out_of_bounds, load_generator_config
 from envengineer.tasks.mapf_frozenlake.config import RATIO_FLOOR, uniform_config
 from envengineer.tasks.mapf_frozenlake.projection import project
 

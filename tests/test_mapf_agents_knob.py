@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from envengineer.errors import ConfigError
-from envengineer.loop.taskops import load_generator_config
+from envengineer.store.configs import load_generator_config
 from envengineer.tasks.mapf_frozenlake import SIZE_NAMES
 from envengineer.tasks.mapf_frozenlake.config import MapfConfig, agents_fitting, fit_free_cells, hole_count
 from envengineer.testing import assert_task_conforms, fuzz_proposals, load_task, records_digest

@@ -99,7 +99,7 @@ def test_the_task_option_selects_the_legacy_derivation():
 
 def test_a_recorded_round_config_below_the_floor_still_resumes(tmp_path):
     """The loop reads back what it wrote as written: a run recorded before the bounds check resumes."""
-    from envengineer.loop.taskops import load_generator_config
+    from envengineer.store.configs import load_generator_config
 
     generator, _ = load_registry(entry_points=False).task("mapf-frozenlake", {"agents": 2})
     data = uniform_config().model_dump()

@@ -76,9 +76,9 @@ def random_llama(seed=0):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from envengineer.plugins.policies import tiny
+    from envengineer.plugins.policies import tiny_model
 
-    tokenizer = tiny.build_tokenizer()
+    tokenizer = tiny_model.build_tokenizer()
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=96, intermediate_size=192, num_hidden_layers=2,
                          num_attention_heads=6, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,

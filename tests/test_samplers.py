@@ -9,10 +9,10 @@ from envengineer.errors import ConfigError
 def model_dir(tmp_path_factory):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from envengineer.plugins.policies import tiny
+    from envengineer.plugins.policies import tiny_model
 
-    tokenizer = tiny.build_tokenizer()
-    model = tiny.build_model(tokenizer, hidden_size=32, layers=1, ffn=64, seed=1)
+    tokenizer = tiny_model.build_tokenizer()
+    model = tiny_model.build_model(tokenizer, hidden_size=32, layers=1, ffn=64, seed=1)
     path = tmp_path_factory.mktemp("random-qwen3")
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)

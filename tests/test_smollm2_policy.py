@@ -103,7 +103,7 @@ def test_sft_warm_start_is_cached_by_its_recipe(warm):
         again.load()
 
     from envengineer.plugins.policies.sft import SftWarmStart, sft_recipe
-    from envengineer.plugins.policies.tiny import recipe_key
+    from envengineer.plugins.policies.tiny_model import recipe_key
 
     key = lambda **change: recipe_key(sft_recipe(SftWarmStart(**{**warm["options"]["warm_start"], **change}), Path(base),
                                                  generator, "full", {"enable_thinking": False}))

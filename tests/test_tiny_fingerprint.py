@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from envengineer.plugins.policies import tiny  # noqa: E402
+from envengineer.plugins.policies import tiny_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = {"hidden_size": 32, "layers": 1, "ffn": 64, "threads": 1, "instances": 100, "epochs": 1, "train_batch_size": 50}
@@ -178,6 +178,6 @@ def test_the_quickstart_warm_start_is_still_what_the_shipped_base_was_trained_on
     policy = registry.create("policy", "tiny", {k: v for k, v in config.policy.items() if k != "name"}, where="policy.tiny")
     generator, _ = registry.task(config.task["name"], {k: v for k, v in config.task.items() if k != "name"})
     o = policy.options
-    pairs = tiny.warm_start_data(generator, n=o.instances, seed=o.seed, style=o.prompt_style)
-    fingerprint = tiny.warm_start_fingerprint(generator, style=o.prompt_style, hidden_size=o.hidden_size, pairs=pairs)
+    pairs = tiny_model.warm_start_data(generator, n=o.instances, seed=o.seed, style=o.prompt_style)
+    fingerprint = tiny_model.warm_start_fingerprint(generator, style=o.prompt_style, hidden_size=o.hidden_size, pairs=pairs)
     assert (fingerprint["pairs"], fingerprint["vocabulary"]) == (QUICKSTART_PAIRS, QUICKSTART_VOCABULARY)

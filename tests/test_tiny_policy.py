@@ -5,7 +5,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from envengineer.plugins.policies import tiny  # noqa: E402
+from envengineer.plugins.policies import tiny_model  # noqa: E402
 from envengineer.tasks.mapf_frozenlake.prompts import compact_answer, compact_to_answer  # noqa: E402
 
 
@@ -34,11 +34,11 @@ def warm(tmp_path_factory, task):
 
 def test_tokenizer_round_trips_compact_prompts_and_answers(task):
     generator, _ = task
-    tokenizer = tiny.build_tokenizer()
+    tokenizer = tiny_model.build_tokenizer()
     records = generator.generate(generator.default_config(), n=24, seed=3).records
     for record in records:
         prompt = generator.render(record, "compact")
-        answer = tiny.compact_reference(generator, record)
+        answer = tiny_model.compact_reference(generator, record)
         for text in (prompt, answer):
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             assert tokenizer.unk_token_id not in ids
@@ -79,7 +79,7 @@ def test_compact_answer_ends_where_every_agent_stands_on_its_goal(task):
     # through the task: the cut answer scores valid, and no costlier than the same plan without the stall
     generator, validator = task
     record = next(r for r in generator.generate(generator.default_config(), n=40, seed=5).records if r["size"] >= 5)
-    optimal = tiny.compact_reference(generator, record)
+    optimal = tiny_model.compact_reference(generator, record)
     stalled = optimal + " " + optimal.split("|")[-1].join(["|", ""]) * 3 + " | 0_0"
     verdict = validator.score(record, generator.decode_response(record, stalled, "compact"))
     assert verdict.valid and verdict.optimal

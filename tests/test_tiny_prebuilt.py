@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from envengineer.errors import ConfigError  # noqa: E402
-from envengineer.plugins.policies import tiny  # noqa: E402
+from envengineer.plugins.policies import tiny_model  # noqa: E402
 from envengineer.registry import load_registry  # noqa: E402
 from envengineer.loop.runconfig import load_run_config  # noqa: E402
 
@@ -32,8 +32,8 @@ def test_the_quickstart_recipe_has_a_shipped_warm_start_that_verifies(quickstart
     _, policy, generator, _ = quickstart
     shipped = policy.prebuilt_dir(generator)
     assert shipped is not None, "examples/quickstart.yaml's recipe changed: rebuild with `envengineer pretrain --force` and ship it"
-    assert shipped.name == tiny.recipe_key(policy.recipe(generator))
-    tiny.verify_prebuilt(shipped)
+    assert shipped.name == tiny_model.recipe_key(policy.recipe(generator))
+    tiny_model.verify_prebuilt(shipped)
     info = json.loads((shipped / "warm_start.json").read_text())
     o = policy.options
     assert (info["task"], info["style"], info["instances"], info["epochs"], info["lr"], info["batch_size"], info["seed"]) == (
@@ -81,17 +81,17 @@ def test_a_damaged_shipped_model_is_refused_naming_the_file(quickstart, tmp_path
         sums.write_text("".join(line + "\n" for line in sums.read_text().splitlines() if not line.endswith("  config.json")))
         match = "does not list config.json"
     with pytest.raises(ConfigError, match=match):
-        tiny.verify_prebuilt(copy)
+        tiny_model.verify_prebuilt(copy)
 
 
 def test_write_sha256sums_seals_what_verify_checks(tmp_path):
     for name, text in {"model.safetensors": "w", "config.json": "{}", "tokenizer.json": "{}", "warm_start.json": "{}"}.items():
         (tmp_path / name).write_text(text)
-    tiny.write_sha256sums(tmp_path)
-    tiny.verify_prebuilt(tmp_path)
+    tiny_model.write_sha256sums(tmp_path)
+    tiny_model.verify_prebuilt(tmp_path)
     (tmp_path / "config.json").write_text("{ }")
     with pytest.raises(ConfigError, match="config.json does not match"):
-        tiny.verify_prebuilt(tmp_path)
+        tiny_model.verify_prebuilt(tmp_path)
 
 
 def test_a_task_that_ships_nothing_gets_its_base_built(quickstart):

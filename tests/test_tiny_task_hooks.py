@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from envengineer.plugins.policies import tiny  # noqa: E402
+from envengineer.plugins.policies import tiny_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = {"hidden_size": 32, "layers": 1, "ffn": 64, "threads": 1}
@@ -65,7 +65,7 @@ def test_a_family_without_a_reference_solver_is_told_what_to_implement(arith_reg
 
 
 def test_char_tokenizer_round_trips_text():
-    tokenizer = tiny.build_tokenizer()
+    tokenizer = tiny_model.build_tokenizer()
     text = "Compute 12 + 345.\n\t<answer>357</answer> ~|_"
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     assert len(ids) == len(text) and tokenizer.unk_token_id not in ids
@@ -74,7 +74,7 @@ def test_char_tokenizer_round_trips_text():
     assert ids == ids[:2] + [tokenizer.unk_token_id, tokenizer.eos_token_id]
     assert tokenizer.decode(ids, skip_special_tokens=True) == "12"
     with pytest.raises(ValueError, match="unique"):
-        tiny.build_tokenizer(["a", "a"])
+        tiny_model.build_tokenizer(["a", "a"])
 
 
 def test_mapf_offers_its_word_vocabulary_and_geometric_init(registry):
@@ -83,20 +83,20 @@ def test_mapf_offers_its_word_vocabulary_and_geometric_init(registry):
     generator, validator = registry.task("mapf-frozenlake", {"agents": 2})
     words = generator.tiny_vocabulary("compact")
     assert generator.tiny_vocabulary("full") is None and len(words) == 127 and "0_0" in words and "N10" in words
-    tokenizer = tiny.build_tokenizer(words)
+    tokenizer = tiny_model.build_tokenizer(words)
     assert len(tokenizer) == 130  # the specials first, as before
     for record in generator.generate(generator.default_config(), n=8, seed=4).records:
-        for text in (generator.render(record, "compact"), tiny.compact_reference(generator, record)):
+        for text in (generator.render(record, "compact"), tiny_model.compact_reference(generator, record)):
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             assert tokenizer.unk_token_id not in ids and tokenizer.decode(ids) == text
             assert len(ids) == len(text.split())
-        verdict = validator.score(record, generator.decode_response(record, tiny.compact_reference(generator, record), "compact"))
+        verdict = validator.score(record, generator.decode_response(record, tiny_model.compact_reference(generator, record), "compact"))
         assert verdict.valid and verdict.optimal
     pairs = generator.warm_start_pairs(n=16, seed=0, style="compact")
     assert len(pairs) == 16 and {p.split()[0] for p, _ in pairs} == {f"N{n}" for n in range(3, 11)}
 
     def init(style):
-        model = tiny.build_model(tokenizer, hidden_size=64, layers=1, ffn=64, seed=0,
+        model = tiny_model.build_model(tokenizer, hidden_size=64, layers=1, ffn=64, seed=0,
                                  init_embeddings=lambda w, ids: generator.tiny_init_embeddings(w, ids, style))
         return model.get_input_embeddings().weight.detach(), tokenizer.get_vocab()
 

@@ -17,7 +17,7 @@ import yaml
 
 from envengineer import hookimpl
 from envengineer.errors import ConfigError, UnknownComponentError
-from envengineer.loop.trackers import Tracker
+from envengineer.components import Tracker
 
 ROOT = Path(__file__).resolve().parents[1]
 

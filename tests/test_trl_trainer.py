@@ -119,7 +119,7 @@ def test_negative_advantages_can_be_weighted(registry):
     import torch
 
     from envengineer.errors import ConfigError
-    from envengineer.plugins.trainers.trl_grpo import weight_negative_advantages
+    from envengineer.plugins.trainers.trl_round import weight_negative_advantages
 
     advantages = torch.tensor([2.0, -0.5, 0.0, -1.0])
     assert weight_negative_advantages(advantages, 0.25).tolist() == [2.0, -0.125, 0.0, -0.25]
@@ -130,12 +130,12 @@ def test_negative_advantages_can_be_weighted(registry):
 
 
 def test_tokens_after_the_answer_are_found(registry):
-    from envengineer.plugins.policies import tiny
-    from envengineer.plugins.trainers.trl_grpo import answer_tokens
+    from envengineer.plugins.policies import tiny_model
+    from envengineer.plugins.trainers.trl_round import answer_tokens
 
     generator, _ = registry.task("mapf-frozenlake", {"agents": 2})
     record = {"agents": [{"start": [0, 0], "goal": [0, 1]}, {"start": [1, 1], "goal": [1, 0]}]}
-    tokenizer = tiny.build_tokenizer(generator.tiny_vocabulary("compact"))  # the task's word-level tokens
+    tokenizer = tiny_model.build_tokenizer(generator.tiny_vocabulary("compact"))  # the task's word-level tokens
 
     def keep(text: str) -> int | None:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -155,7 +155,7 @@ def test_describe_for_the_t_module(registry):
 
 
 def test_reward_is_the_validator_on_decoded_answers(registry, tmp_path):
-    from envengineer.plugins.policies.tiny import compact_reference
+    from envengineer.plugins.policies.tiny_model import compact_reference
 
     generator, validator = registry.task("mapf-frozenlake", {"agents": 2})
     records = generator.generate(generator.default_config(), n=4, seed=1).records

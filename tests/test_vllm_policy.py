@@ -150,10 +150,10 @@ def test_eval_command_runs_the_vllm_policy(tmp_path, fake_vllm):
     from typer.testing import CliRunner
 
     from envengineer.cli.commands import app
-    from envengineer.plugins.policies import tiny
+    from envengineer.plugins.policies import tiny_model
 
-    tokenizer = tiny.build_tokenizer()
-    model = tiny.build_model(tokenizer, hidden_size=32, layers=1, ffn=64, seed=2)
+    tokenizer = tiny_model.build_tokenizer()
+    model = tiny_model.build_model(tokenizer, hidden_size=32, layers=1, ffn=64, seed=2)
     path = tmp_path / "tiny"
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)

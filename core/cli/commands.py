@@ -103,7 +103,8 @@ def generate(
     option: Optional[list[str]] = OptionOpt,
 ) -> None:
     """Generate instance records (task options: --KEY VALUE after the task; mapf-frozenlake: --agents 2)."""
-    from envengineer.loop.taskops import generate_file, load_generator_config
+    from envengineer.loop.taskops import generate_file
+    from envengineer.store.configs import load_generator_config
 
     generator, _ = _task(task, option, ctx.args)
     cfg = load_generator_config(generator, config)

@@ -137,7 +137,7 @@ class Trainer(Component, abc.ABC):
 
     def memory_plan(self, model: Any, gpu_bytes: float) -> Any:
         """For ``envengineer plan``: this trainer's GPU memory per GPU for ``model`` (a
-        :class:`envengineer.components.model_shape.ModelShape`) as a :class:`envengineer.plugins.gpu.plan.MemoryEstimate`
+        :class:`envengineer.components.model_shape.ModelShape`) as a :class:`envengineer.components.resources.MemoryEstimate`
         (rows per phase, what it leaves out, candidate fixes as dotted overrides), or None: it has no estimate."""
         return None
 
@@ -158,7 +158,7 @@ class Policy(Component, abc.ABC):
 
     def memory_plan(self, model: Any, gpu_bytes: float, prompt_tokens: int | None = None) -> Any:
         """For ``envengineer plan``: this policy's GPU memory when it evaluates (a
-        :class:`envengineer.plugins.gpu.plan.MemoryEstimate`; ``prompt_tokens``: the longest prompt the trainer plans for),
+        :class:`envengineer.components.resources.MemoryEstimate`; ``prompt_tokens``: the longest prompt the trainer plans for),
         or None: it uses no GPU memory of its own."""
         return None
 

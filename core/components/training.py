@@ -67,7 +67,7 @@ class TrainRequest:
     #: for each ``part`` >= 1 (``records`` are part 0); the loop keeps what was drawn in the round's
     #: ``train/drawn.jsonl``. None: the round cannot draw more.
     draw: Callable[[int, int], list[dict[str, Any]]] | None = None
-    #: the run's live experiment trackers, ``{name: settings}`` (:meth:`envengineer.loop.trackers.Tracker.trainer_settings`:
+    #: the run's live experiment trackers, ``{name: settings}`` (:meth:`envengineer.components.roles.Tracker.trainer_settings`:
     #: a log directory, a run id), for a trainer that writes its own step metrics into the same tracker runs
     trackers: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: optimizer steps of the rounds before this one: a trainer logging to a tracker adds it to its own step

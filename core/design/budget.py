@@ -1,10 +1,11 @@
 """A context budget: the most prompt tokens an engineer reads, and the cuts that make a prompt fit.
 
-An engineer whose options derive from :class:`PromptBudgetOptions` may set ``max_prompt_tokens``
+An engineer whose options derive from
+:class:`~envengineer.components.prompt_budget.PromptBudgetOptions` may set ``max_prompt_tokens``
 (default None: no budget, the prompt is exactly what it always was). With a budget,
 :func:`fit_prompt` renders the analysis prompt, counts it with the engineer's counter
 (:meth:`envengineer.components.Engineer.prompt_token_counter`: the model's own tokenizer for
-the checkpoint/base engineers, :func:`estimate_tokens` otherwise) and, while it is too long,
+the checkpoint/base engineers, :func:`~envengineer.components.prompt_budget.estimate_tokens` otherwise) and, while it is too long,
 applies cuts one at a time in a fixed order:
 
 1. ``history`` — each context module's history cuts (H: fewer rounds in full, oldest first);
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
 
 #: The stages in the order they are applied (docs/context.md, "A context budget").
 STAGES = ("history", "rows", "compact", "drop")
-
-from envengineer.components.prompt_budget import CHARS_PER_TOKEN, ESTIMATE, PromptBudgetOptions, estimate_tokens  # noqa: E402,F401 - importable from here too
 
 
 @dataclass(frozen=True)

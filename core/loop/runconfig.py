@@ -136,7 +136,7 @@ class ResolvedRun:
     context: Any
     run_dir: Path
     context_initial: str = "uniform"  # the round-0 config: initial_config, context.start or the preset's
-    trackers: list[Any] = field(default_factory=list)  # the run's experiment trackers (envengineer.loop.trackers.Tracker)
+    trackers: list[Any] = field(default_factory=list)  # the run's experiment trackers (envengineer.components.roles.Tracker)
 
 
 def _section(registry: Registry, kind: str, section: dict[str, Any], where: str) -> Any:

@@ -12,7 +12,6 @@ from envengineer.components import Generator, Validator
 from envengineer.errors import InputError
 from envengineer.fileio import atomic_open, dumps_json, iter_jsonl, read_jsonl
 from envengineer.components.metrics import Summary
-from envengineer.store.configs import knobs_out_of_bounds, load_generator_config  # noqa: F401 - importable from here too
 
 
 def generate_file(

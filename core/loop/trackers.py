@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from envengineer.components import Tracker, TrackerUnavailable, missing_package  # noqa: F401 - the tracker base, importable from here too
+from envengineer.components import Tracker, TrackerUnavailable
 
 logger = logging.getLogger(__name__)
 

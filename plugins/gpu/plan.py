@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from envengineer.components.model_shape import GB, ModelShape, model_shape
-from envengineer.components.resources import LEAVES_OUT, Fix, MemoryEstimate, MemoryRow  # noqa: F401 - importable from here too
+from envengineer.components.resources import LEAVES_OUT, Fix, MemoryEstimate, MemoryRow
 
 @dataclass
 class MemoryPlan:

@@ -8,7 +8,7 @@ solver's completion as the assistant's turn, the loss on the completion's tokens
 ``completion_only_loss``). The result is an ordinary model folder cached under
 ``$ENVENGINEER_CACHE/sft/<key>``, the key hashing the base model's files, the task, the style,
 the task's warm-start options and the recipe (:class:`SftWarmStart` without ``cache_dir``), with
-the tiny policy's machinery (:func:`~envengineer.plugins.policies.tiny.recipe_key`; the pairs'
+the tiny policy's machinery (:func:`~envengineer.plugins.policies.tiny_model.recipe_key`; the pairs'
 fingerprint, so a task whose pairs changed rebuilds the folder). Budgeted by instances, epochs and
 steps, never by seconds. Measured figures: docs/smollm2.md.
 """

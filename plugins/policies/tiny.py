@@ -26,36 +26,18 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, Field, field_validator
 
 from envengineer.api import ConfigError
-from envengineer.plugins.policies.tiny_model import (  # noqa: F401 - the model building, importable from here too
-    CHAT_TEMPLATE,
-    EOS,
-    FINGERPRINT_VERSION,
-    InitEmbeddings,
-    PAD,
+from envengineer.plugins.policies.tiny_model import (
     Progress,
-    RECIPE_VERSION,
-    SPECIALS,
-    UNK,
-    _batches,
     build_base_model,
-    build_model,
-    build_tokenizer,
     cached_state,
-    char_vocabulary,
-    compact_reference,
     default_cache_dir,
-    encode_pairs,
-    fingerprint_change,
-    pairs_digest,
     recipe_key,
-    save_model_dir,
-    supervised_train,
     verify_prebuilt,
     warm_start_data,
     warm_start_fingerprint,
-    write_sha256sums,
 )
-from envengineer.plugins.policies.transformers_policy import TransformersOptions, TransformersPolicy, quiet_hf
+from envengineer.plugins.policies.hf import quiet_hf
+from envengineer.plugins.policies.transformers_policy import TransformersOptions, TransformersPolicy
 
 class TinyOptions(TransformersOptions):
     """Sampling options of the transformers policy, plus the warm start's recipe."""

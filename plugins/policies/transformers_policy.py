@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envengineer.api import ConfigError, Policy, retired_options
 from envengineer.plugins.cpu_heap import keep_freed_memory
 from envengineer.plugins.policies.sft import SftWarmStart
-from envengineer.plugins.policies.hf import quiet_hf  # noqa: F401 - importable from here too
+from envengineer.plugins.policies.hf import quiet_hf
 
 #: The chat-template options when none are given: Qwen3 thinks unless told not to, and
 #: the paper's policy answers without a thinking block.

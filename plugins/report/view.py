@@ -19,18 +19,7 @@ from typing import Any
 
 from envengineer.plugins.report.drawn import BenchView, Dimension, KnobLayout, dimensions, knob_layout, sort_keys
 from envengineer.errors import EnvEngineerError, InputError
-from envengineer.store.records import (  # noqa: F401 - the readers reports used from here, importable from here too
-    DesignAlarm,
-    design_alarm,
-    fallback_streak,
-    latest_designs,
-    noted_json,
-    noted_jsonl,
-    noted_text,
-    noted_yaml,
-    paired_with_base,
-    read_verdicts,
-)
+from envengineer.store.records import latest_designs, noted_json, noted_jsonl, noted_text, noted_yaml, read_verdicts
 from envengineer.store.rundir import RunDir
 
 BASE = "base"

@@ -56,12 +56,7 @@ from envengineer.plugins.cpu_heap import keep_freed_memory
 from envengineer.plugins.trainers.rollouts import Groups, prompt_line
 from envengineer.plugins.trainers.trl_memory import OWN_FIELDS, TrlMemoryOptions, grpo_settings, policy_model
 from envengineer.plugins.trainers.trl_padding_free import Positions
-from envengineer.plugins.trainers.trl_round import (  # noqa: F401 - answer_tokens, weight_negative_advantages: importable from here too
-    answer_tokens,
-    curves_callback,
-    round_trainer,
-    weight_negative_advantages,
-)
+from envengineer.plugins.trainers.trl_round import curves_callback, round_trainer
 from envengineer.plugins.trainers.trl_rollouts import RolloutLog
 
 #: ``gradient_checkpointing: auto`` recomputes activations for models with at least this many
@@ -438,7 +433,7 @@ class TrlGrpoTrainer(Trainer):
     # ------------------------------------------------------------------ one round
 
     def train(self, request: TrainRequest) -> TrainResult:
-        from envengineer.plugins.policies.transformers_policy import quiet_hf
+        from envengineer.plugins.policies.hf import quiet_hf
 
         with quiet_hf(), self._threads():
             return self._train(request)
