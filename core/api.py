@@ -48,6 +48,7 @@ from envengineer.components import (
     retired_options,
 )
 from envengineer.design.contract import DesignOutcome, DesignRequest, EngineerCallError, EngineerReply
+from envengineer.cli.state import CommandState
 from envengineer.display import stage_progress
 from envengineer.loop.preflight import Check, package_check, torch_check, version
 from envengineer.errors import ConfigError, EnvEngineerError, InputError
@@ -208,5 +209,5 @@ __all__ = [
     "RunDir", "SUMS", "atomic_open", "cache_root", "fsync_dir", "read_checksums", "read_jsonl", "read_yaml",
     "replace_folder", "sha256_file", "write_json", "write_jsonl", "write_text", "write_yaml",
     # commands a plugin adds (register_commands)
-    "load_registry", "only_task", "stage_progress",
+    "CommandState", "load_registry", "only_task", "stage_progress",
 ]

@@ -15,6 +15,7 @@ A plugin is any module or object with functions marked ``@hookimpl``::
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, TypeVar, cast
 
 import pluggy
@@ -88,7 +89,7 @@ def register_trackers(register: Callable[[type], None]) -> None:
 
 
 @hookspec
-def register_commands(cli: Any) -> None:
+def register_commands(cli: Any, state: Any) -> dict[str, str] | None:
     """Add commands to the ``envengineer`` command line (the pattern of simonw/llm).
 
     :param cli: the root ``typer.Typer`` app. Add a command with ``cli.command("name")(function)``
@@ -96,6 +97,25 @@ def register_commands(cli: Any) -> None:
         Called once, when the command line is built: import heavy modules inside the commands.
         A name the command line already has is refused with a warning, and a plugin whose hook
         raises is reported and skipped; the other commands stay.
+    :param state: the commands' shared :class:`envengineer.cli.state.CommandState`: ``state.registry``
+        (the installed plugins' registry, built when a command first asks), ``state.console`` and
+        ``state.err_console``. A command defined inside the implementation reads it from there;
+        ``state.command(function)`` makes a top-level function whose first parameter is the state a command.
+    :returns: optionally, where the commands stand in ``envengineer --help``: ``{command: the command it
+        follows}`` (``{"doctor": "run", "plan": "doctor"}``). The others, and those whose command is not
+        there, come after the placed ones, in the order registered.
+    """
+
+
+@hookspec
+def print_dry_run(config: Path, overrides: tuple[str, ...], gpu_memory_gb: float, state: Any) -> None:
+    """Print your part of ``envengineer run --dry-run``'s plan: after round 0's data is prepared, before the
+    trainer's plan and command (which end the output). The built-in gpu plugin prints the run's memory plan here.
+
+    :param config: the run config's path; ``overrides``: the command's dotted overrides.
+    :param gpu_memory_gb: the command's ``--gpu-memory-gb``, the GPU memory a plan checks against.
+    :param state: the command line's :class:`envengineer.cli.state.CommandState` (``state.registry``,
+        ``state.console``: print there).
     """
 
 

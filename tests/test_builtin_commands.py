@@ -21,11 +21,17 @@ def commands(help_text):
 
 
 def test_help_lists_the_builtin_plugins_commands_in_their_places(tmp_path):
-    from envengineer.cli.commands import HELP_ORDER
-
+    """The core's commands (HELP_ORDER) with the command plugins' where their register_commands place them."""
     listed = commands(envengineer(["--help"], tmp_path).stdout)
-    assert listed[: len(HELP_ORDER)] == list(HELP_ORDER), listed
-    assert {"bench", "engineers", "serve", "models", "pretrain"} <= set(listed)
+    assert listed == ["generate", "solve", "score", "plugins", "context", "propose", "run", "doctor", "plan", "eval", "report",
+                      "compare", "suite", "serve", "models", "pretrain", "bench", "engineers"], listed
+
+
+def test_help_order_puts_each_placed_command_after_the_one_it_follows():
+    from envengineer.cli.commands import help_order
+
+    placed = {"plan": "doctor", "doctor": "run", "suite": "compare", "lost": "gone"}
+    assert help_order(("generate", "run", "eval"), placed) == ["generate", "run", "doctor", "plan", "eval"]
 
 
 def test_a_blocked_command_plugin_takes_only_its_commands_away(tmp_path):
@@ -51,13 +57,59 @@ def test_the_command_plugins_register_functions_after_their_submodules_are_impor
 
     import typer
 
+    from envengineer.cli.state import CommandState
     from envengineer.plugins import gpu, report, score, suite
 
     for package in (report, suite, gpu, score):
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
             importlib.import_module(info.name)
         fresh = typer.Typer()
-        package.register_commands(cli=fresh)
+        package.register_commands(cli=fresh, state=CommandState())
         callbacks = [c.callback for c in fresh.registered_commands] + [
             c.callback for g in fresh.registered_groups for c in g.typer_instance.registered_commands]
         assert callbacks and all(inspect.isfunction(c) for c in callbacks), (package.__name__, callbacks)
+
+
+def test_a_plugins_command_gets_the_registry_from_the_state_built_once_per_invocation(monkeypatch):
+    """register_commands(cli, state): the command reads state.registry, built on first use, once per invocation."""
+    import typer
+    from typer.testing import CliRunner
+
+    import envengineer.registry
+    from envengineer import hookimpl, plugin_manager
+    from envengineer.cli import commands as cli
+
+    built = []
+
+    def load_registry(*args, **kwargs):
+        built.append(object())
+        return built[-1]
+
+    class Asks:
+        @hookimpl
+        def register_commands(self, cli, state):
+            @cli.command("ask")
+            def ask() -> None:
+                assert state.registry is state.registry  # one registry for the invocation
+                print(f"registry {built.index(state.registry)}")
+
+            return {"ask": "run"}
+
+    def manager(**_):
+        pm = create(builtins=(), entry_points=False, environ={})
+        pm.register(Asks(), name="asks")
+        return pm
+
+    create = plugin_manager.create_plugin_manager
+    app = typer.Typer()
+    app.callback()(cli._invocation)
+    app.command("run")(lambda: None)
+    app.command("eval")(lambda: None)
+    monkeypatch.setattr(cli, "app", app)
+    monkeypatch.setattr(plugin_manager, "create_plugin_manager", manager)
+    monkeypatch.setattr(envengineer.registry, "load_registry", load_registry)
+    cli._plugin_commands()
+    assert [info.name for info in app.registered_commands] == ["run", "ask", "eval"]  # placed after run
+    assert not built  # nothing is built until a command asks
+    assert CliRunner().invoke(app, ["ask"]).output == "registry 0\n"
+    assert CliRunner().invoke(app, ["ask"]).output == "registry 1\n"  # a fresh one for the next invocation

@@ -48,7 +48,7 @@ def test_consoles_follow_the_environment_after_a_library_replaces_os_environ(mon
     early = Console()
     monkeypatch.setattr(os, "environ", os.environ.copy())  # what such a library does
     monkeypatch.setitem(os.environ, "COLUMNS", "173")
-    assert cli.console.width == 173 and cli.err_console.width == 173 and early.width == 173 and Console().width == 173
+    assert cli.state.console.width == 173 and cli.state.err_console.width == 173 and early.width == 173 and Console().width == 173
     assert Console(width=64).width == 64
     assert Console(_environ={"COLUMNS": "91"}).width == 91  # an explicit environment still wins
 

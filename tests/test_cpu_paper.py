@@ -394,6 +394,7 @@ def flags(text: str) -> list[tuple[bool, bool]]:
 
 def test_the_comparison_holds_per_subset_means_and_paired_tests_against_fixed(tmp_path):
     from envengineer.plugins.suite.tables import plan, write_tables
+    from envengineer.registry import load_registry
 
     folder = write_suite(tmp_path / "s", tiny_base(tmp_path / "cache"),
                          {"fixed": {"engineer.name": "fixed"}, "heuristic": {"engineer.name": "heuristic"}}, table="hand")
@@ -420,7 +421,7 @@ def test_the_comparison_holds_per_subset_means_and_paired_tests_against_fixed(tm
                            earlier=[flags(first[(entry.arm, run.seed)])], sampled=sampled[(entry.arm, run.seed)])
     suite = plan([folder], seeds=2, output=out)
     assert all(run.done for run in suite.runs)
-    write_tables(suite)
+    write_tables(suite, load_registry())
 
     # per seed: validation valid. seed 0: fixed VVvv....VV.. vs heuristic VVVVVVVVVVV. -> +5 (4,5,6,7,10) -0
     # seed 1: fixed VVVVVVvv.... vs heuristic VV.VVV.v.v.. -> +1 (9) -2 (2, 6)

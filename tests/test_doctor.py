@@ -25,13 +25,11 @@ SMI_APPS = "GPU-7d9e2f30-aaaa-bbbb-cccc-000000000002, 31337, /usr/bin/python3, 7
 
 def cli(*args: str):
     from envengineer.cli import commands as command_line
-    from envengineer.plugins import gpu  # doctor and plan are the gpu plugin's commands
 
-    # whole table rows, whatever the terminal; the modules' consoles are left as they were (their width
-    # follows the terminal: setting it back would fix it at what it read here)
+    # whole table rows, whatever the terminal; the commands' console (the gpu plugin's doctor and plan print
+    # there too) is left as it was (its width follows the terminal: setting it back would fix it at what it read here)
     patch = pytest.MonkeyPatch()
-    patch.setattr(command_line, "console", Console(width=250))
-    patch.setattr(gpu, "console", Console(width=250))
+    patch.setattr(command_line.state, "console", Console(width=250))
     try:
         return CliRunner().invoke(command_line.app, list(args))
     finally:

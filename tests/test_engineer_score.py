@@ -179,12 +179,13 @@ def test_the_command_end_to_end(sim_runs, tmp_path, capsys):
     assert any((out / "cache").rglob("*.json"))
     # the run keeps its slice, and its report shows it as a section with the run's own plot
     from envengineer.plugins.report.page import write_report
+    from envengineer.registry import load_registry
 
     record = json.loads((sim_runs[0] / "engineer-score" / "out.json").read_text())
     assert record["output"] == str(out.resolve()) and set(record["summary"]) == {"reference", "inverted"}
     assert record["summary"]["inverted"]["proposals"] == 3 and record["rounds"] == [0, 1, 2]
     assert (sim_runs[0] / "report" / "engineer-score-out.png").stat().st_size > 0
-    page = write_report(sim_runs[0]).html.read_text()
+    page = write_report(sim_runs[0], load_registry()).html.read_text()
     assert "Engineer benchmark: out" in page and "<td>inverted</td>" in page and 'src="report/engineer-score-out.png"' in page
     assert not (sim_runs[1] / "engineer-score").exists()  # only the runs scored
     # an unknown engineer: one red line naming it and the registered ones, exit status 2, nothing scored

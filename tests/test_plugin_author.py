@@ -192,8 +192,8 @@ def plugins_cli(monkeypatch):
 
     from envengineer.cli import commands as cli
 
-    monkeypatch.setattr(cli, "console", Console(width=400))
-    monkeypatch.setattr(cli, "err_console", Console(width=400, stderr=True))
+    monkeypatch.setattr(cli.state, "console", Console(width=400))
+    monkeypatch.setattr(cli.state, "err_console", Console(width=400, stderr=True))
 
     def invoke(*args):
         result = CliRunner().invoke(cli.app, ["plugins", *args])

@@ -12,7 +12,7 @@ from typing import Any, NoReturn, Optional
 import typer
 from rich.markup import escape
 
-from envengineer.display import Console
+from envengineer.cli.state import CommandState
 from envengineer.errors import EnvEngineerError
 
 app = typer.Typer(
@@ -25,14 +25,13 @@ app = typer.Typer(
 bench_app = typer.Typer(help="Frozen benchmark sets: list, verify checksums, rebuild.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 
-console = Console()
-err_console = Console(stderr=True)
+#: what the commands share, the plugins' commands included (each register_commands implementation receives it)
+state = CommandState()
 
 
-def _registry():
-    from envengineer.registry import load_registry
-
-    return load_registry()
+@app.callback()
+def _invocation() -> None:
+    state.reset()  # each invocation builds its own registry, on first use
 
 
 def _task_options(registry: Any, task: str, options: list[str] | None, extra: list[str] | None) -> dict[str, Any]:
@@ -74,14 +73,14 @@ def _task_options(registry: Any, task: str, options: list[str] | None, extra: li
 
 def _task(task: str, options: list[str] | None = None, extra: list[str] | None = None):
     """The generator/validator pair, with ``--option k=v`` and the task's own ``--KEY VALUE`` options."""
-    registry = _registry()
+    registry = state.registry
     return registry.task(task, _task_options(registry, task, options, extra), where="task")
 
 
 def _progress(description: str, total: int | None):
     from envengineer.display import progress_bar
 
-    return progress_bar(description, total, console=err_console)
+    return progress_bar(description, total, console=state.err_console)
 
 
 TaskArg = typer.Argument(..., help="task family: a registered generator's name (`envengineer plugins` lists them)")
@@ -112,7 +111,7 @@ def generate(
     with progress:
         discarded = generate_file(generator, cfg, n=n, seed=seed, output=output, workers=workers, progress=advance)
     note = ", ".join(f"{k}: {v}" for k, v in discarded.items()) or "none"
-    console.print(f"wrote {n} instances to [bold]{escape(str(output))}[/] (discarded draws: {escape(str(note))})")
+    state.console.print(f"wrote {n} instances to [bold]{escape(str(output))}[/] (discarded draws: {escape(str(note))})")
 
 
 @app.command(context_settings=TASK_COMMAND)
@@ -132,7 +131,7 @@ def solve(
     progress, advance = _progress("solving", len(records))
     with progress:
         count = solve_records(generator, records, source=instances, output=output, progress=advance)
-    console.print(f"wrote {count} answers to [bold]{escape(str(output))}[/]")
+    state.console.print(f"wrote {count} answers to [bold]{escape(str(output))}[/]")
 
 
 @app.command(context_settings=TASK_COMMAND)
@@ -151,8 +150,8 @@ def score(
 
     generator, validator = _task(task, option, ctx.args)
     summary = score_file(generator, validator, instances=instances, responses=responses, output=output)
-    print_summary(summary, validator.failure_types, dimensions=display_dimensions(generator), console=console, title=f"{task}")
-    console.print(f"wrote {summary.overall.n} verdicts to [bold]{escape(str(output))}[/]")
+    print_summary(summary, validator.failure_types, dimensions=display_dimensions(generator), console=state.console, title=f"{task}")
+    state.console.print(f"wrote {summary.overall.n} verdicts to [bold]{escape(str(output))}[/]")
 
 
 #: ``--kind`` spellings beyond the registry's own kinds.
@@ -174,7 +173,7 @@ def _kind(kind: str | None) -> str | None:
 
 def _usage_error(message: str) -> NoReturn:
     """Print ``message`` as an error and exit 2 (a usage mistake)."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    state.err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -198,14 +197,14 @@ def _print_options(registry: Any, name: str, kind: str | None) -> None:
         hint = f" (registered as {', '.join(elsewhere)}: pass --kind {elsewhere[0]})" if elsewhere else ""
         _usage_error(f"--options {name}: {where}{hint}; registered: {listed or 'none'}")
     if len(entries) > 1:
-        console.print(f"[dim]{escape(name)} is registered as {len(entries)} kinds of component "
+        state.console.print(f"[dim]{escape(name)} is registered as {len(entries)} kinds of component "
                       f"({escape(', '.join(e.kind.replace('_', ' ') for e in entries))}); --kind picks one[/]", highlight=False)
     for entry in entries:
         label = entry.kind.replace("_", " ")
         if entry.kind == "benchmark":
             spec = entry.obj
             drawn = ", ".join(f"{k}: {v}" for k, v in spec.options.items()) or "the task's defaults"
-            console.print(f"[bold]benchmark {escape(name)}[/]: a frozen set of task {escape(spec.task)} "
+            state.console.print(f"[bold]benchmark {escape(name)}[/]: a frozen set of task {escape(spec.task)} "
                           f"(drawn under task options {escape(drawn)}); it takes no options", highlight=False, soft_wrap=True)
             continue
         what = {
@@ -216,12 +215,12 @@ def _print_options(registry: Any, name: str, kind: str | None) -> None:
         title = f"{label} {name} ({entry.owner}): {what}"
         model = entry.obj.Options
         if not model.model_fields:
-            console.print(f"[bold]{escape(label)} {escape(name)}[/] ({escape(entry.owner)}): no options", highlight=False, soft_wrap=True)
+            state.console.print(f"[bold]{escape(label)} {escape(name)}[/] ({escape(entry.owner)}): no options", highlight=False, soft_wrap=True)
             continue
         for index, table in enumerate(options_tables(model, title)):
             if index == 0 and entry.description:
                 table.caption, table.caption_justify = Text(entry.description), "left"
-            console.print(table)
+            state.console.print(table)
 
 
 @app.command()
@@ -237,9 +236,7 @@ def plugins(
     """List every registered component and the plugin it comes from; --options NAME prints one's options."""
     from rich.table import Table
 
-    from envengineer.registry import load_registry
-
-    registry = load_registry()
+    registry = state.registry
     kind = _kind(kind)
     if options is not None:
         _print_options(registry, options, kind)
@@ -249,12 +246,12 @@ def plugins(
         table.add_column(column)
     for entry in registry.entries(kind):
         table.add_row(entry.kind.replace("_", " "), entry.name, entry.owner, entry.origin, entry.description)
-    console.print(table)
+    state.console.print(table)
     report = registry.pm.load_report
     if report.failed:  # each error is logged once, when the first manager of the process loads the plugins
-        err_console.print(f"[red]failed to load (the error is above):[/] {escape(', '.join(str(who) for who, _ in report.failed))}")
+        state.err_console.print(f"[red]failed to load (the error is above):[/] {escape(', '.join(str(who) for who, _ in report.failed))}")
     for who in report.blocked:
-        console.print(f"[dim]blocked: {escape(str(who))}[/]")
+        state.console.print(f"[dim]blocked: {escape(str(who))}[/]")
 
 
 @bench_app.command("list")
@@ -262,7 +259,7 @@ def bench_list() -> None:
     """List the frozen benchmark sets."""
     from envengineer.store.benchmarks import benchmark_table
 
-    console.print(benchmark_table(_registry()))
+    state.console.print(benchmark_table(state.registry))
 
 
 @bench_app.command("verify")
@@ -270,7 +267,7 @@ def bench_verify(names: Optional[list[str]] = typer.Argument(None, help="benchma
     """Check every benchmark file against its sha256."""
     from envengineer.store.benchmarks import verify
 
-    problems = verify(_registry(), names or None, console=console)
+    problems = verify(state.registry, names or None, console=state.console)
     if problems:
         raise typer.Exit(1)
 
@@ -284,7 +281,7 @@ def bench_build(
     """Rebuild benchmark files from their specs (identically); refuses to change a frozen checksum."""
     from envengineer.store.benchmarks import build
 
-    problems = build(_registry(), names or None, check=check, update=update, console=console)
+    problems = build(state.registry, names or None, check=check, update=update, console=state.console)
     if problems:
         raise typer.Exit(1)
 
@@ -305,7 +302,7 @@ def context(
     from envengineer.design.context import compose_context
     from envengineer.design.evidence import load_evidence
 
-    registry = _registry()
+    registry = state.registry
     evidence = load_evidence(run, round, registry)
     sys.stdout.write(compose_context(registry, context_spec_from_cli(run, preset, modules), evidence))
 
@@ -326,28 +323,28 @@ def propose(
     from envengineer.design.prompts import diff_rows
     from envengineer.loop.replay import propose_offline
 
-    request, outcome = propose_offline(_registry(), run, round, engineer, engineer_config, out_dir=output, reask=reask)
-    console.rule("proposal")
-    console.print(yaml.safe_dump(outcome.proposal, sort_keys=False) if outcome.proposal is not None else "(none)", markup=False, highlight=False)
+    request, outcome = propose_offline(state.registry, run, round, engineer, engineer_config, out_dir=output, reask=reask)
+    state.console.rule("proposal")
+    state.console.print(yaml.safe_dump(outcome.proposal, sort_keys=False) if outcome.proposal is not None else "(none)", markup=False, highlight=False)
     if outcome.fallback:
-        console.print(f"[bold yellow]fallback:[/] {escape(str(outcome.reason))}", highlight=False)
+        state.console.print(f"[bold yellow]fallback:[/] {escape(str(outcome.reason))}", highlight=False)
     if outcome.projection is not None:
         table = Table(title="projection", title_justify="left")
         for column in ("field", "proposed", "applied", "reason"):
             table.add_column(column)
         for change in outcome.projection.changes:
             table.add_row(change.field, repr(change.proposed), repr(change.applied), change.reason)
-        console.print(table if table.row_count else "projection: no changes to the proposal")
-        console.print(f"accepted: {escape(', '.join(outcome.projection.accepted) or 'none')}", highlight=False)
+        state.console.print(table if table.row_count else "projection: no changes to the proposal")
+        state.console.print(f"accepted: {escape(', '.join(outcome.projection.accepted) or 'none')}", highlight=False)
     diff = Table(title=f"config: round {round} -> round {round + 1}", title_justify="left")
     for column in ("field", "current", "next"):
         diff.add_column(column)
     for row in diff_rows(request.current_config, outcome.config):
         diff.add_row(*row)
-    console.print(diff if diff.row_count else "config unchanged")
+    state.console.print(diff if diff.row_count else "config unchanged")
     if outcome.summary:
-        console.rule("summary")
-        console.print(outcome.summary, markup=False, highlight=False)
+        state.console.rule("summary")
+        state.console.print(outcome.summary, markup=False, highlight=False)
 
 
 @app.command("run")
@@ -372,22 +369,25 @@ def run_command(
     from envengineer.loop.steps import run
     from envengineer.loop.runconfig import load_run_config
 
-    registry = _registry()
+    registry = state.registry
     cfg = load_run_config(config, overrides or (), registry)
     target = Path(output or cfg.output or Path("runs") / cfg.name)
     if not resume and (target / "history.jsonl").exists():
         raise EnvEngineerError(f"{target}: already holds a run; pass --resume to continue it or choose another --output")
     if dry_run:
-        plan = run(config, registry=registry, console=console, output=output, overrides=overrides or (), dry_run=True)
-        gpu = registry.pm.get_plugin("envengineer.plugins.gpu")  # GPU planning is a built-in plugin (it may be blocked)
-        if gpu is not None:
-            gpu.print_memory(config, overrides or (), registry, gpu_memory_gb, console)
+        plan = run(config, registry=registry, console=state.console, output=output, overrides=overrides or (), dry_run=True)
+        if registry.pm.hook.print_dry_run.get_hookimpls():  # the memory plan: the gpu plugin's part (it may be blocked)
+            registry.pm.hook.print_dry_run(config=config, overrides=tuple(overrides or ()), gpu_memory_gb=gpu_memory_gb, state=state)
         else:
-            console.print("[bold]memory plan[/]: none: the gpu plugin (envengineer.plugins.gpu) is not loaded", highlight=False)
+            state.console.print(f"[bold]memory plan[/]: none: {NO_MEMORY_PLAN}", highlight=False)
         _print_plan(plan)  # last: the command ends the output, to copy
         return
-    run(config, registry=registry, console=console, output=output, overrides=overrides or ())
-    console.print(f"run directory: [bold]{escape(str(target))}[/]  (report: envengineer report {escape(str(target))})")
+    run(config, registry=registry, console=state.console, output=output, overrides=overrides or ())
+    state.console.print(f"run directory: [bold]{escape(str(target))}[/]  (report: envengineer report {escape(str(target))})")
+
+
+#: What ``run --dry-run`` says in the memory plan's place when no plugin prints a part of a dry run (``print_dry_run``).
+NO_MEMORY_PLAN = "the gpu plugin (envengineer.plugins.gpu) is not loaded"
 
 
 def _print_plan(plan: dict) -> None:
@@ -396,17 +396,17 @@ def _print_plan(plan: dict) -> None:
         if key in ("command", "env"):
             continue
         if isinstance(value, dict):
-            console.print(f"[bold]{escape(key)}[/]")
+            state.console.print(f"[bold]{escape(key)}[/]")
             for sub, item in value.items():
-                console.print(f"  {escape(str(sub))}: {escape(str(item))}", highlight=False)
+                state.console.print(f"  {escape(str(sub))}: {escape(str(item))}", highlight=False)
         else:
-            console.print(f"[bold]{escape(key)}[/]: {escape(str(value))}", highlight=False)
+            state.console.print(f"[bold]{escape(key)}[/]: {escape(str(value))}", highlight=False)
     if plan.get("env"):
-        console.print("[bold]environment[/]")
+        state.console.print("[bold]environment[/]")
         for name, value in plan["env"].items():
-            console.print(f"  {escape(name)}={escape(str(value))}", highlight=False)
+            state.console.print(f"  {escape(name)}={escape(str(value))}", highlight=False)
     if plan.get("command"):
-        console.print("[bold]command[/]")
+        state.console.print("[bold]command[/]")
         print(plan["command"], flush=True)  # unwrapped, so it can be copied
 
 
@@ -424,7 +424,7 @@ def eval_command(
     from envengineer.display import aggregate_line, print_summary
     from envengineer.fileio import read_jsonl, read_yaml
 
-    registry = _registry()
+    registry = state.registry
     name, _, path = policy.partition(":")
     options = dict(read_yaml(policy_config) or {}) if policy_config else {}
     if path:
@@ -445,16 +445,16 @@ def eval_command(
         with progress:
             result = evaluate(sampler, generator, validator, records, style=style, progress=advance, benchmark=spec)
         dims = display_dimensions(generator, spec)
-        print_summary(result.summary, validator.failure_types, dimensions=dims, console=console, title=bench_name)
+        print_summary(result.summary, validator.failure_types, dimensions=dims, console=state.console, title=bench_name)
         aggregate = result.aggregate_values()
         if aggregate is not None and spec.aggregate is not None:
-            console.print(aggregate_line(spec.aggregate, aggregate))
+            state.console.print(aggregate_line(spec.aggregate, aggregate))
         if output:
             write_eval(output / bench_name, result)
-            console.print(f"wrote {escape(str(output / bench_name))}")
+            state.console.print(f"wrote {escape(str(output / bench_name))}")
         if result.failed_calls:
             calls = result.calls
-            err_console.print(
+            state.err_console.print(
                 f"[yellow]{calls['failed']} of {calls['responses']} calls gave no answer (scored as empty responses); "
                 f"first error:[/] {escape(str(calls['first_error']))}",
                 highlight=False, soft_wrap=True,
@@ -465,9 +465,26 @@ def eval_command(
             )
 
 
-#: The order of the commands in ``envengineer --help``, those of the built-in plugins included.
-HELP_ORDER = ("generate", "solve", "score", "plugins", "context", "propose", "run", "doctor", "plan", "eval", "report",
-              "compare", "suite")
+#: The order of the core's commands in ``envengineer --help``; a plugin's command goes where its
+#: ``register_commands`` places it (:func:`help_order`).
+HELP_ORDER = ("generate", "solve", "score", "plugins", "context", "propose", "run", "eval")
+
+
+def help_order(core: tuple[str, ...], placed: dict[str, str]) -> list[str]:
+    """``core``'s commands in order, with each command of ``placed`` (``{command: the command it follows}``) right
+    after the one it follows, once that one is in; one that follows a command that is not there is left out."""
+    order = list(core)
+    waiting = {name: after for name, after in placed.items() if name not in order}
+    while True:
+        ready = [name for name, after in waiting.items() if after in order]
+        if not ready:
+            return order
+        for name in ready:
+            order.insert(order.index(waiting.pop(name)) + 1, name)
+
+
+def _name(info: Any) -> str | None:
+    return info.name or (info.callback.__name__.replace("_", "-") if info.callback else None)
 
 
 def _plugin_commands() -> None:
@@ -480,27 +497,32 @@ def _plugin_commands() -> None:
         pm = create_plugin_manager()
     except EnvEngineerError:
         return  # the commands that load plugins report it
-    names = {info.name or info.callback.__name__.replace("_", "-") for info in app.registered_commands}
+    names = {_name(info) for info in app.registered_commands}
     names |= {info.name for info in app.registered_groups}
+    arguments = {"cli": app, "state": state}
+    placed: dict[str, str] = {}
     for impl in reversed(pm.hook.register_commands.get_hookimpls()):  # in registration order
         before = len(app.registered_commands), len(app.registered_groups)
         try:
-            impl.function(**{arg: app for arg in impl.argnames})
+            places = impl.function(**{arg: arguments[arg] for arg in impl.argnames})
         except Exception as exc:  # a broken plugin must not take the command line down
             del app.registered_commands[before[0] :], app.registered_groups[before[1] :]
-            err_console.print(f"[yellow]plugin {escape(impl.plugin_name)}: register_commands failed: {escape(repr(exc))}[/]")
+            state.err_console.print(f"[yellow]plugin {escape(impl.plugin_name)}: register_commands failed: {escape(repr(exc))}[/]")
             continue
+        added = []
         for infos in (app.registered_commands, app.registered_groups):
             for info in list(infos[before[infos is app.registered_groups] :]):
-                name = info.name or (info.callback.__name__.replace("_", "-") if info.callback else None)
+                name = _name(info)
                 if name in names:
                     infos.remove(info)
-                    err_console.print(f"[yellow]plugin {escape(impl.plugin_name)}: command {escape(str(name))!r} already exists; not added[/]")
+                    state.err_console.print(f"[yellow]plugin {escape(impl.plugin_name)}: command {escape(str(name))!r} already exists; not added[/]")
                 else:
                     names.add(name)
-    # the built-in plugins' commands where they always stood in --help; other plugins' after them, as registered
-    rank = {name: index for index, name in enumerate(HELP_ORDER)}
-    app.registered_commands.sort(key=lambda info: rank.get(info.name or info.callback.__name__.replace("_", "-"), len(rank)))
+                    added.append(name)
+        placed.update({name: after for name, after in (places or {}).items() if name in added})
+    # the core's commands in their order, each plugin's where it placed them; the others after them, as registered
+    rank = {name: index for index, name in enumerate(help_order(HELP_ORDER, placed))}
+    app.registered_commands.sort(key=lambda info: rank.get(_name(info), len(rank)))
 
 
 _plugin_commands()
@@ -530,13 +552,13 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = app(args=argv, standalone_mode=False)
     except EnvEngineerError as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)  # paths stay whole
+        state.err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)  # paths stay whole
         sys.exit(2)
     except (typer.Exit, SystemExit) as exc:
         code = getattr(exc, "exit_code", getattr(exc, "code", 0))
         sys.exit(code or 0)
     except typer.Abort:
-        err_console.print("aborted")
+        state.err_console.print("aborted")
         sys.exit(130)
     except Exception as exc:  # click usage errors
         if isinstance(exc, _usage_errors()):

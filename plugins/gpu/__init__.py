@@ -10,22 +10,13 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from envengineer.display import Console
+from envengineer.api import CommandState
 from envengineer.errors import EnvEngineerError
 from envengineer.hookspecs import hookimpl
 
-#: the command line's consoles (output read by tests through typer's runner: they write to the current sys.stdout)
-console = Console()
-err_console = Console(stderr=True)
-
-
-def _registry() -> Any:
-    from envengineer.registry import load_registry
-
-    return load_registry()
-
 
 def doctor(
+    state: CommandState,
     config: Optional[Path] = typer.Argument(None, help="a run config: check what its trainer and policy need (default: everything the plugins check)"),
     overrides: Optional[list[str]] = typer.Argument(None, help="dotted overrides KEY.SUB=VALUE, as for run", show_default=False),
     lock: Optional[Path] = typer.Option(None, "--lock", help="the tested set of versions to compare this environment with "
@@ -41,7 +32,7 @@ def doctor(
     """
     from envengineer.loop.preflight import input_checks, plugin_checks, run_checks, table
 
-    registry = _registry()
+    registry, console = state.registry, state.console
     components = None
     if config is not None:
         from envengineer.loop.runconfig import load_run_config, resolve
@@ -52,7 +43,7 @@ def doctor(
     checks = run_checks(registry.pm, components) + inputs
     console.print(table(checks))
     if config is None or lock is not None:
-        print_lock_report(lock)
+        print_lock_report(lock, console)
     gpu = next((c for c in checks if c.name == "gpus"), None)
     if gpu is not None and gpu.status == "missing":
         console.print("[bold]no GPU[/] on this machine: CPU runs (the tiny policy, trl) work; GPU rounds (verl, vLLM) need one.")
@@ -72,7 +63,7 @@ def doctor(
             console.print(f"{escape(str(config))}: everything its GPU rounds need is here.")
 
 
-def print_lock_report(lock: Path | None) -> None:
+def print_lock_report(lock: Path | None, console: Any) -> None:
     """This environment against the lock (:mod:`~envengineer.plugins.gpu.lock`), as a table of what differs."""
     from rich.table import Table
 
@@ -109,21 +100,22 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
-def print_memory(config: Path, overrides: list[str] | tuple[str, ...], registry: Any, gpu_memory_gb: float, console: Any = console) -> bool:
-    """The run's memory plan (``envengineer plan``); whether it fits. A run with nothing to plan says why."""
+@hookimpl
+def print_dry_run(config: Path, overrides: tuple[str, ...], gpu_memory_gb: float, state: CommandState) -> None:
+    """The run's memory plan (``envengineer plan``) in ``run --dry-run``'s output; a run with nothing to plan says why."""
     from envengineer.plugins.gpu.plan import plan_run, print_plan
 
     try:
-        plan = plan_run(config, overrides, registry, gpu_memory_gb)
+        plan = plan_run(config, overrides, state.registry, gpu_memory_gb)
     except EnvEngineerError as exc:
-        console.print(f"[bold]memory plan[/]: none: {escape(str(exc))}", highlight=False, soft_wrap=True)
-        return True
-    console.rule("memory plan")
-    print_plan(plan, console, command=" ".join(["envengineer plan", str(config), *overrides]))
-    return plan.fits
+        state.console.print(f"[bold]memory plan[/]: none: {escape(str(exc))}", highlight=False, soft_wrap=True)
+        return
+    state.console.rule("memory plan")
+    print_plan(plan, state.console, command=" ".join(["envengineer plan", str(config), *overrides]))
 
 
 def plan_command(
+    state: CommandState,
     config: Path = typer.Argument(..., help="run config YAML"),
     overrides: Optional[list[str]] = typer.Argument(None, help="dotted overrides KEY.SUB=VALUE, as for run", show_default=False),
     gpu_memory_gb: float = typer.Option(80.0, "--gpu-memory-gb", min=1.0, help="memory of one GPU, in GB of 10^9 bytes"),
@@ -134,8 +126,8 @@ def plan_command(
     from envengineer.fileio import write_json
     from envengineer.plugins.gpu.plan import plan_run, print_plan
 
-    plan = plan_run(config, overrides or (), _registry(), gpu_memory_gb)
-    print_plan(plan, console, command=" ".join(["envengineer plan", str(config), *(overrides or ())]))
+    plan = plan_run(config, overrides or (), state.registry, gpu_memory_gb)
+    print_plan(plan, state.console, command=" ".join(["envengineer plan", str(config), *(overrides or ())]))
     if json_path is not None:
         write_json(json_path, plan.to_dict())
     if not plan.fits:
@@ -143,6 +135,7 @@ def plan_command(
 
 
 @hookimpl
-def register_commands(cli: Any) -> None:
-    cli.command()(doctor)
-    cli.command("plan")(plan_command)
+def register_commands(cli: Any, state: CommandState) -> dict[str, str]:
+    cli.command()(state.command(doctor))
+    cli.command("plan")(state.command(plan_command))
+    return {"doctor": "run", "plan": "doctor"}

@@ -15,10 +15,10 @@ def register_policies(register):
 
 
 @hookimpl
-def register_commands(cli):
+def register_commands(cli, state):
     from envengineer.plugins.policies import cli as commands
 
-    commands.register(cli)  # envengineer pretrain: the tiny policy's base model
+    commands.register(cli, state)  # envengineer pretrain: the tiny policy's base model
 
 
 @hookimpl

@@ -14,6 +14,8 @@ from typing import Any, Optional
 
 import typer
 
+from envengineer.api import CommandState
+
 HELD_OUT_SEED = 424242  # fresh instances when the task ships no matching benchmark file
 HELD_OUT_N = 300
 
@@ -140,6 +142,7 @@ def _task_options(items: list[str] | None) -> dict[str, Any]:
 
 
 def pretrain(
+    state: CommandState,
     force: bool = typer.Option(False, "--force", help="rebuild even when the cached base model exists"),
     instances: Optional[int] = typer.Option(None, "--instances", help="warm-start instances (default: the tiny policy's)"),
     epochs: Optional[float] = typer.Option(None, "--epochs", help="warm-start epochs (default: the tiny policy's)"),
@@ -151,14 +154,10 @@ def pretrain(
     style: Optional[str] = typer.Option(None, "--style", help="the prompt style the base reads (the tiny policy's prompt_style; default compact): one the task declares"),
 ) -> None:
     """Build the embedded tiny policy's base model (cached), then print its greedy valid rate."""
-    from rich.console import Console
-
-    from envengineer.api import load_registry
-
-    pretrain_command(load_registry(), Console(), force=force, instances=instances, epochs=epochs, threads=threads,
+    pretrain_command(state.registry, state.console, force=force, instances=instances, epochs=epochs, threads=threads,
                      task=task, task_options=_task_options(option), bench=bench, limit=limit, style=style)
 
 
-def register(cli: Any) -> None:
-    """Add ``pretrain`` to the command line ``cli`` (a typer app)."""
-    cli.command("pretrain")(pretrain)
+def register(cli: Any, state: CommandState) -> None:
+    """Add ``pretrain`` to the command line ``cli`` (a typer app) that hands ``state`` to its commands."""
+    cli.command("pretrain")(state.command(pretrain))

@@ -9,40 +9,39 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from envengineer.display import Console
+from envengineer.api import CommandState
 from envengineer.hookspecs import hookimpl
 
-#: the command line's consoles (output read by tests through typer's runner: they write to the current sys.stdout)
-console = Console()
-err_console = Console(stderr=True)
 
-
-def report(run_dir: Path = typer.Argument(..., help="run directory (finished or partial)")) -> None:
+def report(state: CommandState, run_dir: Path = typer.Argument(..., help="run directory (finished or partial)")) -> None:
     """Write RUN_DIR/report.html and its plots (RUN_DIR/report/*.png): rates, failures, configs, curves, engineer notes."""
     from envengineer.plugins.report.page import write_report
 
+    console = state.console
     with console.status("rendering report"):
-        result = write_report(run_dir)
+        result = write_report(run_dir, state.registry)
     console.print(f"wrote [bold]{escape(str(result.html))}[/] and {len(result.images)} plots in [bold]{escape(str(result.html.parent / 'report'))}[/]", highlight=False, soft_wrap=True)
     for problem in result.problems:
-        err_console.print(f"[yellow]skipped:[/] {escape(str(problem))}", highlight=False, soft_wrap=True)
+        state.err_console.print(f"[yellow]skipped:[/] {escape(str(problem))}", highlight=False, soft_wrap=True)
 
 
 def compare_command(
+    state: CommandState,
     run_dirs: list[Path] = typer.Argument(..., help="run directories to put side by side"),
     output: Optional[Path] = typer.Option(None, "--output", help="also write the table to FILE.md or FILE.csv"),
 ) -> None:
     """Runs side by side: each benchmark's declared aggregate over its subsets (mapf-frozenlake: the paper's Sum) and overall rates, then validation."""
     from envengineer.plugins.report.compare import load_comparison, rich_tables, write_comparison
 
-    comparison = load_comparison(run_dirs)
+    comparison = load_comparison(run_dirs, state.registry)
     for table in rich_tables(comparison):
-        console.print(table)
+        state.console.print(table)
     if output is not None:
-        console.print(f"wrote [bold]{escape(str(write_comparison(comparison, output)))}[/]", highlight=False, soft_wrap=True)
+        state.console.print(f"wrote [bold]{escape(str(write_comparison(comparison, output)))}[/]", highlight=False, soft_wrap=True)
 
 
 @hookimpl
-def register_commands(cli: Any) -> None:
-    cli.command()(report)
-    cli.command("compare")(compare_command)  # not named compare: the submodule of that name would replace it
+def register_commands(cli: Any, state: CommandState) -> dict[str, str]:
+    cli.command()(state.command(report))
+    cli.command("compare")(state.command(compare_command))  # not named compare: the submodule of that name would replace it
+    return {"report": "eval", "compare": "report"}

@@ -157,23 +157,11 @@ def compare_runs(runs: Sequence[RunView], benchmarks: Sequence[str] | None = Non
     return Comparison(_columns(views), rows, comparison_note(views))
 
 
-def load_comparison(run_dirs: Sequence[str | Path], registry: Any = None) -> Comparison:
-    """The table of the runs in ``run_dirs`` (``registry``: resolves their tasks; default: the installed plugins)."""
+def load_comparison(run_dirs: Sequence[str | Path], registry: Any) -> Comparison:
+    """The table of the runs in ``run_dirs`` (``registry``: resolves their tasks)."""
     if not run_dirs:
         raise EnvEngineerError("compare: give at least one run directory")
-    if registry is None:
-        registry = _registry()
     return compare_runs([load_run(d, registry) for d in run_dirs])
-
-
-def _registry() -> Any:
-    """The installed plugins' registry, or None when they cannot be loaded (each run then notes it)."""
-    from envengineer.registry import load_registry
-
-    try:
-        return load_registry()
-    except Exception:  # noqa: BLE001 - load_run reports it per run
-        return None
 
 
 def cell(value: Any, column: Column) -> str:

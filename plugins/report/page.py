@@ -63,20 +63,13 @@ def _readable(*paths: Path) -> None:
         os.chmod(path, 0o666 & ~mask)
 
 
-def _registry() -> Any:
-    from envengineer.plugins.report.compare import _registry
-
-    return _registry()
-
-
-def write_report(run_dir: str | Path, registry: Any = None) -> Report:
+def write_report(run_dir: str | Path, registry: Any) -> Report:
     """Write ``RUN_DIR/report.html`` and its PNGs in ``RUN_DIR/report/``, each atomically.
 
     ``registry`` resolves the run's task and benchmarks and holds the plugins whose
-    ``report_sections`` add to the page (default: the installed plugins)."""
+    ``report_sections`` add to the page (the command's: the installed plugins)."""
     from envengineer.fileio import write_text
 
-    registry = registry if registry is not None else _registry()
     run = load_run(run_dir, registry)
     image_dir = run.path / IMAGE_DIR
     problems = list(run.problems)

@@ -10,18 +10,8 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from envengineer.display import Console
+from envengineer.api import CommandState
 from envengineer.hookspecs import hookimpl
-
-#: the command line's consoles (output read by tests through typer's runner: they write to the current sys.stdout)
-console = Console()
-err_console = Console(stderr=True)
-
-
-def _registry() -> Any:
-    from envengineer.registry import load_registry
-
-    return load_registry()
 
 
 def _interval(cell: Any, digits: int = 1, sign: bool = False) -> str:
@@ -34,6 +24,7 @@ def _interval(cell: Any, digits: int = 1, sign: bool = False) -> str:
 
 
 def engineers_score(
+    state: CommandState,
     runs: list[Path] = typer.Argument(..., help="recorded run directories: every round with a checkpoint and evidence is scored"),
     engineer: Optional[list[str]] = typer.Option(None, "--engineer", help="engineer name, or a YAML file with its options (repeatable); "
                                                  "the fixed config is always scored as the reference"),
@@ -56,11 +47,12 @@ def engineers_score(
     from envengineer.plugins.score.engineer_score import REFERENCE, ScoreSettings, score_runs, write_results
     from envengineer.fileio import cache_root
 
+    console, err_console = state.console, state.err_console
     cache_dir = cache if cache is not None else (output / "cache" if output is not None else cache_root() / "engineer-score")
     output = output if output is not None else Path("engineer-score")
     settings = ScoreSettings(proposals=samples, instances=instances, draws=draws, seed=seed, predictions=predict)
     with err_console.status("scoring") as status:
-        result = score_runs(_registry(), runs, engineer or [], settings, cache_dir, recorded=recorded,
+        result = score_runs(state.registry, runs, engineer or [], settings, cache_dir, recorded=recorded,
                             progress=lambda text: status.update(escape(text)))
     written = write_results(result, output)
     summary = result["summary"]
@@ -149,7 +141,7 @@ def engineers_score(
 
 
 @hookimpl
-def register_commands(cli: Any) -> None:
+def register_commands(cli: Any, state: CommandState) -> None:
     engineers = typer.Typer(help="Engineers measured without training: the engineer benchmark (docs/engineer-score.md).", no_args_is_help=True)
-    engineers.command("score")(engineers_score)
+    engineers.command("score")(state.command(engineers_score))
     cli.add_typer(engineers, name="engineers")

@@ -10,22 +10,13 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from envengineer.display import Console
+from envengineer.api import CommandState
 from envengineer.errors import EnvEngineerError
 from envengineer.hookspecs import hookimpl
 
-#: the command line's consoles (output read by tests through typer's runner: they write to the current sys.stdout)
-console = Console()
-err_console = Console(stderr=True)
-
-
-def _registry() -> Any:
-    from envengineer.registry import load_registry
-
-    return load_registry()
-
 
 def suite_command(
+    state: CommandState,
     sources: list[Path] = typer.Argument(..., help="folders of run configs (every *.yaml directly in them; a folder with suite.yaml: its arms), manifests and/or config files"),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="N: seeds 0..N-1; A-B: seeds A..B; a,b,c: those (each overrides the config's seed); "
                                           "default: a manifest's seeds:, else 3"),
@@ -50,7 +41,7 @@ def suite_command(
     from envengineer.plugins.suite.launch.base import suite_launcher
     from envengineer.plugins.suite.tables import execute, plan, plan_table, write_tables
 
-    registry = _registry()
+    registry, console = state.registry, state.console
     suite = plan(sources, seeds=seeds, output=output, only=only, registry=registry)
     options = suite_launcher(suite.entries, launcher_file, {
         "name": launcher, "address": address, "partition": slurm_partition, "time": slurm_time, "account": slurm_account,
@@ -74,10 +65,11 @@ def suite_command(
     failed = suite.failed()
     if failed and not tables_only:
         for run in failed:
-            err_console.print(f"[bold red]failed:[/] {escape(str(run.run_dir))}: {escape(str(run.error))}", highlight=False, soft_wrap=True)
+            state.err_console.print(f"[bold red]failed:[/] {escape(str(run.run_dir))}: {escape(str(run.error))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
 
 @hookimpl
-def register_commands(cli: Any) -> None:
-    cli.command("suite")(suite_command)
+def register_commands(cli: Any, state: CommandState) -> dict[str, str]:
+    cli.command("suite")(state.command(suite_command))
+    return {"suite": "compare"}

@@ -117,12 +117,9 @@ def entry_row(entry: SuiteEntry, benchmarks: Sequence[BenchView], registry: Any 
     return row
 
 
-def tables(suite: Suite, registry: Any = None) -> dict[str, Comparison]:
+def tables(suite: Suite, registry: Any) -> dict[str, Comparison]:
     """One comparison per ``suite.table``, in order of first appearance; rows by (order, file name).
-    ``registry`` resolves the benchmarks and the runs' tasks (default: the installed plugins)."""
-    from envengineer.plugins.report.compare import _registry
-
-    registry = registry if registry is not None else _registry()
+    ``registry`` resolves the benchmarks and the runs' tasks."""
     grouped: dict[str, list[SuiteEntry]] = {}
     for entry in suite.entries:
         grouped.setdefault(entry.table, []).append(entry)
@@ -149,16 +146,15 @@ def tables(suite: Suite, registry: Any = None) -> dict[str, Comparison]:
     return result
 
 
-def write_tables(suite: Suite, console: Console | None = None, registry: Any = None) -> list[Path]:
+def write_tables(suite: Suite, registry: Any, console: Console | None = None) -> list[Path]:
     """Write ``<output>/<table>.md`` and ``.csv`` atomically for every table and print them; then each
     table's arms in detail (:mod:`envengineer.plugins.suite.arms.page`): ``<table>-arms.md``, its CSVs and plots,
     printing the tests with seeds as the unit."""
-    from envengineer.plugins.report.compare import _registry, rich_tables, to_csv, to_markdown
+    from envengineer.plugins.report.compare import rich_tables, to_csv, to_markdown
     from envengineer.fileio import write_text
     from envengineer.plugins.suite.arms.runs import build
     from envengineer.plugins.suite.arms.page import write_arms_report
 
-    registry = registry if registry is not None else _registry()
     written = []
     grouped: dict[str, list[SuiteEntry]] = {}
     for entry in suite.entries:
