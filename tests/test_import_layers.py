@@ -78,6 +78,18 @@ class Import:
     target: str  # the module imported
     line: int
     text: str  # the statement's first line, comment included
+    typing_only: bool = False  # under ``if TYPE_CHECKING:``: read by type checkers, never run
+
+
+def typing_only_nodes(tree: ast.AST) -> set[int]:
+    """The ids of the nodes under an ``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``) branch, its else excluded."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and (
+                (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+                or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")):
+            found |= {id(inner) for statement in node.body for inner in ast.walk(statement)}
+    return found
 
 
 def module_files(repo: Path = REPO, packages: dict[str, str] = PACKAGES) -> dict[str, Path]:
@@ -104,7 +116,9 @@ def imports(path: Path, module: str, modules: set[str]) -> list[Import]:
         return name or None
 
     found: list[Import] = []
-    for node in ast.walk(ast.parse(source, filename=str(path))):
+    tree = ast.parse(source, filename=str(path))
+    typing_only = typing_only_nodes(tree)
+    for node in ast.walk(tree):
         targets: list[str | None] = []
         if isinstance(node, ast.Import):
             targets = [known(alias.name) for alias in node.names]
@@ -116,7 +130,7 @@ def imports(path: Path, module: str, modules: set[str]) -> list[Import]:
             targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else known(base) for alias in node.names]
         for target in dict.fromkeys(targets):
             if target is not None and target != module:
-                found.append(Import(target, node.lineno, lines[node.lineno - 1]))
+                found.append(Import(target, node.lineno, lines[node.lineno - 1], id(node) in typing_only))
     return found
 
 
@@ -165,7 +179,8 @@ def layer_of(module: str, layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYE
 
 def upward_imports(graph: dict[str, list[Import]], files: dict[str, Path], repo: Path = REPO,
                    layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS) -> list[str]:
-    """Core modules importing a module of a higher layer; a core module in no layer (a new one) is named too."""
+    """Core modules importing a module of a higher layer; a core module in no layer (a new one) is named too.
+    An import under ``if TYPE_CHECKING:`` is not one: it gives a signature its types and never runs."""
     rank = {name: index for index, (name, _) in enumerate(layers)}
     problems = []
     for module, found in sorted(graph.items()):
@@ -176,6 +191,8 @@ def upward_imports(graph: dict[str, list[Import]], files: dict[str, Path], repo:
             problems.append(f"{files[module].relative_to(repo).as_posix()}: {module} is in no layer; add it to LAYERS")
             continue
         for imp in found:
+            if imp.typing_only:
+                continue
             theirs = layer_of(imp.target, layers)
             if theirs is not None and rank[theirs] > rank[mine]:
                 problems.append(f"{files[module].relative_to(repo).as_posix()}:{imp.line} ({mine}) imports {imp.target} "
@@ -184,8 +201,9 @@ def upward_imports(graph: dict[str, list[Import]], files: dict[str, Path], repo:
 
 
 def cycles(graph: dict[str, list[Import]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan), each sorted."""
-    edges = {v: sorted({imp.target for imp in found if imp.target in graph}) for v, found in graph.items()}
+    """The strongly connected components of more than one module (Tarjan), each sorted; imports under
+    ``if TYPE_CHECKING:`` never run, so they close no cycle."""
+    edges = {v: sorted({imp.target for imp in found if imp.target in graph and not imp.typing_only}) for v, found in graph.items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -365,14 +383,16 @@ def test_the_checker_finds_a_cycle_and_its_modules(tmp_path):
         "core/__init__.py": "",
         "core/a.py": "from envengineer.b import x\n",
         "core/b.py": "def f():\n    from envengineer import c\n",
-        "core/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import envengineer.a\n",
+        "core/c.py": "import typing\nif typing.TYPE_CHECKING:\n    pass\nelse:\n    import envengineer.a\n",
         "core/d.py": "from envengineer.a import y\nfrom envengineer.d import z\nimport os\n",
+        "core/e.py": "from typing import TYPE_CHECKING\nfrom envengineer.d import w\nif TYPE_CHECKING:\n    from envengineer.e import v\n    import envengineer.d\n",
         "plugins/__init__.py": "",
         "plugins/p/__init__.py": "from .q import x\n",
         "plugins/p/q.py": "from envengineer.plugins.p import y\n",
     })
     graph = import_graph(tmp_path, FAKE)
     assert [imp.target for imp in graph["envengineer.d"]] == ["envengineer.a"]  # itself and other packages do not count
+    assert [(imp.target, imp.typing_only) for imp in graph["envengineer.e"]] == [("envengineer.d", False), ("envengineer.d", True)]
     assert cycles(graph) == [["envengineer.a", "envengineer.b", "envengineer.c"], ["envengineer.plugins.p", "envengineer.plugins.p.q"]]
     assert "envengineer.b:2 imports envengineer.c" in describe(graph, ["envengineer.a", "envengineer.b", "envengineer.c"])
 
@@ -403,6 +423,9 @@ def test_the_checker_finds_an_upward_import_and_a_module_in_no_layer(tmp_path):
         "core/__init__.py": "", "core/errors.py": "",
         "core/components/__init__.py": "", "core/components/base.py": "from envengineer.loop.steps import Loop\n",
         "core/loop/__init__.py": "", "core/loop/steps.py": "from envengineer.components.base import Component\n",
+        "core/components/roles.py": "from __future__ import annotations\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                    "    from envengineer.loop.steps import Loop\nelse:\n    from envengineer.loop import steps\n"
+                                    "def f():\n    from envengineer.loop.steps import Loop\n",
         "core/stray.py": "",
         "plugins/__init__.py": "", "tasks/__init__.py": "",
     })
@@ -410,4 +433,7 @@ def test_the_checker_finds_an_upward_import_and_a_module_in_no_layer(tmp_path):
     assert any("core/components/base.py:1 (components) imports envengineer.loop.steps (loop), a higher layer" in p for p in problems), problems
     assert any("envengineer.stray is in no layer" in p for p in problems), problems
     assert not any("core/loop/steps.py" in p for p in problems)  # downward is fine
+    # under `if TYPE_CHECKING:` an upward import types a signature and is allowed; its else branch and a function's are not
+    assert sorted(p.split(" (components)")[0] for p in problems if "roles.py" in p) == [
+        "core/components/roles.py:6", "core/components/roles.py:8"], problems
 

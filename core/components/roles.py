@@ -7,12 +7,21 @@ import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from pydantic import BaseModel
 
 from envengineer.components.base import Component
 from envengineer.errors import ConfigError
+
+if TYPE_CHECKING:  # the contracts' types (tests/test_import_layers.py: typing-only imports may point up)
+    from envengineer.components.model_shape import ModelShape
+    from envengineer.components.resources import MemoryEstimate
+    from envengineer.components.task import Generator
+    from envengineer.components.training import TrainRequest, TrainResult
+    from envengineer.design.budget import Cut
+    from envengineer.design.contract import DesignOutcome, DesignRequest, EngineerReply
+    from envengineer.design.evidence import Evidence
 
 
 # ---------------------------------------------------------- the loop's components
@@ -26,10 +35,10 @@ class ContextModule(Component, abc.ABC):
     essential: ClassVar[bool] = False
 
     @abc.abstractmethod
-    def render(self, evidence: Any) -> str:
+    def render(self, evidence: Evidence) -> str:
         """Markdown for this module, or an empty string when it has nothing to say."""
 
-    def budget_cuts(self, evidence: Any) -> Sequence[Any]:
+    def budget_cuts(self, evidence: Evidence) -> Sequence[Cut]:
         """The :class:`envengineer.design.budget.Cut` steps that shorten this module's block for a context budget, in
         the order they are applied within their stage (``history``, ``rows``, ``compact``); each updates this
         module's options. None by default: the module is only left out whole (unless :attr:`essential`)."""
@@ -49,7 +58,7 @@ class Engineer(Component, abc.ABC):
         self.last_summary_calls: list[dict[str, Any]] = []
 
     @abc.abstractmethod
-    def propose(self, request: Any) -> Any:
+    def propose(self, request: DesignRequest) -> EngineerReply:
         """Return the engineer's reply for one design step."""
 
     @property
@@ -57,11 +66,11 @@ class Engineer(Component, abc.ABC):
         """The model that answers (an API model's name), for messages and records; None for a non-LLM engineer."""
         return None
 
-    def summarize(self, request: Any, outcome: Any) -> str | None:
+    def summarize(self, request: DesignRequest, outcome: DesignOutcome) -> str | None:
         """The S note after a design step (3–5 sentences), or None: the loop then writes a factual note."""
         return None
 
-    def ask(self, request: Any, messages: list[dict[str, str]], schema: dict[str, Any] | None = None) -> Any:
+    def ask(self, request: DesignRequest, messages: list[dict[str, str]], schema: dict[str, Any] | None = None) -> EngineerReply | None:
         """Another question on a design request's context, answered by the engineer's model: its reply (an
         ``EngineerReply``; ``schema``: the answer's JSON schema, decoded under it where the backend can), or None
         for an engineer without a model (the engineer benchmark's self-prediction skips it)."""
@@ -79,7 +88,7 @@ class Engineer(Component, abc.ABC):
 
         return self.options.max_prompt_tokens if isinstance(self.options, PromptBudgetOptions) else None
 
-    def prompt_token_counter(self, request: Any) -> tuple[str, Any]:
+    def prompt_token_counter(self, request: DesignRequest) -> tuple[str, Callable[[str], int]]:
         """(what counts, ``count(text) -> int``) for the budget: the estimate (characters / 4) unless an engineer
         with a tokenizer overrides it."""
         from envengineer.components.prompt_budget import ESTIMATE, estimate_tokens
@@ -113,7 +122,7 @@ class Trainer(Component, abc.ABC):
     budget_modes: ClassVar[tuple[str, ...]] = ("instances",)
 
     @abc.abstractmethod
-    def train(self, request: Any) -> Any:
+    def train(self, request: TrainRequest) -> TrainResult:
         """Run one round of training; return the new checkpoint and curves."""
 
     def describe(self) -> Mapping[str, Any]:
@@ -130,12 +139,12 @@ class Trainer(Component, abc.ABC):
         """The temperature its rollouts sample at (evaluation's sampled pass@1 uses it; None: unknown)."""
         return None
 
-    def plan(self, request: Any) -> Mapping[str, Any] | None:
+    def plan(self, request: TrainRequest) -> Mapping[str, Any] | None:
         """For ``envengineer run --dry-run``: prepare what one round needs (its data files) and say what would run
         (e.g. ``{"command": ...}``) without training. None: the trainer runs in-process and has nothing to show."""
         return None
 
-    def memory_plan(self, model: Any, gpu_bytes: float) -> Any:
+    def memory_plan(self, model: ModelShape, gpu_bytes: float) -> MemoryEstimate | None:
         """For ``envengineer plan``: this trainer's GPU memory per GPU for ``model`` (a
         :class:`envengineer.components.model_shape.ModelShape`) as a :class:`envengineer.components.resources.MemoryEstimate`
         (rows per phase, what it leaves out, candidate fixes as dotted overrides), or None: it has no estimate."""
@@ -156,7 +165,7 @@ class Policy(Component, abc.ABC):
     #: costly start per call (vLLM in a child process) asks for everything at once
     sample_batch_size: ClassVar[int | None] = None
 
-    def memory_plan(self, model: Any, gpu_bytes: float, prompt_tokens: int | None = None) -> Any:
+    def memory_plan(self, model: ModelShape, gpu_bytes: float, prompt_tokens: int | None = None) -> MemoryEstimate | None:
         """For ``envengineer plan``: this policy's GPU memory when it evaluates (a
         :class:`envengineer.components.resources.MemoryEstimate`; ``prompt_tokens``: the longest prompt the trainer plans for),
         or None: it uses no GPU memory of its own."""
@@ -177,7 +186,7 @@ class Policy(Component, abc.ABC):
         value = getattr(self.options, "chat_template_kwargs", None)
         return dict(value) if value is not None else None
 
-    def prepare(self, *, generator: Any = None, force: bool = False, progress: Any = None) -> Path:
+    def prepare(self, *, generator: Generator | None = None, force: bool = False, progress: Any = None) -> Path:
         """The model directory a run starts from (building it first if the policy builds its own)."""
         raise ConfigError(f"policy {self.name!r}: a model behind an API has no weights to train")
 
@@ -207,7 +216,7 @@ class Policy(Component, abc.ABC):
         the greedy rate). None (default): the policy cannot be asked to sample another way."""
         return None
 
-    def sample_records(self, generator: Any, records: Sequence[Mapping[str, Any]], *, style: str, n: int = 1) -> list[list[str]]:
+    def sample_records(self, generator: Generator, records: Sequence[Mapping[str, Any]], *, style: str, n: int = 1) -> list[list[str]]:
         """``n`` responses per instance record. Default: :meth:`sample` on each record's prompt rendered
         in ``style``; a policy that reads the instance itself (the simulated student) overrides it."""
         return self.sample([generator.render(record, style) for record in records], n=n)
