@@ -319,7 +319,7 @@ def _example_engineer(registry, path, server, monkeypatch):
     """An examples/engineers file loaded as `envengineer propose --engineer-config` loads it, aimed at the loopback server."""
     from envengineer.loop.replay import engineer_section
 
-    name, options = engineer_section(path.parent, None, path)
+    name, options = engineer_section({}, None, path)
     options["base_url"] = server.url if name == "gemini" else server.url + "/v1"
     if options.get("api_key_env", "unset") is not None:
         key_env = options.get("api_key_env") or {"openai": "OPENAI_API_KEY", "kimi": "MOONSHOT_API_KEY", "gemini": "GEMINI_API_KEY"}[name]

@@ -1,5 +1,7 @@
 """Offline replay: a design step re-run on a recorded run directory with any engineer
-(``envengineer propose``) and the context it would see (``envengineer context``)."""
+(``envengineer propose``) and the context it would see (``envengineer context``).
+
+The run's ``run.yaml`` is read once (:func:`run_config`) and handed down to what needs its sections."""
 
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ from envengineer.design.prompts import build_request
 from envengineer.store.rundir import RunDir
 
 
-
-def _run_config(run_dir: Path) -> dict[str, Any]:
+def run_config(run_dir: Path) -> dict[str, Any]:
+    """The run config ``run_dir``'s ``run.yaml`` records ({} when it holds no mapping)."""
     from envengineer.fileio import read_yaml
 
     data = read_yaml(RunDir(run_dir).run_yaml)
@@ -37,11 +39,12 @@ def context_spec_from_cli(run_dir: Path, preset: str | None, modules: str | None
             else:
                 names.append(name)
         return {"modules": names, **({"T": t_mode} if t_mode else {})}
-    return _run_config(run_dir).get("context") or None
+    return run_config(run_dir).get("context") or None
 
 
-def engineer_section(run_dir: Path, name: str | None, config_file: Path | None) -> tuple[str, dict[str, Any]]:
-    """The engineer's name and options: ``--engineer``/``--engineer-config`` or the run's ``engineer:`` section.
+def engineer_section(run: dict[str, Any], name: str | None, config_file: Path | None) -> tuple[str, dict[str, Any]]:
+    """The engineer's name and options: ``--engineer``/``--engineer-config`` or the ``engineer:`` section of
+    ``run`` (a recorded run's config, :func:`run_config`).
 
     The options file may be the section itself (``{name: openai, model: ...}``), or a run config holding one.
     """
@@ -55,7 +58,7 @@ def engineer_section(run_dir: Path, name: str | None, config_file: Path | None) 
             raise ConfigError(f"{config_file}: expected a mapping")
         section = dict(data.get("engineer", data)) if isinstance(data.get("engineer", data), dict) else {}
     elif name is None:
-        section = dict(_run_config(run_dir).get("engineer") or {})
+        section = dict(run.get("engineer") or {})
     chosen = name or section.get("name")
     if not chosen:
         raise ConfigError("engineer: no --engineer given and the run config names none")
@@ -63,8 +66,9 @@ def engineer_section(run_dir: Path, name: str | None, config_file: Path | None) 
     return chosen, section
 
 
-def offline_request(registry: Any, run_dir: Path, round: int, instance: Any) -> DesignRequest:
-    """The request the loop's design step built after recorded round ``round``, for the engineer ``instance``.
+def offline_request(registry: Any, run_dir: Path, round: int, instance: Any, run: dict[str, Any]) -> DesignRequest:
+    """The request the loop's design step built after recorded round ``round``, for the engineer ``instance``
+    (``run``: the run's config, :func:`run_config`).
 
     The checkpoint and base engineers get the models the run itself used: the round's
     trained checkpoint and the base policy its ``pretrain`` step recorded; the analysis
@@ -74,7 +78,6 @@ def offline_request(registry: Any, run_dir: Path, round: int, instance: Any) -> 
 
     run_dir = Path(run_dir)
     evidence = load_evidence(run_dir, round, registry)
-    run = _run_config(run_dir)
     records = RunDir(run_dir)
     checkpoint, base = records.checkpoint(round), records.base_policy()
     section = run.get("design")
@@ -96,7 +99,8 @@ def propose_offline(registry: Any, run_dir: Path, round: int, engineer: str | No
     """Run an engineer on a recorded round's evidence, without training (``envengineer propose``):
     :func:`offline_request`, then the loop's design step."""
     run_dir = Path(run_dir)
-    name, options = engineer_section(run_dir, engineer, config_file)
+    run = run_config(run_dir)
+    name, options = engineer_section(run, engineer, config_file)
     instance = registry.create("engineer", name, options, where=f"engineer.{name}")
-    request = offline_request(registry, run_dir, round, instance)
+    request = offline_request(registry, run_dir, round, instance, run)
     return request, design(instance, request, out_dir=out_dir, reask=reask)

@@ -275,7 +275,7 @@ def engineer_specs(registry: Any, given: Sequence[str]) -> list[EngineerSpec]:
     for value in given:
         path = Path(value)
         if value.endswith((".yaml", ".yml")) and path.is_file():
-            name, options = engineer_section(path.parent, None, path)
+            name, options = engineer_section({}, None, path)
             registry.get("engineer", name)
             label = path.stem
         else:
@@ -509,7 +509,7 @@ def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequenc
                                   "next_gain": gain, "next_mixed": next_mixed(run, number), "arm": _arm(run)})
                 for spec in specs:
                     instance = registry.create("engineer", spec.name, spec.options, where=f"engineer.{spec.name}")
-                    request = offline_request(registry, run.path, number, instance)
+                    request = offline_request(registry, run.path, number, instance, run.config)
                     if settings.predictions:
                         if progress:
                             progress(f"{run.path.name} round {number}: {spec.label} predicts its success per group")
