@@ -139,6 +139,7 @@ def test_pretrain_comes_from_the_policies_plugin():
     import typer
 
     from envengineer.cli.commands import app
+    from envengineer.cli.state import CommandState
     from envengineer.plugin_manager import create_plugin_manager
 
     owners = {(info.name or info.callback.__name__): info.callback.__module__ for info in app.registered_commands}
@@ -146,7 +147,7 @@ def test_pretrain_comes_from_the_policies_plugin():
     core = "".join(path.read_text() for path in (REPO / "core" / "cli").glob("*.py"))
     assert "def pretrain" not in core and "plugins.policies" not in core
     fresh = typer.Typer()
-    create_plugin_manager(entry_points=False, environ={}).hook.register_commands(cli=fresh)
+    create_plugin_manager(entry_points=False, environ={}).hook.register_commands(cli=fresh, state=CommandState())
     registered = {info.callback.__name__: info.callback.__module__ for info in fresh.registered_commands}
     assert registered == {"pretrain": "envengineer.plugins.policies.cli", "serve": "envengineer.plugins.serve",
                           "models": "envengineer.plugins.serve",
