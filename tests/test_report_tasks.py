@@ -198,8 +198,7 @@ def test_report_and_compare_work_on_an_arith_run_with_the_mapf_plugin_blocked(tm
     monkeypatch.setenv("ENVENGINEER_BLOCK_PLUGINS", "mapf_frozenlake")
     registry = arith_registry(block_mapf=True)
     assert "mapf-frozenlake" not in registry.names("generator") and not any(b.startswith("mapf") for b in registry.names("benchmark"))
-    monkeypatch.setattr(envengineer.registry, "load_registry", lambda *a, **k: registry)
-    monkeypatch.setattr(cli, "_registry", lambda: registry)
+    monkeypatch.setattr(envengineer.registry, "load_registry", lambda *a, **k: registry)  # the commands' state builds it
     run_dir = make_arith_run(tmp_path, registry)
     result = runner.invoke(cli.app, ["report", str(run_dir)])
     assert result.exit_code == 0, result.output + repr(result.exception)
