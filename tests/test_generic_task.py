@@ -109,10 +109,11 @@ def test_generate_solve_score_project_render(pm, tmp_path):
 
 
 def test_cli_paths_work_for_the_toy_task(pm, tmp_path, monkeypatch):
+    import envengineer.registry
     from envengineer.cli import commands as cli
 
     registry = _registry(pm)
-    monkeypatch.setattr(cli, "_registry", lambda: registry)
+    monkeypatch.setattr(envengineer.registry, "load_registry", lambda *a, **k: registry)  # what the commands' state builds
     runner = CliRunner()
     inst, resp, verd = tmp_path / "i.jsonl", tmp_path / "r.jsonl", tmp_path / "v.jsonl"
     result = runner.invoke(cli.app, ["generate", "toy-echo", "--n", "20", "--seed", "1", "--output", str(inst)])

@@ -154,9 +154,10 @@ def test_mapf_failing_examples_still_show_the_compact_prompt(registry):
 
 
 def test_cli_score_prints_the_declared_titles_and_a_score_column(arith_registry, tmp_path, monkeypatch):
+    import envengineer.registry
     from envengineer.cli import commands as cli
 
-    monkeypatch.setattr(cli, "_registry", lambda: arith_registry)
+    monkeypatch.setattr(envengineer.registry, "load_registry", lambda *a, **k: arith_registry)  # what the commands' state builds
     runner = CliRunner()
     inst, resp, verd = tmp_path / "i.jsonl", tmp_path / "r.jsonl", tmp_path / "v.jsonl"
     assert runner.invoke(cli.app, ["generate", "arith", "--n", "12", "--seed", "1", "--output", str(inst)]).exit_code == 0
@@ -169,9 +170,10 @@ def test_cli_score_prints_the_declared_titles_and_a_score_column(arith_registry,
 
 
 def test_task_options_come_from_the_task_not_the_core(arith_registry, tmp_path, monkeypatch):
+    import envengineer.registry
     from envengineer.cli import commands as cli
 
-    monkeypatch.setattr(cli, "_registry", lambda: arith_registry)
+    monkeypatch.setattr(envengineer.registry, "load_registry", lambda *a, **k: arith_registry)  # what the commands' state builds
     runner = CliRunner()
     out = tmp_path / "m.jsonl"
     ok = runner.invoke(cli.app, ["generate", "mapf-frozenlake", "--n", "3", "--agents", "3", "--seed", "1", "--output", str(out)])
