@@ -59,7 +59,7 @@ KNOWN_CYCLES: dict[tuple[str, ...], str] = {}
 #: loop through the core's modules, as pytest's built-in plugins use _pytest's. They may import any core module but
 #: the command line (envengineer.cli): a command they add goes through the register_commands hook.
 CORE_PLUGINS = ("envengineer.plugins.report", "envengineer.plugins.suite", "envengineer.plugins.gpu",
-                "envengineer.plugins.score")
+                "envengineer.plugins.engineer_bench")
 
 #: The core's layers, lowest first: a module imports modules of its own layer or below, never above
 #: (docs/architecture.md). Each entry names modules or packages (a package: every module in it).

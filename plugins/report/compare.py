@@ -20,7 +20,7 @@ from typing import Any
 
 from envengineer.errors import EnvEngineerError
 from envengineer.plugins.report.drawn import BenchView, aggregate_notes
-from envengineer.plugins.report.view import BASE, RunView, Stage, load_run, rate, sort_benches
+from envengineer.plugins.report.view import BASE, RunView, Stage, load_run_view, rate, sort_benches
 
 MISSING = "–"
 
@@ -163,7 +163,7 @@ def load_comparison(run_dirs: Sequence[str | Path], registry: Any = None) -> Com
         raise EnvEngineerError("compare: give at least one run directory")
     if registry is None:
         registry = _registry()
-    return compare_runs([load_run(d, registry) for d in run_dirs])
+    return compare_runs([load_run_view(d, registry) for d in run_dirs])
 
 
 def _registry() -> Any:
@@ -172,7 +172,7 @@ def _registry() -> Any:
 
     try:
         return load_registry()
-    except Exception:  # noqa: BLE001 - load_run reports it per run
+    except Exception:  # noqa: BLE001 - load_run_view reports it per run
         return None
 
 
