@@ -12,7 +12,7 @@ trainer.threads=2 policy.threads=1`` (the recipe as it was when the CPU work beg
 everywhere, TRL's padded passes, the trainer on two torch threads, glibc's ``malloc`` untuned:
 ``ENVENGINEER_CPU_HEAP=0``), "before" with the same code paths at ``--threads`` trainer and policy
 threads (the code's share alone), and "now" with the recipe's defaults at ``--threads`` (freed tensor
-memory kept for reuse: plugins/cpu_heap.py; ``trainer.shared_prefix``: a GRPO group's prompt computed
+memory kept for reuse: plugins/_shared/cpu_heap.py; ``trainer.shared_prefix``: a GRPO group's prompt computed
 once). It prints CPU seconds per stage of each round from the
 runs' own records (``history.jsonl``'s ``cpu_s``, the train line's ``*_cpu_seconds``), the work per
 stage and its distance from the per-core matmul limit (training's counts every real token of every
@@ -25,7 +25,7 @@ ratio per repeat, the pooled ratio (sums of CPU seconds) and the lowest.
 Without ``--round``:
 Three stages, each with fixed work (counts, never seconds), each run with ``fast_sampler:
 false`` and then ``true`` back to back in this process through ``TransformersPolicy.sample`` (both with
-the process's ``malloc`` as ``TransformersPolicy`` sets it, plugins/cpu_heap.py):
+the process's ``malloc`` as ``TransformersPolicy`` sets it, plugins/_shared/cpu_heap.py):
 
 - prefilter: ``--prefilter`` fresh training prompts × 4 samples at temperature 0.7, 64 new
   tokens at most, 256 prompts a call (the trl trainer's prefilter);
@@ -187,7 +187,7 @@ def _run_three(out: Path, repeat: int, threads: int, console: Console) -> dict[s
         if (runs[label] / "history.jsonl").exists():
             console.print(f"[dim]{label}: {runs[label]} exists; reusing its records[/]")
         else:
-            # "as filed" and "before" leave malloc as it was then (plugins/cpu_heap.py is part of "now")
+            # "as filed" and "before" leave malloc as it was then (plugins/_shared/cpu_heap.py is part of "now")
             env = {**os.environ, **({} if label == "now" else {"ENVENGINEER_CPU_HEAP": "0"})}
             with console.status(f"repeat {repeat}, {label}: envengineer run examples/quickstart.yaml rounds=2 {' '.join(extra)}"):
                 subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)

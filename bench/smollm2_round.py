@@ -4,7 +4,7 @@
     python bench/smollm2_round.py --gradient-checkpointing true
     python bench/smollm2_round.py --prefilter 32 --grpo-prompts 16 --eval 64
 
-The model is ``smollm2-135m-instruct`` (plugins/models.py: a float32 ``LlamaForCausalLM`` of 134.5 M
+The model is ``smollm2-135m-instruct`` (plugins/_shared/models.py: a float32 ``LlamaForCausalLM`` of 134.5 M
 parameters), the task grid-walk with its chat prompts (``full``), every stage through the project's own
 code paths on one torch thread, each with fixed work (counts, never seconds):
 
@@ -94,7 +94,7 @@ def main() -> None:
     import torch
 
     from envengineer.loop.evaluation import score_response
-    from envengineer.plugins.models import resolve_model
+    from envengineer.plugins._shared.models import resolve_model
     from envengineer.plugins.policies import fast_sampler
     from envengineer.registry import load_registry
     from envengineer.components.training import TrainRequest

@@ -142,7 +142,7 @@ def doctor_checks(components: list[Any] | None) -> list[Any]:
 
 @hookspec
 def report_sections(run: Any, generator: Any) -> list[tuple[str, str]]:
-    """Sections of a task's own for ``envengineer report`` (shown after the benchmarks).
+    """Sections of a plugin's own (a task's, the engineer benchmark's) for ``envengineer report`` (shown after the benchmarks).
 
     :param run: the :class:`envengineer.plugins.report.view.RunView` being reported (its files, ``run.task``
         the task's name, ``run.path`` the run directory).

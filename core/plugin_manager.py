@@ -45,7 +45,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "envengineer.plugins.simulated", "envengineer.plugins.trackers",
     "envengineer.plugins.serve",
     # the commands that read runs, run suites and plan GPUs: plugins of the core's own (docs/architecture.md)
-    "envengineer.plugins.report", "envengineer.plugins.suite", "envengineer.plugins.gpu", "envengineer.plugins.score",
+    "envengineer.plugins.report", "envengineer.plugins.suite", "envengineer.plugins.gpu", "envengineer.plugins.engineer_bench",
 )
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from envengineer.store.rundir import RunDir
-from envengineer.plugins.report.view import load_run, rate
+from envengineer.plugins.report.view import load_run_view, rate
 from envengineer.store.records import paired_with_base
 
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--require-gpu", action="store_true", help="fail unless torch sees a CUDA device")
     args = parser.parse_args(argv)
 
-    view = load_run(args.run_dir)
+    view = load_run_view(args.run_dir)
     rundir = RunDir(args.run_dir)
     errors: list[str] = [f"unreadable: {p}" for p in view.problems]
     label = f"{args.round:02d}"

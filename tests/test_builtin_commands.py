@@ -35,7 +35,7 @@ def test_help_order_puts_each_placed_command_after_the_one_it_follows():
 
 
 def test_a_blocked_command_plugin_takes_only_its_commands_away(tmp_path):
-    out = envengineer(["--help"], tmp_path, ENVENGINEER_BLOCK_PLUGINS="gpu,suite,score").stdout
+    out = envengineer(["--help"], tmp_path, ENVENGINEER_BLOCK_PLUGINS="gpu,suite,engineer_bench").stdout
     listed = commands(out)
     assert not {"doctor", "plan", "suite", "engineers"} & set(listed), listed
     assert {"run", "eval", "report", "compare", "generate"} <= set(listed)
@@ -58,9 +58,9 @@ def test_the_command_plugins_register_functions_after_their_submodules_are_impor
     import typer
 
     from envengineer.cli.state import CommandState
-    from envengineer.plugins import gpu, report, score, suite
+    from envengineer.plugins import engineer_bench, gpu, report, suite
 
-    for package in (report, suite, gpu, score):
+    for package in (report, suite, gpu, engineer_bench):
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
             importlib.import_module(info.name)
         fresh = typer.Typer()

@@ -1,4 +1,4 @@
-"""plugins/cpu_heap.py: freed tensor memory stays in the process (glibc), off with ENVENGINEER_CPU_HEAP=0."""
+"""plugins/_shared/cpu_heap.py: freed tensor memory stays in the process (glibc), off with ENVENGINEER_CPU_HEAP=0."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from envengineer.plugins import cpu_heap
+from envengineer.plugins._shared import cpu_heap
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
@@ -20,7 +20,7 @@ _STEPS = """
 import json, resource, sys
 import torch
 if sys.argv[1] == "tuned":
-    from envengineer.plugins.cpu_heap import keep_freed_memory
+    from envengineer.plugins._shared.cpu_heap import keep_freed_memory
     on = keep_freed_memory()
 else:
     on = None

@@ -76,7 +76,8 @@ def sim_runs(tmp_path_factory, registry):
 
 
 def _score(registry, runs, engineers, cache, recorded=False, **settings):
-    from envengineer.plugins.score.engineer_score import ScoreSettings, score_runs
+    from envengineer.plugins.engineer_bench.recorded import ScoreSettings
+    from envengineer.plugins.engineer_bench.scoring import score_runs
 
     return score_runs(registry, runs, engineers, ScoreSettings(**{"proposals": 2, "instances": 48, "draws": 8, **settings}), cache,
                       recorded=recorded)
@@ -132,7 +133,7 @@ def test_the_cache_makes_a_second_scoring_draw_nothing(registry, sim_runs, tmp_p
 
 
 def test_group_figures_are_unbiased():
-    from envengineer.plugins.score.engineer_score import instance_figures
+    from envengineer.plugins.engineer_bench.statistics import instance_figures
 
     s, g = 8, 4
     for p in (0.1, 0.37, 0.8):
@@ -150,7 +151,8 @@ def test_group_figures_are_unbiased():
 
 
 def test_a_run_without_rounds_is_refused_by_name(registry, tmp_path):
-    from envengineer.plugins.score.engineer_score import ScoreSettings, score_runs
+    from envengineer.plugins.engineer_bench.recorded import ScoreSettings
+    from envengineer.plugins.engineer_bench.scoring import score_runs
     from envengineer.errors import InputError
 
     empty = tmp_path / "empty-run"
@@ -162,7 +164,7 @@ def test_a_run_without_rounds_is_refused_by_name(registry, tmp_path):
         score_runs(registry, [tmp_path / "not-a-run"], ["fixed"], ScoreSettings(), tmp_path / "cache")
 
 
-def test_the_command_end_to_end(sim_runs, tmp_path, capsys):
+def test_the_command_end_to_end(sim_runs, tmp_path, capsys, monkeypatch):
     from envengineer.cli.commands import main
 
     out = tmp_path / "out"
@@ -199,10 +201,14 @@ def test_the_command_end_to_end(sim_runs, tmp_path, capsys):
         main(["engineers", "score", str(tmp_path / "missing"), "--engineer", "fixed", "--output", str(tmp_path / "other")])
     assert exited.value.code == 2
     assert "missing: not a run directory" in " ".join(capsys.readouterr().err.split())
+    # the section comes through the report_sections hook: with the plugin blocked, the report leaves it out
+    monkeypatch.setenv("ENVENGINEER_BLOCK_PLUGINS", "envengineer.plugins.engineer_bench")
+    page = write_report(sim_runs[0]).html.read_text()
+    assert "Engineer benchmark" not in page and "engineer-score-out.png" not in page
 
 
 def test_spearman_matches_the_textbook():
-    from envengineer.plugins.score.engineer_score import spearman
+    from envengineer.plugins.engineer_bench.statistics import spearman
 
     # scipy.stats.spearmanr([1, 2, 3, 4, 5, 6], [2, 1, 4, 3, 6, 6]): 0.8696565534786727, p 0.02437689168569078 (ties, t approximation)
     got = spearman([1, 2, 3, 4, 5, 6], [2, 1, 4, 3, 6, 6])
@@ -230,9 +236,9 @@ def test_recorded_scores_the_config_trained_next_with_its_gain(registry, sim_run
 def test_the_answers_that_decide_a_kept_prompt(registry, sim_runs):
     from dataclasses import replace
 
-    from envengineer.plugins.score.engineer_score import load_run
+    from envengineer.plugins.engineer_bench.recorded import load_recorded_run
 
-    run = load_run(registry, sim_runs[0])
+    run = load_recorded_run(registry, sim_runs[0])
     assert run.group_size == 8  # no prefilter: the GRPO group (num_generations)
     screened = replace(run, trainer=registry.create("trainer", "simulated", {"prefilter_samples": 4}))
     assert screened.group_size == 4  # a prefilter keeps the prompts whose 4 screening answers are mixed
@@ -255,7 +261,7 @@ def test_recorded_kept_is_checked_against_what_the_trainer_found(registry, sim_r
 def test_self_prediction_is_scored_by_brier_against_what_the_reference_measured(registry, sim_runs, tmp_path):
     """--predict: an engineer with a model is asked, on the round's own context, for the checkpoint's sampled success
     per group; a prediction of 0.5 everywhere scores exactly the no-knowledge reference; a rule-based engineer is not asked."""
-    from envengineer.plugins.score.engineer_score import brier, parse_prediction, prediction_schema
+    from envengineer.plugins.engineer_bench.predictions import brier, parse_prediction, prediction_schema
 
     HalfPredictor.asked.clear()
     result = _score(registry, sim_runs[:1], ["half-predictor", "inverted"], tmp_path / "cache", proposals=1, predictions=2)
@@ -292,7 +298,7 @@ def test_self_prediction_through_an_openai_compatible_server(registry, sim_runs,
     and the server's JSON answer is parsed and scored."""
     import yaml
 
-    from envengineer.plugins.score.engineer_score import REFERENCE
+    from envengineer.plugins.engineer_bench.recorded import REFERENCE
 
     first = _score(registry, sim_runs[:1], [], tmp_path / "cache", proposals=1, recorded=True)
     groups = list(next(l for l in first["lines"] if l["engineer"] == REFERENCE and l["round"] == 0)["by_group"])

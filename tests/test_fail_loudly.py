@@ -131,7 +131,7 @@ def test_the_stall_timeout_is_an_option_on_by_default(registry):
 @pytest.mark.slow
 def test_a_silent_vllm_child_is_ended(tmp_path, monkeypatch):
     """A child that prints nothing for longer than its stall timeout: ended with its group, the error says so."""
-    from envengineer.plugins import vllm_child
+    from envengineer.plugins._shared import vllm_child
 
     fake = tmp_path / "hang"
     (fake / "vllm").mkdir(parents=True)
@@ -180,7 +180,7 @@ class Clock:
 
 
 def test_the_memory_wait_returns_once_the_memory_is_free():
-    from envengineer.plugins.vllm_child import wait_for_memory
+    from envengineer.plugins._shared.vllm_child import wait_for_memory
 
     clock, told = Clock(), []
     readings = iter([[gpu(0, 20000)], [gpu(0, 40000)], [gpu(0, 80000)]])
@@ -192,7 +192,7 @@ def test_the_memory_wait_returns_once_the_memory_is_free():
 
 
 def test_the_memory_wait_fails_with_the_numbers_and_who_holds_it():
-    from envengineer.plugins.vllm_child import VllmChildError, wait_for_memory
+    from envengineer.plugins._shared.vllm_child import VllmChildError, wait_for_memory
 
     clock = Clock()
     holders = [GpuProcess("GPU-1aaa", 4242, "python", 51200), GpuProcess("GPU-0aaa", 7, "other", 100)]
@@ -209,7 +209,7 @@ def test_the_memory_wait_fails_with_the_numbers_and_who_holds_it():
 
 
 def test_no_driver_means_no_wait():
-    from envengineer.plugins.vllm_child import wait_for_memory
+    from envengineer.plugins._shared.vllm_child import wait_for_memory
 
     wait_for_memory({}, wait_s=600, what="policy.vllm", reader=lambda: None, holders=list, sleep=pytest.fail)
 
@@ -224,7 +224,7 @@ def test_the_vllm_options_carry_the_limits(registry):
 def test_mig_instances_are_not_waited_for(monkeypatch):
     """A MIG instance's free memory is not the whole GPU's: no reading, so no wait (vLLM itself still checks)."""
     from envengineer.components.gpus import visible_gpus
-    from envengineer.plugins.vllm_child import wait_for_memory
+    from envengineer.plugins._shared.vllm_child import wait_for_memory
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4f8e1c2a-1111-2222-3333-444455556666")
     whole = lambda: [gpu(0, 100)]  # noqa: E731 - the parent GPU, nearly full

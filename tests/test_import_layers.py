@@ -37,7 +37,7 @@ CORE_INTERNAL: dict[tuple[str, str], str] = {
     ("plugins/trainers/verl_launch.py", "envengineer.processes"):
         "process groups (start, watch, end_group, sigterm_as_interrupt): the suite runner's plumbing, shared with "
         "the verl launcher; names too generic for envengineer.api",
-    ("plugins/vllm_child.py", "envengineer.processes"):
+    ("plugins/_shared/vllm_child.py", "envengineer.processes"):
         "process groups, as for verl_launch.py: the vLLM child leads a group the parent ends as a whole",
 }
 
@@ -57,7 +57,7 @@ KNOWN_CYCLES: dict[tuple[str, ...], str] = {}
 #: loop through the core's modules, as pytest's built-in plugins use _pytest's. They may import any core module but
 #: the command line (envengineer.cli): a command they add goes through the register_commands hook.
 CORE_PLUGINS = ("envengineer.plugins.report", "envengineer.plugins.suite", "envengineer.plugins.gpu",
-                "envengineer.plugins.score")
+                "envengineer.plugins.engineer_bench")
 
 #: The core's layers, lowest first: a module imports modules of its own layer or below, never above
 #: (docs/architecture.md). Each entry names modules or packages (a package: every module in it).
@@ -281,6 +281,37 @@ def test_the_listed_core_internal_imports_are_still_made():
     graph, files = import_graph(), module_files()
     made = {(files[m].relative_to(REPO).as_posix(), imp.target) for m, found in graph.items() for imp in found}
     assert not set(CORE_INTERNAL) - made, f"no longer imported; remove them from CORE_INTERNAL: {sorted(set(CORE_INTERNAL) - made)}"
+
+
+#: Top-level modules and packages of plugins/ that are not plugins, with why. Every other one is a built-in plugin.
+NOT_PLUGINS: dict[str, str] = {
+    "_shared": "helpers several built-in plugins use (a helper one plugin uses lives in that plugin's package)",
+}
+
+
+def test_every_top_level_module_of_plugins_is_a_registered_plugin():
+    """A plugin and a helper are told apart at a glance (docs/architecture.md): each top-level module or package
+    of plugins/ is a built-in plugin (in BUILTIN_PLUGINS, with hook implementations), but the listed ones."""
+    import importlib
+
+    from envengineer.hookspecs import PROJECT
+
+    folder = REPO / "plugins"
+    top = sorted({p.stem for p in folder.glob("*.py") if p.name != "__init__.py"}
+                 | {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()})
+    assert not set(NOT_PLUGINS) - set(top), f"gone; remove them from NOT_PLUGINS: {sorted(set(NOT_PLUGINS) - set(top))}"
+    builtins = set(builtin_plugins())
+    problems = []
+    for name in top:
+        module = f"envengineer.plugins.{name}"
+        if name in NOT_PLUGINS:
+            assert module not in builtins, f"{module} is registered: take it off NOT_PLUGINS"
+            continue
+        marked = [n for n, value in vars(importlib.import_module(module)).items() if hasattr(value, f"{PROJECT}_impl")]
+        if module not in builtins or not marked:
+            problems.append(f"plugins/{name}: " + ("not in BUILTIN_PLUGINS" if module not in builtins else "no @hookimpl")
+                            + ": a helper goes into the package of the plugin that uses it, or into plugins/_shared/")
+    assert not problems, "\n".join(problems)
 
 
 def test_the_core_imports_no_plugin_or_task_but_the_builtins_it_registers():

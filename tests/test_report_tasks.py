@@ -119,7 +119,7 @@ MAPF_WORDS = ("map size", "wr_025", "agents", "out of 300", "hole", "paper")
 
 def test_the_report_draws_the_arith_runs_groupings_knobs_and_benchmark(tmp_path, registry_arith):
     from envengineer.plugins.report.page import write_report
-    from envengineer.plugins.report.view import load_run
+    from envengineer.plugins.report.view import load_run_view
 
     run_dir = make_arith_run(tmp_path, registry_arith)
     report = write_report(run_dir, registry_arith)
@@ -141,7 +141,7 @@ def test_the_report_draws_the_arith_runs_groupings_knobs_and_benchmark(tmp_path,
     for word in MAPF_WORDS:
         assert word not in page.split("</style>", 1)[1].replace(str(run_dir), ""), word
     # knobs: one heatmap per declared knob, groups × rounds, from the declared table
-    run = load_run(run_dir, registry_arith)
+    run = load_run_view(run_dir, registry_arith)
     layout = run.knob_layout()
     assert (layout.table, layout.knobs, layout.groups, layout.declared) == ("groups", ("ratio", "terms"), ("1d", "2d", "3d"), True)
     assert [layout.values(s.config)["3d"]["terms"] for s in run.rounds] == [2, 5]
@@ -150,11 +150,11 @@ def test_the_report_draws_the_arith_runs_groupings_knobs_and_benchmark(tmp_path,
 def test_compare_and_the_suite_use_the_benchmarks_label_and_aggregate(tmp_path, registry_arith):
     from envengineer.plugins.report.compare import compare_runs, rich_tables, to_csv, to_markdown
     from envengineer.loop.runconfig import RunConfig
-    from envengineer.plugins.report.view import load_run
+    from envengineer.plugins.report.view import load_run_view
     from envengineer.plugins.suite import tables as S
 
     a = make_arith_run(tmp_path, registry_arith, "a")
-    comparison = compare_runs([load_run(a, registry_arith)])
+    comparison = compare_runs([load_run_view(a, registry_arith)])
     rows = list(csv.DictReader(to_csv(comparison).splitlines()))
     bench = json.loads((a / "round-01" / "bench" / "arith-hard" / "summary.json").read_text())
     assert float(rows[0]["hard sums valid Σ"]) == pytest.approx(100 * bench["sum_over_parts"]["valid"], abs=1e-3)
@@ -216,10 +216,10 @@ def test_a_run_whose_task_is_not_installed_is_drawn_from_its_files(tmp_path, reg
     """Recorded with arith installed, read where only the built-ins are: a note, the summaries'
     own ``by`` keys, the knob table found in the configs, the benchmark under its name."""
     from envengineer.plugins.report.page import write_report
-    from envengineer.plugins.report.view import load_run
+    from envengineer.plugins.report.view import load_run_view
 
     run_dir = make_arith_run(tmp_path, registry_arith)
-    run = load_run(run_dir, registry)
+    run = load_run_view(run_dir, registry)
     assert run.task == "arith" and run.generator is None
     assert any("task 'arith' is not installed" in p for p in run.problems)
     assert [d.name for d in run.dimensions()] == ["digits", "part", "addends"]

@@ -89,7 +89,7 @@ def test_sft_warm_start_is_cached_by_its_recipe(warm):
     info = json.loads((path / "warm_start.json").read_text())
     assert info["kind"] == "sft" and info["steps"] == 1 and info["instances"] == 2 and info["prompts"] == "chat"
     assert info["recipe"]["task"] == "grid-walk" and info["recipe"]["style"] == "full" and info["train"]["first_loss"] > 0
-    from envengineer.plugins.models import resolve_model
+    from envengineer.plugins._shared.models import resolve_model
 
     import torch
 

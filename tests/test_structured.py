@@ -396,7 +396,7 @@ def test_the_checkpoint_engineer_samples_by_the_requests_seed_and_answers_a_forc
     pytest.importorskip("xgrammar")
     from dataclasses import replace
 
-    from envengineer.plugins.score.engineer_score import parse_prediction, prediction_schema
+    from envengineer.plugins.engineer_bench.predictions import parse_prediction, prediction_schema
     from envengineer.plugins.engineers.checkpoint import sampling_seed
 
     model = tiny_models.char_model(tmp_path / "tiny", hidden_size=32, layers=1, head_dim=16, max_positions=4096,

@@ -83,7 +83,7 @@ def test_greedy_copies_one_answer_and_renders_chat_with_the_template_options(reg
 
 
 def test_an_error_in_the_child_comes_back_with_its_type_and_message(registry, model_dir, fake_vllm):
-    from envengineer.plugins.vllm_child import VllmChildError
+    from envengineer.plugins._shared.vllm_child import VllmChildError
 
     policy = _policy(registry, model_dir, max_model_len=100_000)  # longer than the model's: vLLM refuses it
     with pytest.raises(VllmChildError) as info:
@@ -95,7 +95,7 @@ def test_an_error_in_the_child_comes_back_with_its_type_and_message(registry, mo
 
 
 def test_a_killed_child_is_an_error_naming_its_exit_code(registry, tmp_path, model_dir, fake_vllm):
-    from envengineer.plugins.vllm_child import VllmChildError
+    from envengineer.plugins._shared.vllm_child import VllmChildError
 
     marked = tmp_path / "FAKE_VLLM_SIGKILL"
     marked.symlink_to(model_dir)
@@ -108,7 +108,7 @@ def test_a_killed_child_is_an_error_naming_its_exit_code(registry, tmp_path, mod
 
 
 def test_without_vllm_the_error_names_the_install(registry, model_dir, monkeypatch):
-    from envengineer.plugins.vllm_child import VllmNotInstalled
+    from envengineer.plugins._shared.vllm_child import VllmNotInstalled
 
     monkeypatch.delenv("PYTHONPATH", raising=False)
     with pytest.raises(VllmNotInstalled) as info:
@@ -137,7 +137,7 @@ def test_importing_the_policy_imports_neither_vllm_nor_torch():
         """
         import sys
         import envengineer
-        import envengineer.plugins.policies.vllm_policy, envengineer.plugins.vllm_child, envengineer.plugins.engineers.checkpoint
+        import envengineer.plugins.policies.vllm_policy, envengineer.plugins._shared.vllm_child, envengineer.plugins.engineers.checkpoint
         print("HEAVY", [m for m in ("vllm", "torch", "transformers") if m in sys.modules])
         """
     )

@@ -104,12 +104,12 @@ def test_a_base_evaluation_is_reused_for_the_same_weights_records_and_options(tm
 def test_the_reuse_key_covers_every_module_of_the_tasks_package(tmp_path, registry, monkeypatch):
     """Not only the validator's own file: an edit to MAPF's answer.py or prompts.py, or the fast sampler, is a new key."""
     from envengineer.loop import evaluation
-    from envengineer.loop.steps import code_fingerprint, package_roots
+    from envengineer.loop.evaluation import code_fingerprint, package_roots, reuse_key
 
     monkeypatch.setenv("ENVENGINEER_CACHE", str(tmp_path / "cache"))
     loop, _ = base_eval(tmp_path, registry, "a")
     policy = loop.run.policy.with_path(loop.base_path()) if hasattr(loop.run.policy, "with_path") else loop.run.policy
-    key = loop._reuse_key(policy)
+    key = reuse_key(loop.run, policy)
     assert key["code"] == code_fingerprint((loop.run.validator, loop.run.generator, policy, evaluation))
     roots = {root for obj in (loop.run.validator, policy) for root in package_roots(obj)}
     covered = [path for root in roots for path in root.rglob("*.py")]
@@ -121,7 +121,7 @@ def test_a_fingerprint_changes_with_any_module_of_the_package(tmp_path, monkeypa
     import importlib
     import sys
 
-    from envengineer.loop.steps import FINGERPRINT_MAX_BYTES, code_fingerprint
+    from envengineer.loop.evaluation import FINGERPRINT_MAX_BYTES, code_fingerprint
 
     package = tmp_path / "stale_task_pkg"
     package.mkdir()

@@ -107,7 +107,7 @@ KNOWN_SHAPES: dict[str, ModelShape] = {
         ModelShape("Qwen/Qwen3-1.7B", 2048, 28, 16, 8, 128, 6144, 151936, True, True),
         ModelShape("Qwen/Qwen3-4B", 2560, 36, 32, 8, 128, 9728, 151936, True, True),
         ModelShape("Qwen/Qwen3-8B", 4096, 36, 32, 8, 128, 12288, 151936, False, True),
-        # the model name smollm2-135m-instruct (envengineer.plugins.models) plans by this shape before its first use
+        # the model name smollm2-135m-instruct (envengineer.plugins._shared.models) plans by this shape before its first use
         ModelShape("HuggingFaceTB/SmolLM2-135M-Instruct", 576, 30, 9, 3, 64, 1536, 49152, True, False),
     )
 }

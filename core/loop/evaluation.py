@@ -255,3 +255,122 @@ def write_eval(out_dir: str | Path, result: EvalResult, examples: list[dict[str,
             d = rates.to_dict()
             handle.write(f"{dim},{key},{d['n']},{d['valid_rate']},{d['optimal_rate']},{d['valid_se']},{d['mean_score']}\n")
     write_json(out / "summary.json", result.to_summary_dict())
+
+
+# ----------------------------------------------------------------- the base evaluation's cache
+
+
+#: Files of a package that :func:`code_fingerprint` leaves out: bytecode, and data past this size (weights, frozen sets).
+FINGERPRINT_MAX_BYTES = 1 << 20
+
+
+def package_roots(obj: Any) -> list[Path]:
+    """The folders of the packages ``obj`` (a module, or an object of a class) comes from: its top-level package
+    and, when the module lies deeper, its second-level package (``envengineer.tasks``, ``envengineer.plugins``:
+    an installed package may map those to folders of their own)."""
+    import importlib.util
+    import inspect
+
+    module = obj.__name__ if inspect.ismodule(obj) else type(obj).__module__
+    parts = module.split(".")
+    roots: list[Path] = []
+    for depth, name in enumerate(dict.fromkeys((".".join(parts[:1]), ".".join(parts[:2])))):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            roots.extend(Path(location) for location in spec.submodule_search_locations)
+        elif depth == 0 and spec.origin and spec.origin not in ("built-in", "frozen"):
+            roots.append(Path(spec.origin))  # a module of its own, outside any package
+    return sorted(set(roots))
+
+
+def code_fingerprint(objects: Sequence[Any]) -> str:
+    """sha256 over every file (but bytecode and data over :data:`FINGERPRINT_MAX_BYTES`) of the packages
+    ``objects`` come from (:func:`package_roots`), by path relative to its root: any edit to code that can
+    change an answer or a verdict changes it, wherever in those packages the code lives."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    roots = sorted({root for obj in objects for root in package_roots(obj)})
+    for root in roots:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for path in files:
+            if "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo"):
+                continue
+            try:
+                if path.stat().st_size > FINGERPRINT_MAX_BYTES:
+                    continue
+                data = path.read_bytes()
+            except OSError:
+                continue
+            digest.update(f"{root.name}/{path.relative_to(root) if root.is_dir() else path.name}\0".encode())
+            digest.update(hashlib.sha256(data).digest())
+    return digest.hexdigest()
+
+
+def reuse_key(run: Any, policy: Any) -> dict[str, Any] | None:
+    """What decides a base evaluation's answers and verdicts on any set (``run``: the resolved run), when the policy
+    says its answers are a pure function of its weights and options (``evaluation_key``); None: never reuse."""
+    import sys
+
+    from envengineer import __version__
+
+    policy_key = policy.evaluation_key()
+    if policy_key is None:
+        return None
+    # the code that decides answers and verdicts: every file of the packages the validator, generator,
+    # policy and evaluation come from (an edited prompt module, sampler or metrics module is a new evaluation)
+    code = code_fingerprint((run.validator, run.generator, policy, sys.modules[__name__]))
+    cfg = run.config
+    sampled = (cfg.eval.sampled, run.trainer.sampling_temperature, cfg.seed) if cfg.eval.sampled else None
+    return {"version": __version__, "code": code, "policy": policy_key, "style": run.policy.prompt_style, "sampled": sampled,
+            "task": run.generator.options.model_dump(mode="json")}
+
+
+def evaluation_cache_key(reuse: Mapping[str, Any], name: str, examples: int | None, records: Sequence[Mapping[str, Any]]) -> str:
+    """The cache key of one base evaluation: ``reuse`` (:func:`reuse_key`), the set's name and records, the examples kept."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps({
+        **reuse, "benchmark": name, "examples": examples,
+        "records": hashlib.sha256("\n".join(dumps_json(r) for r in records).encode()).hexdigest(),
+    }, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def cached_evaluation(run_dir: Any, out: Path, key: str) -> Path | None:
+    """Copy the evaluation cached under ``key`` into ``out`` (built whole in the run directory ``run_dir``, a
+    :class:`~envengineer.store.rundir.RunDir`); the cache folder it came from, or None when nothing is cached."""
+    import shutil
+
+    from envengineer.fileio import cache_root
+
+    cached = cache_root() / "evals" / key
+    if not (cached / "summary.json").is_file():
+        return None
+    with run_dir.building(out) as partial:
+        for item in cached.iterdir():
+            shutil.copy2(item, partial / item.name)
+    return cached
+
+
+def cache_evaluation(out: Path, key: str) -> None:
+    """Keep the evaluation written in ``out`` under ``key`` for the next run with the same base."""
+    import os
+    import shutil
+
+    from envengineer.fileio import cache_root
+
+    cached = cache_root() / "evals" / key
+    tmp = cached.with_name(f"{key}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        shutil.copytree(out, tmp)
+        os.replace(tmp, cached)
+    except OSError:  # another run filled it first, or the cache is not writable: the result stands
+        shutil.rmtree(tmp, ignore_errors=True)
+

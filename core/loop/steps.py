@@ -14,11 +14,9 @@ redone when the run is resumed.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any
 
 from rich.markup import escape
@@ -38,58 +36,6 @@ GUARDS = (("design", "max_fallbacks"),)
 #: Top-level fields that only say where else the run is logged: a resumed run may change them too.
 UNTRACKED = ("trackers",)
 
-
-
-#: Files of a package that :func:`code_fingerprint` leaves out: bytecode, and data past this size (weights, frozen sets).
-FINGERPRINT_MAX_BYTES = 1 << 20
-
-
-def package_roots(obj: Any) -> list[Path]:
-    """The folders of the packages ``obj`` (a module, or an object of a class) comes from: its top-level package
-    and, when the module lies deeper, its second-level package (``envengineer.tasks``, ``envengineer.plugins``:
-    an installed package may map those to folders of their own)."""
-    import importlib.util
-    import inspect
-
-    module = obj.__name__ if inspect.ismodule(obj) else type(obj).__module__
-    parts = module.split(".")
-    roots: list[Path] = []
-    for depth, name in enumerate(dict.fromkeys((".".join(parts[:1]), ".".join(parts[:2])))):
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            spec = None
-        if spec is None:
-            continue
-        if spec.submodule_search_locations:
-            roots.extend(Path(location) for location in spec.submodule_search_locations)
-        elif depth == 0 and spec.origin and spec.origin not in ("built-in", "frozen"):
-            roots.append(Path(spec.origin))  # a module of its own, outside any package
-    return sorted(set(roots))
-
-
-def code_fingerprint(objects: Sequence[Any]) -> str:
-    """sha256 over every file (but bytecode and data over :data:`FINGERPRINT_MAX_BYTES`) of the packages
-    ``objects`` come from (:func:`package_roots`), by path relative to its root: any edit to code that can
-    change an answer or a verdict changes it, wherever in those packages the code lives."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    roots = sorted({root for obj in objects for root in package_roots(obj)})
-    for root in roots:
-        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-        for path in files:
-            if "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo"):
-                continue
-            try:
-                if path.stat().st_size > FINGERPRINT_MAX_BYTES:
-                    continue
-                data = path.read_bytes()
-            except OSError:
-                continue
-            digest.update(f"{root.name}/{path.relative_to(root) if root.is_dir() else path.name}\0".encode())
-            digest.update(hashlib.sha256(data).digest())
-    return digest.hexdigest()
 
 class FallbackLimitError(EnvEngineerError):
     """An LLM engineer fell back ``design.max_fallbacks`` times in a row: the experiment is broken."""
@@ -145,19 +91,13 @@ class Loop:
     def _emit(self, hook: str, event: str | None = None, **kwargs: Any) -> None:
         """A lifecycle hook: the plugins' implementations, then each of the run's trackers on its own.
         ``event``: the step's name in ``trackers/logged.json``, where the trackers that took it are recorded."""
+        from envengineer.loop.trackers import record_logged
+
         getattr(self.hook, hook)(run_dir=self.dir, **kwargs)
         if self.tracking:
             took = self.trackers.call(hook, run_dir=self.dir, **kwargs)
             if event is not None and took:  # a run without trackers rewrites no record at every step
-                self._logged(event, took)
-
-    def _logged(self, event: str, trackers: list[str]) -> None:
-        from envengineer.loop.trackers import read_logged, write_logged
-
-        logged = read_logged(self.dir) or {}
-        for name in trackers:
-            logged.setdefault(name, []).append(event)
-        write_logged(self.dir, logged)
+                record_logged(self.dir, event, took)
 
     def _benchmark_end(self, round: int | None, name: str, role: str) -> None:
         event, hook, payload = self._benchmark_event(round, name, role)
@@ -192,32 +132,6 @@ class Loop:
             if self.dir.done(Step.ROUND_END, round):
                 events.append((f"round/{round}", "on_round_end", lambda r=round: {"round": r, "metrics": self.round_metrics(r)}))
         return events
-
-    def _replay(self, selected_before: list[str]) -> None:
-        """Give each live tracker the recorded events it has not taken (``trackers/logged.json``): a tracker newly
-        named on a finished or resumed run logs the steps done before, once. A run recorded before the record was
-        kept counts as taken by the trackers its ``run.yaml`` named and those that keep a state there."""
-        from envengineer.loop.trackers import LOGGED, read_logged, write_logged
-
-        events = self.recorded_events()
-        logged = read_logged(self.dir)
-        if logged is None:
-            folder = self.dir.path / "trackers"
-            kept = {p.stem for p in folder.glob("*.json") if p.name != LOGGED} if folder.is_dir() else set()
-            logged = {name: [event for event, _, _ in events] for name in sorted(set(selected_before) | kept)}
-            write_logged(self.dir, logged)
-        replayed: dict[str, int] = {}
-        for event, hook, payload in events:
-            missing = [name for name in self.trackers.names if event not in logged.get(name, ())]
-            if not missing:
-                continue
-            took = self.trackers.call(hook, only=missing, run_dir=self.dir, **payload())
-            self._logged(event, took)
-            for name in took:
-                replayed[name] = replayed.get(name, 0) + 1
-        for name, count in replayed.items():
-            self.console.print(f"[dim]tracker {escape(name)}: replayed {count} recorded event(s) it had not logged, "
-                               "from the run directory[/]")
 
     def _benchmark_records(self, name: str) -> list[dict[str, Any]]:
         bench = self.registry.benchmark(name)
@@ -263,54 +177,24 @@ class Loop:
         sampler.close()
         return result
 
-    def _reuse_key(self, policy: Any) -> dict[str, Any] | None:
-        """What decides a base evaluation's answers and verdicts on any set, when the policy says its
-        answers are a pure function of its weights and options (``evaluation_key``); None: never reuse."""
-        from envengineer import __version__
-        from envengineer.loop import evaluation
-
-        policy_key = policy.evaluation_key()
-        if policy_key is None:
-            return None
-        # the code that decides answers and verdicts: every file of the packages the validator, generator,
-        # policy and evaluation come from (an edited prompt module, sampler or metrics module is a new evaluation)
-        code = code_fingerprint((self.run.validator, self.run.generator, policy, evaluation))
-        sampled = (self.cfg.eval.sampled, self.run.trainer.sampling_temperature, self.cfg.seed) if self.cfg.eval.sampled else None
-        return {"version": __version__, "code": code, "policy": policy_key, "style": self.style, "sampled": sampled,
-                "task": self.run.generator.options.model_dump(mode="json")}
-
     def _evaluate_base(self, policy: Any, reuse: dict[str, Any] | None, name: str, out: Path, label: str, examples: bool) -> dict[str, Any]:
         """:meth:`_evaluate`, copied from the cache when the same base weights were already evaluated
-        on the same records the same way (``reuse``: :meth:`_reuse_key`): the arms of a suite share
-        one base, and each would otherwise spend the same minutes on the same answers."""
-        import hashlib
+        on the same records the same way (``reuse``: :func:`~envengineer.loop.evaluation.reuse_key`): the arms of a
+        suite share one base, and each would otherwise spend the same minutes on the same answers."""
         import json
-        import shutil
 
-        from envengineer.fileio import cache_root, dumps_json
+        from envengineer.loop.evaluation import cache_evaluation, cached_evaluation, evaluation_cache_key
 
         if reuse is None:
             return self._evaluate(policy, name, out, label, examples)
         records = self._benchmark_records(name)
-        key = hashlib.sha256(json.dumps({
-            **reuse, "benchmark": name, "examples": self.cfg.eval.examples if examples else None,
-            "records": hashlib.sha256("\n".join(dumps_json(r) for r in records).encode()).hexdigest(),
-        }, sort_keys=True).encode()).hexdigest()[:24]
-        cached = cache_root() / "evals" / key
-        if (cached / "summary.json").is_file():
-            with self.dir.building(out) as partial:
-                for item in cached.iterdir():
-                    shutil.copy2(item, partial / item.name)
+        key = evaluation_cache_key(reuse, name, self.cfg.eval.examples if examples else None, records)
+        cached = cached_evaluation(self.dir, out, key)
+        if cached is not None:
             self.console.print(f"[dim]{escape(label)}: {escape(name)} reused from {escape(str(cached))} (same weights, records and options)[/]")
             return json.loads((out / "summary.json").read_text())
         summary = self._evaluate(policy, name, out, label, examples, records)
-        tmp = cached.with_name(f"{key}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            shutil.copytree(out, tmp)
-            os.replace(tmp, cached)
-        except OSError:  # another run filled it first, or the cache is not writable: the result stands
-            shutil.rmtree(tmp, ignore_errors=True)
+        cache_evaluation(out, key)
         return summary
 
     def _benchmarks_due(self, round: int | None) -> bool:
@@ -354,7 +238,11 @@ class Loop:
         info = run_info(self.cfg, self.dir, self.run.generator, resumed=resumed, trackers=self.trackers.names if track else [])
         self._emit("on_run_start", config=self.cfg, info=info)
         if self.tracking:
-            self._replay(selected_before)
+            from envengineer.loop.trackers import replay
+
+            for name, count in replay(self.trackers, self.dir, self.recorded_events(), selected_before).items():
+                self.console.print(f"[dim]tracker {escape(name)}: replayed {count} recorded event(s) it had not logged, "
+                                   "from the run directory[/]")
 
     def pretrain(self) -> None:
         if self.dir.done(Step.PRETRAIN):
@@ -370,7 +258,9 @@ class Loop:
             return
         started = clock()
         policy = self.run.policy.with_path(self.base_path())
-        reuse = self._reuse_key(policy)
+        from envengineer.loop.evaluation import reuse_key
+
+        reuse = reuse_key(self.run, policy)
         summary = self._evaluate_base(policy, reuse, self.cfg.eval.validation, self.dir.eval_dir(None), "base eval", examples=True)
         benched = self._benchmarks_due(None)
         if benched:

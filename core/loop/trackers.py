@@ -24,7 +24,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from envengineer.components import Tracker, TrackerUnavailable
@@ -380,3 +380,39 @@ def write_state(run_dir: Any, tracker: str, data: Mapping[str, Any]) -> None:
     from envengineer.fileio import write_json
 
     write_json(state_path(run_dir, tracker), dict(data))
+
+
+# ----------------------------------------------------------------- replaying recorded events
+
+
+def record_logged(run_dir: Any, event: str, trackers: Iterable[str]) -> None:
+    """Record in ``trackers/logged.json`` that ``trackers`` took ``event``."""
+    logged = read_logged(run_dir) or {}
+    for name in trackers:
+        logged.setdefault(name, []).append(event)
+    write_logged(run_dir, logged)
+
+
+def replay(trackers: TrackerSet, run_dir: Any, events: Sequence[tuple[str, str, Any]], selected_before: Iterable[str]) -> dict[str, int]:
+    """Give each live tracker the recorded ``events`` it has not taken (``trackers/logged.json``; ``events``: the loop's
+    ``(event, hook, payload)`` of the steps done, :meth:`envengineer.loop.steps.Loop.recorded_events`): a tracker newly
+    named on a finished or resumed run logs the steps done before, once. A run recorded before the record was kept
+    counts as taken by the trackers its ``run.yaml`` named (``selected_before``) and those that keep a state there.
+    Returns how many events each tracker was given."""
+    logged = read_logged(run_dir)
+    if logged is None:
+        folder = run_dir.path / "trackers"
+        kept = {p.stem for p in folder.glob("*.json") if p.name != LOGGED} if folder.is_dir() else set()
+        logged = {name: [event for event, _, _ in events] for name in sorted(set(selected_before) | kept)}
+        write_logged(run_dir, logged)
+    replayed: dict[str, int] = {}
+    for event, hook, payload in events:
+        missing = [name for name in trackers.names if event not in logged.get(name, ())]
+        if not missing:
+            continue
+        took = trackers.call(hook, only=missing, run_dir=run_dir, **payload())
+        record_logged(run_dir, event, took)
+        for name in took:
+            replayed[name] = replayed.get(name, 0) + 1
+    return replayed
+

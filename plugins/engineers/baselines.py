@@ -168,6 +168,18 @@ class Baseline(Engineer):
     def summarize(self, request: DesignRequest, outcome: DesignOutcome) -> str | None:
         return factual_note(request, outcome)
 
+    def grouped(self, request: DesignRequest, min_samples: int) -> tuple[dict[str, dict[str, Any]], Success, list[str]] | EngineerReply:
+        """The round's knob table, each group's success and the groups that have both; or, when the config holds no
+        declared knob or no group has a success rate, the reply (naming this engineer) that keeps the configuration."""
+        table = knob_table(request)
+        if not table:
+            return self.reply({}, f"{self.name}: the config holds no declared knob; keeping the configuration.")
+        success = Success(request, list(table), min_samples)
+        groups = [g for g in table if g in success.p]
+        if not groups:
+            return self.reply({}, f"{self.name}: no per-group success (no training signal, no validation rates); keeping the configuration.")
+        return table, success, groups
+
 
 # ------------------------------------------------------------------------ fixed
 
@@ -506,13 +518,10 @@ class LearnabilityEngineer(Baseline):
     def propose(self, request: DesignRequest) -> EngineerReply:
         o = self.options
         generator = request.generator
-        table = knob_table(request)
-        if not table:
-            return self.reply({}, "learnability: the config holds no declared knob; keeping the configuration.")
-        success = Success(request, list(table), o.min_samples)
-        groups = [g for g in table if g in success.p]
-        if not groups:
-            return self.reply({}, "learnability: no per-group success (no training signal, no validation rates); keeping the configuration.")
+        grouped = self.grouped(request, o.min_samples)
+        if isinstance(grouped, EngineerReply):
+            return grouped
+        table, success, groups = grouped
         p = success.p
         notes: list[str] = [success.describe(), f"target {o.target:.0%} ± {o.band:.0%}"]
         said: dict[str, list[str]] = {g: [] for g in groups}
@@ -599,13 +608,10 @@ class InvertedEngineer(Baseline):
     def propose(self, request: DesignRequest) -> EngineerReply:
         o = self.options
         generator = request.generator
-        table = knob_table(request)
-        if not table:
-            return self.reply({}, "inverted: the config holds no declared knob; keeping the configuration.")
-        success = Success(request, list(table), o.min_samples)
-        groups = [g for g in table if g in success.p]
-        if not groups:
-            return self.reply({}, "inverted: no per-group success (no training signal, no validation rates); keeping the configuration.")
+        grouped = self.grouped(request, o.min_samples)
+        if isinstance(grouped, EngineerReply):
+            return grouped
+        table, success, groups = grouped
         p = success.p
         notes: list[str] = [success.describe(), f"away from {o.target:.0%}"]
         said: dict[str, list[str]] = {g: [] for g in groups}

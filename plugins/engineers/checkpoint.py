@@ -1,7 +1,7 @@
 """The policy being trained as its own engineer (``checkpoint``), or its starting weights (``base``).
 
 On a GPU the model is served offline by vLLM (``LLM.chat``) in a child process
-(:mod:`envengineer.plugins.vllm_child`, shared with the ``vllm`` policy): the design step
+(:mod:`envengineer.plugins._shared.vllm_child`, shared with the ``vllm`` policy): the design step
 returns once that process is gone, so the engineer's model holds no GPU memory the trainer
 needs, and this process never imports vllm. On a CPU, or when asked, it runs through
 transformers in this process and is freed afterwards. Either way the conversation is
@@ -30,7 +30,7 @@ from envengineer.api import (
     retired_options,
     summary_prompt,
 )
-from envengineer.plugins.vllm_child import ChildLimits
+from envengineer.plugins._shared.vllm_child import ChildLimits
 
 
 class CheckpointOptions(ChildLimits, PromptBudgetOptions):
@@ -86,7 +86,7 @@ class CheckpointEngineer(Engineer):
         if not path:
             raise EngineerCallError(f"engineer.{self.name}: no model_path option and the loop passed no {self.which}")
         from envengineer.api import ConfigError
-        from envengineer.plugins.models import resolve_model
+        from envengineer.plugins._shared.models import resolve_model
 
         try:
             return resolve_model(path)  # a folder as given, or a model name made into a folder on first use
@@ -130,7 +130,7 @@ class CheckpointEngineer(Engineer):
               schema: dict[str, Any] | None = None, seed: int = 0, whole_schema: bool = False) -> list[tuple[str, dict[str, int]]]:
         """``LLM.chat`` in a child process (one per call), gone when this returns; ``schema``: the whole reply
         decoded as ``{analysis, config}`` JSON (``StructuredOutputsParams(json=...)``), turned into the free-text form."""
-        from envengineer.plugins import vllm_child
+        from envengineer.plugins._shared import vllm_child
 
         o = self.options
         engine = vllm_child.engine_kwargs(

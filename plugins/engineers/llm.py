@@ -6,7 +6,7 @@ The SDKs' own retries are switched off so that each API call is one record. API 
 come from environment variables named in the options and are never written anywhere.
 The SDKs are imported inside the methods: ``import envengineer`` stays light.
 
-Each request carries only the parameters its model family accepts (``envengineer.plugins.api_params``):
+Each request carries only the parameters its model family accepts (``envengineer.plugins._shared.api_params``):
 a parameter the service refuses would turn every design step into a fallback. An answer with no
 text (a reasoning model that spent its token limit thinking) is a failed call whose error names the
 finish reason and the tokens used, not an empty proposal.
@@ -32,7 +32,7 @@ from envengineer.api import (
     load_prompt,
     summary_prompt,
 )
-from envengineer.plugins.api_params import TokenField, chat_sampling, gemini_thinking_problem, sends_temperature
+from envengineer.plugins._shared.api_params import TokenField, chat_sampling, gemini_thinking_problem, sends_temperature
 
 SYSTEM_PROMPT = (
     "You are an environment engineer for reinforcement-learning training. You answer with analysis "

@@ -25,7 +25,7 @@ def register_commands(cli, state):
 def doctor_checks(components):
     """vLLM for the ``vllm`` policy (its child process runs this Python)."""
     from envengineer.plugins.policies.vllm_policy import VllmPolicy
-    from envengineer.plugins.vllm_child import vllm_check
+    from envengineer.plugins._shared.vllm_child import vllm_check
 
     if components is None or any(isinstance(component, VllmPolicy) for component in components):
         return [vllm_check()]

@@ -1,7 +1,7 @@
 """API models as policies that answer a task's prompts (the MAPF paper's baseline rows), over any OpenAI-compatible endpoint.
 
 One chat-completions call per response, ``concurrency`` at a time, carrying only the
-parameters the model family accepts (``envengineer.plugins.api_params``, shared with the API
+parameters the model family accepts (``envengineer.plugins._shared.api_params``, shared with the API
 engineers: gpt-5 gets ``max_completion_tokens`` and no temperature). The SDK retries rate
 limits, server errors and timeouts (``max_retries``); a call that still fails, or an answer
 with no text, gives an empty response, which the validator scores as a parse failure, and is
@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from envengineer.api import ConfigError, Policy
-from envengineer.plugins.api_params import TokenField, chat_sampling
+from envengineer.plugins._shared.api_params import TokenField, chat_sampling
 
 
 class OpenAICompatibleOptions(BaseModel):

@@ -53,7 +53,7 @@ class SftWarmStart(BaseModel):
 def base_identity(folder: Path) -> dict[str, str]:
     """sha256 of the base model's weights, config and tokenizer (a converted model: from its record)."""
     from envengineer.api import sha256_file
-    from envengineer.plugins.models import model_record
+    from envengineer.plugins._shared.models import model_record
 
     recorded = (model_record(folder) or {}).get("files", {})
     found = {}
@@ -147,7 +147,7 @@ def build(out: Path, options: SftWarmStart, base: Path, rows: list[dict[str, Any
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
-    from envengineer.plugins.cpu_heap import keep_freed_memory
+    from envengineer.plugins._shared.cpu_heap import keep_freed_memory
     from envengineer.plugins.policies.tiny_model import save_model_dir
     from envengineer.plugins.policies.hf import quiet_hf
 

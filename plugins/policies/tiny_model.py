@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from envengineer.api import ConfigError
-from envengineer.plugins.cpu_heap import keep_freed_memory
+from envengineer.plugins._shared.cpu_heap import keep_freed_memory
 from envengineer.plugins.policies.hf import quiet_hf
 
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"

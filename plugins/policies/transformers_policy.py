@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from envengineer.api import ConfigError, Policy, retired_options
-from envengineer.plugins.cpu_heap import keep_freed_memory
+from envengineer.plugins._shared.cpu_heap import keep_freed_memory
 from envengineer.plugins.policies.sft import SftWarmStart
 from envengineer.plugins.policies.hf import quiet_hf
 
@@ -69,10 +69,10 @@ class ModelDirPolicy(Policy):
 
     def prepare(self, *, generator: Any = None, force: bool = False, progress: Any = None) -> Path:
         """The model directory the run starts from: the ``path`` option, a folder or a model name
-        of :data:`envengineer.plugins.models.MODELS` (made into a folder in the cache on first use)."""
+        of :data:`envengineer.plugins._shared.models.MODELS` (made into a folder in the cache on first use)."""
         if not self.options.path:
             raise ConfigError(f"policy.{self.name}.path: a model directory or a model name is required")
-        from envengineer.plugins.models import resolve_model
+        from envengineer.plugins._shared.models import resolve_model
 
         try:
             return Path(resolve_model(self.options.path, progress=progress))
@@ -83,7 +83,7 @@ class ModelDirPolicy(Policy):
         """A ``path`` that is not a model name must be a complete model folder (config, weights, tokenizer):
         otherwise the problem names it and what it lacks, the fix is the download command."""
         from envengineer.api import folder_problem
-        from envengineer.plugins.models import is_model_name
+        from envengineer.plugins._shared.models import is_model_name
 
         if not self.options.path or is_model_name(self.options.path):
             return None
@@ -167,7 +167,7 @@ class TransformersPolicy(ModelDirPolicy):
     # ------------------------------------------------------------------ the loop's API
 
     def memory_plan(self, model: Any, gpu_bytes: float, prompt_tokens: int | None = None) -> Any:
-        from envengineer.plugins.vllm_memory import policy_memory
+        from envengineer.plugins._shared.vllm_memory import policy_memory
 
         return policy_memory(self, model, gpu_bytes, prompt_tokens)
 

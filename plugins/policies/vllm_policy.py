@@ -9,7 +9,7 @@ options training and the checkpoint/base engineers use), plain strings through
 the call), so the same policy and prompts give the same texts.
 
 Every :meth:`VllmPolicy.sample` call runs the engine in a child process
-(:mod:`envengineer.plugins.vllm_child`, which says why a subprocess) and returns once that
+(:mod:`envengineer.plugins._shared.vllm_child`, which says why a subprocess) and returns once that
 process is gone: no GPU memory stays held when a training round starts afterwards. The
 price is one engine start per call; evaluation (``envengineer eval``, the loop) therefore
 hands all of a set's prompts to one call (:attr:`VllmPolicy.sample_batch_size`), so one
@@ -24,8 +24,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, Field
 
 from envengineer.api import ConfigError, Resources
+from envengineer.plugins._shared.vllm_child import ChildLimits
 from envengineer.plugins.policies.transformers_policy import ModelDirOptions, ModelDirPolicy
-from envengineer.plugins.vllm_child import ChildLimits
 
 
 class VllmOptions(ModelDirOptions, ChildLimits):
@@ -56,7 +56,7 @@ class VllmPolicy(ModelDirPolicy):
         }
 
     def memory_plan(self, model: Any, gpu_bytes: float, prompt_tokens: int | None = None) -> Any:
-        from envengineer.plugins.vllm_memory import policy_memory
+        from envengineer.plugins._shared.vllm_memory import policy_memory
 
         return policy_memory(self, model, gpu_bytes, prompt_tokens)
 
@@ -71,7 +71,7 @@ class VllmPolicy(ModelDirPolicy):
 
     def engine(self) -> dict[str, Any]:
         """The keyword arguments of ``vllm.LLM`` for this policy."""
-        from envengineer.plugins.vllm_child import engine_kwargs
+        from envengineer.plugins._shared.vllm_child import engine_kwargs
 
         path = self.prepare()
         if not path.exists():
@@ -82,7 +82,7 @@ class VllmPolicy(ModelDirPolicy):
 
     def sample(self, prompts: Sequence[list[dict[str, str]] | str], *, n: int = 1) -> list[list[str]]:
         """``n`` decoded responses per prompt (greedy: ``n`` copies of one response)."""
-        from envengineer.plugins import vllm_child
+        from envengineer.plugins._shared import vllm_child
 
         if n < 1:
             raise ValueError(f"n: must be at least 1, got {n}")

@@ -20,7 +20,7 @@ from typing import Any
 
 from envengineer.errors import EnvEngineerError
 from envengineer.plugins.report.drawn import BenchView, aggregate_notes
-from envengineer.plugins.report.view import BASE, RunView, Stage, load_run, rate, sort_benches
+from envengineer.plugins.report.view import BASE, RunView, Stage, load_run_view, rate, sort_benches
 
 MISSING = "–"
 
@@ -161,7 +161,7 @@ def load_comparison(run_dirs: Sequence[str | Path], registry: Any) -> Comparison
     """The table of the runs in ``run_dirs`` (``registry``: resolves their tasks)."""
     if not run_dirs:
         raise EnvEngineerError("compare: give at least one run directory")
-    return compare_runs([load_run(d, registry) for d in run_dirs])
+    return compare_runs([load_run_view(d, registry) for d in run_dirs])
 
 
 def cell(value: Any, column: Column) -> str:

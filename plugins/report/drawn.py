@@ -3,8 +3,8 @@ themselves are in :mod:`envengineer.components.declarations`).
 
 The report, ``compare`` and ``suite`` know no task: they show the groupings, knobs, benchmark
 labels, subsets and aggregates that the run's task family declares (resolved through the
-registry from run.yaml's ``task`` section; see :func:`envengineer.plugins.report.view.load_run`). When the
-family is not installed they show what the recorded files hold: every ``by`` key of the
+registry from run.yaml's ``task`` section; see :func:`envengineer.plugins.report.view.load_run_view`).
+When the family is not installed they show what the recorded files hold: every ``by`` key of the
 summaries as a grouping, the knob table found in the round configs, no subsets or aggregate.
 """
 

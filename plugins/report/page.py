@@ -17,7 +17,7 @@ from typing import Any
 from envengineer.errors import EnvEngineerError
 from envengineer.plugins.report.html import IMAGE_DIR, render_html
 from envengineer.plugins.report.plots import PLOTS, plots_of
-from envengineer.plugins.report.view import RunView, load_run
+from envengineer.plugins.report.view import RunView, load_run_view
 
 __all__ = ["IMAGE_DIR", "PLOTS", "PLOT_NAMES", "REPORT_HTML", "Report", "render_html", "task_sections", "write_report"]
 
@@ -70,7 +70,7 @@ def write_report(run_dir: str | Path, registry: Any) -> Report:
     ``report_sections`` add to the page (the command's: the installed plugins)."""
     from envengineer.fileio import write_text
 
-    run = load_run(run_dir, registry)
+    run = load_run_view(run_dir, registry)
     image_dir = run.path / IMAGE_DIR
     problems = list(run.problems)
     images: dict[str, Path] = {}
@@ -88,9 +88,7 @@ def write_report(run_dir: str | Path, registry: Any) -> Report:
         for stale in [*(image_dir / n for n in PLOT_NAMES), *image_dir.glob("rates_by_*.png")]:
             if stale.name not in images and stale.is_file():
                 stale.unlink()
-    from envengineer.plugins.score.engineer_score import report_sections as scored_sections
-
-    sections = scored_sections(run.path) + task_sections(run, getattr(registry, "pm", None), problems)
+    sections = task_sections(run, getattr(registry, "pm", None), problems)
     html_path = run.path / REPORT_HTML
     write_text(html_path, render_html(run, images, problems, sections))
     _readable(html_path, *images.values())

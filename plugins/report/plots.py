@@ -8,46 +8,17 @@ the functions, on the Agg canvas, never through pyplot's global state.
 
 from __future__ import annotations
 
-import io
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from envengineer.errors import EnvEngineerError
+from envengineer.plugins._shared.plotting import PALETTE, new_figure, percent_axis, save_figure
 from envengineer.plugins.report.view import RunView, Stage, rate
 
 METRICS = ("valid", "optimal")
-_PALETTE = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#db2777", "#0891b2", "#65a30d", "#4b5563", "#b45309"]
 #: Colour maps of the config heatmaps, one per declared knob in order (MAPF: ratio, hole_ratio, wait_ratio).
 KNOB_CMAPS = ("Blues", "Oranges", "Purples", "Greens", "Reds", "Greys", "YlOrBr", "BuPu")
-
-
-def _new_figure(width: float, height: float, nrows: int = 1, ncols: int = 1):
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise EnvEngineerError("the report needs matplotlib: pip install 'envengineer[report]'") from None
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    return fig, axes
-
-
-def _save(fig: Any, path: Path) -> Path:
-    from envengineer.fileio import atomic_open
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", facecolor="white")
-    with atomic_open(path, "wb") as handle:
-        handle.write(buffer.getvalue())
-    return path
-
-
-def _percent_axis(ax: Any, top: float = 100) -> None:
-    ax.set_ylim(0, top * 1.04)
-    ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:.0f}%")
 
 
 def evaluated(run: RunView) -> list[Stage]:
@@ -59,10 +30,10 @@ def plot_rates(run: RunView, path: Path) -> Path | None:
     stages = evaluated(run)
     if not stages:
         return None
-    fig, axes = _new_figure(6.4, 3.4)
+    fig, axes = new_figure(6.4, 3.4)
     ax = axes[0][0]
     x = list(range(len(stages)))
-    for (metric, color), dy in zip(zip(METRICS, _PALETTE), (4, -11)):
+    for (metric, color), dy in zip(zip(METRICS, PALETTE), (4, -11)):
         y = [100 * (rate(s.eval, f"{metric}_rate") or 0) for s in stages]
         err = [100 * (rate(s.eval, f"{metric}_se") or 0) for s in stages]
         ax.errorbar(x, y, yerr=err, marker="o", capsize=3, lw=2, color=color, label=f"{metric} rate")
@@ -70,10 +41,10 @@ def plot_rates(run: RunView, path: Path) -> Path | None:
             ax.annotate(f"{yi:.1f}", (xi, yi), textcoords="offset points", xytext=(7, dy), ha="left", fontsize=7, color=color)
     ax.set_xlim(-0.3, len(stages) - 0.5)
     ax.set_xticks(x, [s.title for s in stages])
-    _percent_axis(ax)
+    percent_axis(ax)
     ax.set_title("validation: overall (± standard error)")
     ax.legend(loc="lower right")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def group_plot_name(run: RunView) -> str | None:
@@ -94,7 +65,7 @@ def plot_rates_by_group(run: RunView, path: Path) -> Path | None:
     from matplotlib import colormaps
 
     cmap = colormaps["viridis"]
-    fig, axes = _new_figure(10.5, 3.6, ncols=2)
+    fig, axes = new_figure(10.5, 3.6, ncols=2)
     x = list(range(len(stages)))
     for ax, metric in zip(axes[0], METRICS):
         for i, group in enumerate(groups):
@@ -107,10 +78,10 @@ def plot_rates_by_group(run: RunView, path: Path) -> Path | None:
             color = cmap(i / max(1, len(groups) - 1) * 0.9)
             ax.errorbar(px, py, yerr=pe, marker="o", ms=4, capsize=2, lw=1.6, color=color, label=group)
         ax.set_xticks(x, [s.title for s in stages])
-        _percent_axis(ax)
+        percent_axis(ax)
         ax.set_title(f"validation {metric} rate by {primary.title}")
     axes[0][1].legend(title=primary.title, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def signal_stages(run: RunView) -> list[Stage]:
@@ -128,7 +99,7 @@ def plot_signal(run: RunView, path: Path) -> Path | None:
     from matplotlib import colormaps
 
     cmap = colormaps["viridis"]
-    fig, axes = _new_figure(10.5, 3.6, ncols=2)
+    fig, axes = new_figure(10.5, 3.6, ncols=2)
     x = list(range(len(stages)))
     ax = axes[0][0]
     for i, group in enumerate(groups):
@@ -138,7 +109,7 @@ def plot_signal(run: RunView, path: Path) -> Path | None:
             px, py = zip(*points)
             ax.plot(px, py, marker="o", ms=4, lw=1.6, color=cmap(i / max(1, len(groups) - 1) * 0.9), label=group)
     ax.set_xticks(x, [s.title for s in stages])
-    _percent_axis(ax)
+    percent_axis(ax)
     ax.set_title(f"sampled success in training by {primary.title}")
     if groups:
         ax.legend(title=primary.title, fontsize=7, ncols=2)
@@ -151,7 +122,7 @@ def plot_signal(run: RunView, path: Path) -> Path | None:
     ax.set_xticks(x, [s.title for s in stages])
     ax.set_title("training prompts by sampled outcome")
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def failure_types(stages: Sequence[Stage]) -> list[str]:
@@ -168,11 +139,11 @@ def plot_failures(run: RunView, path: Path) -> Path | None:
     types = failure_types(stages)
     if not stages or not types:
         return None
-    fig, axes = _new_figure(6.4, 3.4)
+    fig, axes = new_figure(6.4, 3.4)
     ax = axes[0][0]
     x = list(range(len(stages)))
     bottom = [0.0] * len(stages)
-    for name, color in zip(types, _PALETTE * 3):
+    for name, color in zip(types, PALETTE * 3):
         heights = []
         for s in stages:
             overall = (s.eval or {}).get("overall", {})
@@ -187,7 +158,7 @@ def plot_failures(run: RunView, path: Path) -> Path | None:
     ax.set_title("failure types per round")
     handles, labels = ax.get_legend_handles_labels()
     ax.legend(handles[::-1], labels[::-1], loc="center left", bbox_to_anchor=(1.0, 0.5))  # stack order
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def config_stages(run: RunView) -> list[tuple[Stage, dict[str, dict[str, Any]]]]:
@@ -206,7 +177,7 @@ def plot_config(run: RunView, path: Path) -> Path | None:
     groups = layout.group_keys({g for _, values in stages for g in values})
     knobs = layout.knobs
     width = len(knobs) * (1.6 + 0.62 * len(stages)) + 1.0
-    fig, axes = _new_figure(width, 0.36 * len(groups) + 1.4, ncols=len(knobs))
+    fig, axes = new_figure(width, 0.36 * len(groups) + 1.4, ncols=len(knobs))
     for index, (ax, name) in enumerate(zip(axes[0], knobs)):
         grid = []
         for group in groups:
@@ -231,7 +202,7 @@ def plot_config(run: RunView, path: Path) -> Path | None:
         ax.grid(False)
         ax.set_title(name)
         fig.colorbar(image, ax=ax, shrink=0.8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 CURVE_PANELS = (
@@ -254,7 +225,7 @@ def plot_training(run: RunView, path: Path) -> Path | None:
         return None
     ncols = 2 if len(panels) > 1 else 1
     nrows = (len(panels) + 1) // 2 if ncols == 2 else 1
-    fig, axes = _new_figure(10.5 if ncols == 2 else 6.4, 3.0 * nrows, nrows=nrows, ncols=ncols)
+    fig, axes = new_figure(10.5 if ncols == 2 else 6.4, 3.0 * nrows, nrows=nrows, ncols=ncols)
     flat = [ax for row in axes for ax in row]
     for ax in flat[len(panels):]:
         ax.set_visible(False)
@@ -266,7 +237,7 @@ def plot_training(run: RunView, path: Path) -> Path | None:
         spans.append((s, [offset + st for st in steps]))
         offset += max(steps) if steps else 0
     for ax, (key, title) in zip(flat, panels):
-        for (s, xs), color in zip(spans, _PALETTE * 3):
+        for (s, xs), color in zip(spans, PALETTE * 3):
             points = [(x, number(r.get(key)), number(r.get("reward_std"))) for x, r in zip(xs, s.curves)]
             points = [p for p in points if p[1] is not None]
             if not points:
@@ -283,7 +254,7 @@ def plot_training(run: RunView, path: Path) -> Path | None:
         ax.set_title(title)
         ax.set_xlabel("training step (all rounds)")
     flat[0].legend(loc="best")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def benched(run: RunView) -> list[str]:
@@ -296,8 +267,8 @@ def plot_bench(run: RunView, path: Path) -> Path | None:
     names = benched(run)
     if not names:
         return None
-    fig, axes = _new_figure(max(6.4, 3.9 * len(names)), 3.5, ncols=len(names))
-    stage_colors = {s.label: c for s, c in zip([s for s in run.stages if s.bench], _PALETTE * 3)}
+    fig, axes = new_figure(max(6.4, 3.9 * len(names)), 3.5, ncols=len(names))
+    stage_colors = {s.label: c for s, c in zip([s for s in run.stages if s.bench], PALETTE * 3)}
     for ax, name in zip(axes[0], names):
         view = run.bench(name)
         stages = [s for s in run.stages if name in s.bench]
@@ -313,10 +284,10 @@ def plot_bench(run: RunView, path: Path) -> Path | None:
                 ys = [100 * (v or 0) for v in values]
                 ax.bar(xs, ys, width=width * 0.92, color=stage_colors[s.label], alpha=alpha, label=f"{s.title}" if metric == "valid" else None)
         ax.set_xticks(range(len(groups)), groups)
-        _percent_axis(ax)
+        percent_axis(ax)
         ax.set_title(f"{view.label} ({name})" if view.label != name else name)
     axes[0][0].legend(loc="upper right", title="light: valid, dark: optimal", title_fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 #: (file name, plot) in page order; a None name is the run's own (the primary grouping's plot).

@@ -2,7 +2,7 @@
 
 The loop writes the directory step by step, so a reader meets partial runs: rounds not
 yet started, optional files absent (benchmarks, engineer notes), a history line cut by a
-crash. :func:`load_run` never fails on those; it records what it could not read in
+crash. :func:`load_run_view` never fails on those; it records what it could not read in
 ``RunView.problems`` and shows the rest.
 
 The view also knows what the run's task declares (groupings, knobs, benchmark labels,
@@ -24,7 +24,7 @@ from envengineer.store.rundir import RunDir
 
 BASE = "base"
 
-__all__ = ["BASE", "RunView", "Stage", "load_run", "rate", "sort_keys"]
+__all__ = ["BASE", "RunView", "Stage", "load_run_view", "rate", "sort_keys"]
 
 
 @dataclass
@@ -223,7 +223,7 @@ def resolve_task(config: dict[str, Any], bench_names: Any, registry: Any, proble
     return name, generator, benchmarks
 
 
-def load_run(run_dir: str | Path, registry: Any = None) -> RunView:
+def load_run_view(run_dir: str | Path, registry: Any = None) -> RunView:
     """Read everything a run directory holds so far; raise only if it is not a run directory.
 
     ``registry`` resolves the run's task and benchmarks (default: the installed plugins)."""

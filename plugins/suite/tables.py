@@ -86,10 +86,10 @@ def _designs(run: SuiteRun) -> list[bool]:
 
 def entry_row(entry: SuiteEntry, benchmarks: Sequence[BenchView], registry: Any = None) -> dict[str, Any]:
     """One table row: mean ± sd of each figure over the entry's finished seeds, and what is missing."""
-    from envengineer.plugins.report.view import load_run
+    from envengineer.plugins.report.view import load_run_view
 
     finished = [run for run in entry.runs if run.done]
-    per_seed = [run_figures(load_run(run.run_dir, registry), benchmarks)[0] for run in finished]
+    per_seed = [run_figures(load_run_view(run.run_dir, registry), benchmarks)[0] for run in finished]
     keys = {key for figures in per_seed for key in figures}
     row: dict[str, Any] = {key: Stat.of([figures.get(key) for figures in per_seed]) for key in keys}
     designs = [flag for run in entry.runs for flag in _designs(run)]

@@ -52,7 +52,7 @@ from envengineer.api import (
     score_response,
     screening_samples,
 )
-from envengineer.plugins.cpu_heap import keep_freed_memory
+from envengineer.plugins._shared.cpu_heap import keep_freed_memory
 from envengineer.plugins.trainers.rollouts import Groups, prompt_line
 from envengineer.plugins.trainers.trl_memory import OWN_FIELDS, TrlMemoryOptions, grpo_settings, policy_model
 from envengineer.plugins.trainers.trl_padding_free import Positions

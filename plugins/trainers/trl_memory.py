@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from envengineer.api import Fix, MemoryEstimate, ModelShape
-from envengineer.plugins.vllm_memory import vllm_rows
+from envengineer.plugins._shared.vllm_memory import vllm_rows
 
 #: GRPOConfig fields these options set (``grpo_config`` may not set them behind their back)
 OWN_FIELDS = {

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from envengineer.api import Check, ConfigError, package_check
+from envengineer.plugins._shared.vllm_child import TESTED_VLLM
 from envengineer.plugins.trainers.verl_config import INSTALL_HINT
-from envengineer.plugins.vllm_child import TESTED_VLLM
 
 #: The versions the ``verl`` extra installs (verl[vllm]==0.9.1 pins vLLM 0.24.0) and the tests follow.
 TESTED = {"verl": "0.9.1", "vllm": TESTED_VLLM}

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from envengineer.api import GB, Fix, MemoryEstimate, ModelShape
-from envengineer.plugins.vllm_memory import vllm_rows
+from envengineer.plugins._shared.vllm_memory import vllm_rows
 
 #: verl's entropy_from_logits_chunk_size
 ENTROPY_CHUNK = 2048

@@ -31,15 +31,15 @@ def _per_round(arm: Arm, metric: str, *path: str) -> tuple[list[str], list[Stat 
 def plot_rounds(report: ArmsReport, path: Path) -> Path | None:
     """Validation valid and optimal rate per round, one panel per arm side by side (mean ± sd over
     seeds, each seed a faint line), then every arm's mean valid rate on one panel."""
-    from envengineer.plugins.report.plots import _PALETTE, _new_figure, _percent_axis, _save
+    from envengineer.plugins._shared.plotting import PALETTE, new_figure, percent_axis, save_figure
 
     arms = [a for a in report.arms if a.runs]
     if not arms:
         return None
-    fig, axes = _new_figure(3.2 * (len(arms) + 1) + 0.6, 3.4, ncols=len(arms) + 1)
+    fig, axes = new_figure(3.2 * (len(arms) + 1) + 0.6, 3.4, ncols=len(arms) + 1)
     top = 0.0
     for ax, arm in zip(axes[0], arms):
-        for metric, color in zip(METRICS, _PALETTE):
+        for metric, color in zip(METRICS, PALETTE):
             labels, stats, per_seed = _per_round(arm, metric)
             x = list(range(len(labels)))
             for values in per_seed:
@@ -55,7 +55,7 @@ def plot_rounds(report: ArmsReport, path: Path) -> Path | None:
         ax.set_title(f"{arm.label} ({len(arm.runs)} seed{'s' if len(arm.runs) != 1 else ''})")
         ax.set_xlabel("round")
     overlay = axes[0][len(arms)]
-    for arm, color in zip(arms, _PALETTE * 3):
+    for arm, color in zip(arms, PALETTE * 3):
         labels, stats, _ = _per_round(arm, "valid")
         points = [(xi, s.mean) for xi, s in enumerate(stats) if s is not None]
         if points:
@@ -66,17 +66,17 @@ def plot_rounds(report: ArmsReport, path: Path) -> Path | None:
     overlay.set_xlabel("round")
     overlay.legend(fontsize=7, loc="best")
     for ax in axes[0]:
-        _percent_axis(ax, top=max(10.0, min(100.0, top * 1.15)))
+        percent_axis(ax, top=max(10.0, min(100.0, top * 1.15)))
     axes[0][0].legend(loc="lower right", fontsize=7)
     fig.suptitle(f"{report.title}: validation per round (mean ± sd over seeds; faint: each seed)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_groups(report: ArmsReport, path: Path) -> Path | None:
     """Validation valid rate per group of the task's primary grouping, per round, one panel per arm (mean over seeds)."""
     from matplotlib import colormaps
 
-    from envengineer.plugins.report.plots import _new_figure, _percent_axis, _save
+    from envengineer.plugins._shared.plotting import new_figure, percent_axis, save_figure
 
     arms = [a for a in report.arms if a.runs]
     primary = next((r.view.primary() for a in arms for r in a.runs if r.view.primary() is not None), None)
@@ -86,7 +86,7 @@ def plot_groups(report: ArmsReport, path: Path) -> Path | None:
     if not groups:
         return None
     cmap = colormaps["viridis"]
-    fig, axes = _new_figure(3.2 * len(arms) + 1.4, 3.4, ncols=len(arms))
+    fig, axes = new_figure(3.2 * len(arms) + 1.4, 3.4, ncols=len(arms))
     top = 0.0
     for ax, arm in zip(axes[0], arms):
         for i, group in enumerate(groups):
@@ -99,20 +99,20 @@ def plot_groups(report: ArmsReport, path: Path) -> Path | None:
         ax.set_title(arm.label)
         ax.set_xlabel("round")
     for ax in axes[0]:  # one scale for every arm, fitted to the data
-        _percent_axis(ax, top=max(10.0, min(100.0, top * 1.15)))
+        percent_axis(ax, top=max(10.0, min(100.0, top * 1.15)))
     axes[0][-1].legend(title=primary.title, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
     fig.suptitle(f"{report.title}: validation valid rate by {primary.title} (mean over seeds)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_sets(report: ArmsReport, path: Path) -> Path | None:
     """Each set's headline (its aggregate, else the overall rate), valid and optimal, per arm: mean ± sd over seeds."""
-    from envengineer.plugins.report.plots import _PALETTE, _new_figure, _save
+    from envengineer.plugins._shared.plotting import PALETTE, new_figure, save_figure
 
     arms = [a for a in report.arms if a.runs]
     if not arms or not report.sets:
         return None
-    fig, axes = _new_figure(max(6.4, 3.6 * len(report.sets)), 3.6, ncols=len(report.sets))
+    fig, axes = new_figure(max(6.4, 3.6 * len(report.sets)), 3.6, ncols=len(report.sets))
     for ax, (key, view) in zip(axes[0], report.sets):
         width = 0.8 / len(arms)
         for j, arm in enumerate(arms):
@@ -123,20 +123,20 @@ def plot_sets(report: ArmsReport, path: Path) -> Path | None:
                 if stat is None:
                     continue
                 x = m + (j - (len(arms) - 1) / 2) * width
-                ax.bar(x, stat.mean, width=width * 0.92, yerr=stat.sd or 0, capsize=2, color=_PALETTE[j % len(_PALETTE)],
+                ax.bar(x, stat.mean, width=width * 0.92, yerr=stat.sd or 0, capsize=2, color=PALETTE[j % len(PALETTE)],
                        alpha=alpha, label=arm.label if m == 0 else None)
         ax.set_xticks(range(len(METRICS)), [f"{m} {view.symbol or '%'}" for m in METRICS])
         ax.set_title(report.set_label(key, view), fontsize=9)
     axes[0][0].legend(fontsize=7, loc="upper right")
     fig.suptitle(f"{report.title}: per set, mean ± sd over seeds (Σ: the set's aggregate over subsets)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_config_trajectory(report: ArmsReport, arm: Arm, path: Path) -> Path | None:
     """One arm's generator configs: a row per seed, a panel per declared knob, a line per group over the rounds."""
     from matplotlib import colormaps
 
-    from envengineer.plugins.report.plots import _new_figure, _save
+    from envengineer.plugins._shared.plotting import new_figure, save_figure
 
     layout = knob_layout(report)
     runs = [r for r in arm.runs if layout is not None and config_values(r, layout)]
@@ -145,7 +145,7 @@ def plot_config_trajectory(report: ArmsReport, arm: Arm, path: Path) -> Path | N
     groups = layout.group_keys({g for r in runs for _, values in config_values(r, layout) for g in values})
     cmap = colormaps["viridis"]
     knobs = layout.knobs
-    fig, axes = _new_figure(3.4 * len(knobs) + 1.4, 2.6 * len(runs) + 0.6, nrows=len(runs), ncols=len(knobs))
+    fig, axes = new_figure(3.4 * len(knobs) + 1.4, 2.6 * len(runs) + 0.6, nrows=len(runs), ncols=len(knobs))
     for row, run in zip(axes, runs):
         configs = config_values(run, layout)
         labels = [label for label, _ in configs]
@@ -160,7 +160,7 @@ def plot_config_trajectory(report: ArmsReport, arm: Arm, path: Path) -> Path | N
             ax.set_xlabel("round")
     axes[0][-1].legend(title=layout.table or "config", loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
     fig.suptitle(f"{arm.label}: generator config per round (round NN: the config it trains on)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def write_plots(report: ArmsReport, folder: Path) -> tuple[list[Path], str | None]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from envengineer.plugins.report.drawn import BenchView, KnobLayout
-from envengineer.plugins.report.view import RunView, load_run
+from envengineer.plugins.report.view import RunView, load_run_view
 from envengineer.plugins.suite.model import bench_views
 
 #: The report's key for the validation set (its other sets are keyed by benchmark name).
@@ -69,7 +69,7 @@ def arm_run(run_dir: Path, seed: int, benchmarks: Sequence[str], registry: Any) 
     that ran it (as :func:`envengineer.plugins.report.compare.run_figures` takes them), with their verdicts."""
     from envengineer.store.rundir import RunDir
 
-    view = load_run(run_dir, registry)
+    view = load_run_view(run_dir, registry)
     folder = RunDir(view.path)
     sets: dict[str, SetResult] = {}
     val = view.last_eval()

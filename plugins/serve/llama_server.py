@@ -212,7 +212,7 @@ def _children_cpu() -> float:
 
 def gguf_file(model: str) -> Path:
     """The GGUF file llama.cpp serves for ``model``: a model name's packaged file, or a ``.gguf`` path."""
-    from envengineer.plugins.models import MODELS, is_model_name
+    from envengineer.plugins._shared.models import MODELS, is_model_name
 
     if is_model_name(model):
         return MODELS[model].source()

@@ -1,7 +1,7 @@
 """``envengineer serve MODEL``: an OpenAI-compatible server for a model folder or a model name;
 ``envengineer models [NAME]``: the models known by name, or one made into its folder now.
 
-The model is resolved as everywhere else (``envengineer.plugins.models.resolve_model``: a
+The model is resolved as everywhere else (``envengineer.plugins._shared.models.resolve_model``: a
 folder as given, or a name such as ``smollm2-135m-instruct`` converted into the cache on first
 use), then ``transformers serve`` runs it on 127.0.0.1 (its ``/v1/chat/completions``,
 ``/health``); this process becomes that server (``os.execvp``), so Ctrl-C or a signal stops it.
@@ -9,7 +9,7 @@ Point the ``openai-compatible`` engineer (or policy) at it with ``base_url:
 http://127.0.0.1:PORT/v1`` and ``model:`` the folder the command prints.
 
 ``--server llama.cpp`` runs llama.cpp's ``llama-server`` on the model's GGUF file instead
-(``envengineer.plugins.llama_server``): it enforces ``response_format`` (structured replies),
+(``envengineer.plugins.serve.llama_server``): it enforces ``response_format`` (structured replies),
 which ``transformers serve`` ignores; ``--build`` compiles it once into the cache.
 """
 
@@ -25,7 +25,7 @@ from envengineer.api import hookimpl
 
 def serve_command(model: str, port: int = 8011, host: str = "127.0.0.1", device: str = "cpu") -> list[str]:
     """The ``transformers serve`` command line for ``model`` (a folder or a model name, resolved)."""
-    from envengineer.plugins.models import resolve_model
+    from envengineer.plugins._shared.models import resolve_model
 
     folder = resolve_model(model)
     exe = shutil.which("transformers")
@@ -62,7 +62,7 @@ def register(cli: Any) -> None:
         if server not in SERVERS:
             raise ConfigError(f"serve --server: {server!r} is not one of {', '.join(SERVERS)}")
         if server == "llama.cpp":
-            from envengineer.plugins import llama_server
+            from envengineer.plugins.serve import llama_server
 
             if build:
                 from rich.console import Console
@@ -96,12 +96,12 @@ def register(cli: Any) -> None:
 
 
 def models_table() -> Any:
-    """A rich table of :data:`envengineer.plugins.models.MODELS`: package, folder, license."""
+    """A rich table of :data:`envengineer.plugins._shared.models.MODELS`: package, folder, license."""
     import importlib.metadata
 
     from rich.table import Table
 
-    from envengineer.plugins.models import MODELS, model_record
+    from envengineer.plugins._shared.models import MODELS, model_record
 
     table = Table(title="models by name (accepted wherever a model folder is)")
     for column in ("name", "package", "folder", "license", "what"):
@@ -134,7 +134,7 @@ def register_models(cli: Any) -> None:
         from rich.console import Console
 
         from envengineer.api import ConfigError
-        from envengineer.plugins.models import MODELS, resolve_model
+        from envengineer.plugins._shared.models import MODELS, resolve_model
 
         if name is None:
             if fetch:

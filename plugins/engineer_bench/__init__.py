@@ -1,6 +1,10 @@
 """The engineer benchmark as a built-in plugin: ``envengineer engineers score`` scores engineers' proposals
-for recorded rounds without training (docs/engineer-score.md); :mod:`~envengineer.plugins.score.engineer_score`
-holds the instrument, and the report's "Engineer benchmark" section reads the slices it leaves in a run."""
+for recorded rounds without training (docs/engineer-score.md), and the run report's "Engineer benchmark" sections
+(the ``report_sections`` hook) read the slices it leaves in a run.
+
+The instrument: :mod:`.scoring` (the sample cache, a round's scorer, :func:`~.scoring.score_runs`), :mod:`.recorded`
+(what it reads of a recorded run), :mod:`.statistics` (the figures, the summary, the predictive check),
+:mod:`.predictions` (self-prediction, ``--predict``) and :mod:`.output` (the files written, the report's section)."""
 
 from __future__ import annotations
 
@@ -44,7 +48,9 @@ def engineers_score(
     """Score engineers' proposals for each recorded round's checkpoint, without training (docs/engineer-score.md)."""
     from rich.table import Table
 
-    from envengineer.plugins.score.engineer_score import REFERENCE, ScoreSettings, score_runs, write_results
+    from envengineer.plugins.engineer_bench.output import write_results
+    from envengineer.plugins.engineer_bench.recorded import REFERENCE, ScoreSettings
+    from envengineer.plugins.engineer_bench.scoring import score_runs
     from envengineer.fileio import cache_root
 
     console, err_console = state.console, state.err_console
@@ -145,3 +151,11 @@ def register_commands(cli: Any, state: CommandState) -> None:
     engineers = typer.Typer(help="Engineers measured without training: the engineer benchmark (docs/engineer-score.md).", no_args_is_help=True)
     engineers.command("score")(state.command(engineers_score))
     cli.add_typer(engineers, name="engineers")
+
+
+@hookimpl(tryfirst=True)  # before the tasks' sections, where the report has always shown them
+def report_sections(run: Any) -> list[tuple[str, str]]:
+    """One section per scoring recorded in the run (``<run>/engineer-score/``): blocking this plugin leaves them out."""
+    from envengineer.plugins.engineer_bench.output import report_sections as scored_sections
+
+    return scored_sections(run.path)

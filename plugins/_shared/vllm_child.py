@@ -9,7 +9,7 @@ and its KV cache is gone, and so is every byte of GPU memory it held, whatever v
 teardown does: the loop's next step (a verl or TRL training round) gets the whole GPU. The
 parent never imports vllm (nor torch, for this).
 
-Why ``subprocess`` running ``python -m envengineer.plugins.vllm_child JOB RESULT`` rather
+Why ``subprocess`` running ``python -m envengineer.plugins._shared.vllm_child JOB RESULT`` rather
 than ``multiprocessing`` with the ``spawn`` context:
 
 - vLLM starts processes of its own (the V1 engine core, tensor-parallel workers). A
@@ -258,7 +258,7 @@ def _run_child(job_path: Path, result_path: Path, *, stall_timeout_s: float | No
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     lines = [0]  # output lines so far: the child's sign of life
     proc = start(
-        [sys.executable, "-m", "envengineer.plugins.vllm_child", str(job_path), str(result_path)],
+        [sys.executable, "-m", "envengineer.plugins._shared.vllm_child", str(job_path), str(result_path)],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ),
     )
 
