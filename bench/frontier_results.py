@@ -68,7 +68,8 @@ def bench_records(bench: str) -> dict[str, dict]:
 @functools.lru_cache(maxsize=None)
 def fresh_walks(group: str, n: int) -> list[dict]:
     """``n`` fresh walks of ``group``, n/5 per grid size 3-7: the same for every run."""
-    from envengineer.tasks.gridwalk.plugin import MAX_SIZE, MIN_SIZE, make_record, moves_of
+    from envengineer.tasks.gridwalk.knobs import MAX_SIZE, MIN_SIZE, moves_of
+    from envengineer.tasks.gridwalk.walk import make_record
 
     k, sizes = moves_of(group), range(MIN_SIZE, MAX_SIZE + 1)
     return [make_record(f"frontier-fresh|{k}|{size}|{i}", size, k) for size in sizes for i in range(n // len(sizes))]
@@ -77,7 +78,7 @@ def fresh_walks(group: str, n: int) -> list[dict]:
 def graded(run: Path, bench: str) -> dict[int, dict[str, float]] | None:
     """The last round's answers on ``bench`` (a grid-walk set): per walk length, the mean cells written,
     the mean right leading cells and the share of answers with k cells."""
-    from envengineer.tasks.gridwalk.plugin import solve
+    from envengineer.tasks.gridwalk.walk import solve
 
     rounds = sorted(run.glob(f"round-*/bench/{bench}/responses.jsonl"))
     if not rounds:

@@ -14,8 +14,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from envengineer.tasks.mapf_frozenlake.config import uniform_config
-from envengineer.tasks.mapf_frozenlake.generator import generate
+from envengineer.tasks.mapf_frozenlake.knobs import uniform_config
+from envengineer.tasks.mapf_frozenlake.draw import generate
 
 
 def main() -> None:

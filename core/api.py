@@ -23,7 +23,7 @@ so the module's current attribute is what a caller gets (a test's ``monkeypatch`
 
 from typing import TYPE_CHECKING, Any
 
-from envengineer.store.benchmarks import SUMS, read_checksums, sha256_file
+from envengineer.store.benchmarks import SUMS, frozen_benchmark, read_checksums, sha256_file
 from envengineer.components import (
     Aggregate,
     Benchmark,
@@ -206,8 +206,8 @@ __all__ = [
     # the lifecycle hooks' payloads (plugins, trackers)
     "BenchmarkPayload", "DesignPayload", "PAYLOADS", "RoundPayload", "RunEndPayload", "RunStartPayload", "watched",
     # run directories, files, checksums, caches
-    "RunDir", "SUMS", "atomic_open", "cache_root", "fsync_dir", "read_checksums", "read_jsonl", "read_yaml",
-    "replace_folder", "sha256_file", "write_json", "write_jsonl", "write_text", "write_yaml",
+    "RunDir", "SUMS", "atomic_open", "cache_root", "frozen_benchmark", "fsync_dir", "read_checksums", "read_jsonl",
+    "read_yaml", "replace_folder", "sha256_file", "write_json", "write_jsonl", "write_text", "write_yaml",
     # commands a plugin adds (register_commands)
     "CommandState", "load_registry", "only_task", "stage_progress",
 ]

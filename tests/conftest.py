@@ -48,15 +48,16 @@ ARITH_EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
 
 
 def import_arith():
-    """The arith example package (examples/envengineer-arith), imported from its folder without installing it."""
+    """The arith example's plugin module (examples/envengineer-arith: ``envengineer_arith.plugin``, what its entry
+    point names), imported from its folder without installing it."""
     import sys
 
     sys.path.insert(0, ARITH_EXAMPLE)
     try:
-        import envengineer_arith
+        import envengineer_arith.plugin
     finally:
         sys.path.remove(ARITH_EXAMPLE)
-    return envengineer_arith
+    return envengineer_arith.plugin
 
 
 @pytest.fixture
@@ -139,7 +140,7 @@ def report_factory():
 @pytest.fixture
 def recorded_run(tmp_path):
     """A hand-built run directory with two finished rounds (round 1 is the one to design from)."""
-    from envengineer.tasks.mapf_frozenlake.config import uniform_config
+    from envengineer.tasks.mapf_frozenlake.knobs import uniform_config
 
     run = tmp_path / "run"
     run.mkdir()

@@ -17,7 +17,8 @@ def arith_on_path(monkeypatch):
     monkeypatch.syspath_prepend(str(ARITH))
     monkeypatch.setenv("PYTHONPATH", str(ARITH))
     yield
-    sys.modules.pop("envengineer_arith", None)
+    for name in [m for m in sys.modules if m == "envengineer_arith" or m.startswith("envengineer_arith.")]:
+        sys.modules.pop(name)
 
 
 def test_mapf_conforms():
@@ -25,14 +26,14 @@ def test_mapf_conforms():
 
 
 def test_the_arith_example_conforms(arith_on_path):
-    assert_task_conforms("arith", plugins=["envengineer_arith"], n=24, fuzz=300)
+    assert_task_conforms("arith", plugins=["envengineer_arith.plugin"], n=24, fuzz=300)
 
 
 def test_the_kit_catches_a_family_that_breaks_the_rules(arith_on_path):
     from envengineer.components import Verdict
     from envengineer.testing import load_task
 
-    generator, validator = load_task("arith", plugins=["envengineer_arith"])
+    generator, validator = load_task("arith", plugins=["envengineer_arith.plugin"])
 
     class Raises(type(generator)):
         def project(self, proposal, current):
@@ -58,7 +59,7 @@ def test_the_kit_catches_a_family_that_breaks_the_rules(arith_on_path):
 def test_fuzzing_is_seeded(arith_on_path):
     from envengineer.testing import load_task
 
-    generator, _ = load_task("arith", plugins=["envengineer_arith"])
+    generator, _ = load_task("arith", plugins=["envengineer_arith.plugin"])
     config = generator.default_config()
     assert repr(fuzz_proposals(generator, config, 50, 3)) == repr(fuzz_proposals(generator, config, 50, 3))
     assert repr(fuzz_proposals(generator, config, 50, 3)) != repr(fuzz_proposals(generator, config, 50, 4))
@@ -70,7 +71,7 @@ def test_the_kit_fails_a_family_whose_generator_ignores_its_knobs(arith_on_path)
     knob; the honest generator passes the same check."""
     from envengineer.testing import check_knobs_reach_records, load_task
 
-    generator, _ = load_task("arith", plugins=["envengineer_arith"])
+    generator, _ = load_task("arith", plugins=["envengineer_arith.plugin"])
     assert check_knobs_reach_records(generator, n=24) == []
 
     class IgnoresItsConfig(type(generator)):

@@ -238,7 +238,7 @@ def test_round0_only_history_is_left_out_when_omitted(registry, recorded_run):
 
 def test_round0_start_has_one_source(registry, tmp_path):
     from envengineer.design.context import choose_start
-    from envengineer.tasks.mapf_frozenlake.config import uniform_config
+    from envengineer.tasks.mapf_frozenlake.knobs import uniform_config
 
     generator = registry.create("generator", "mapf-frozenlake", {})
     assert choose_start("V3") == "random" and choose_start("V4") == "uniform" and choose_start({"modules": ["F"]}) == "uniform"

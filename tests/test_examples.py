@@ -15,9 +15,9 @@ RUN_CONFIGS = sorted(p for p in EXAMPLES.rglob("*.yaml") if "engineers" not in p
 def register_arith(pm, monkeypatch):
     """The arith example task (examples/envengineer-arith, a package of its own) in the plugin manager ``pm``."""
     monkeypatch.syspath_prepend(str(EXAMPLES / "envengineer-arith"))
-    import envengineer_arith
+    import envengineer_arith.plugin
 
-    pm.register(envengineer_arith, name="arith")
+    pm.register(envengineer_arith.plugin, name="arith")
 
 
 @pytest.mark.parametrize("path", RUN_CONFIGS, ids=lambda p: str(p.relative_to(EXAMPLES)))

@@ -46,16 +46,17 @@ def test_every_arm_takes_the_same_optimizer_steps_on_fresh_seeds_and_two_warm_st
 
 def test_no_config_can_train_on_the_never_trained_lengths():
     from envengineer.registry import load_registry
-    from envengineer.tasks.gridwalk import plugin as gw
+    from envengineer.tasks.gridwalk.benchmarks import untrained_lengths
+    from envengineer.tasks.gridwalk.knobs import GROUPS, MAX_MOVES, GridWalkConfig
 
     generator, _ = load_registry(entry_points=False).task("grid-walk", {"prompt_style": "compact"})
     asked = {"groups": {**generator.default_config().model_dump()["groups"], "k11": {"ratio": 0.5, "size": 5}}}
     with pytest.raises(ValueError, match="k11"):
-        generator.generate(gw.GridWalkConfig.model_validate(asked), n=20, seed=0)
+        generator.generate(GridWalkConfig.model_validate(asked), n=20, seed=0)
     projected = generator.project(asked, generator.default_config())  # an engineer that asks for k11 gets the knob table's groups
-    assert set(projected.config.model_dump()["groups"]) == set(gw.GROUPS)
+    assert set(projected.config.model_dump()["groups"]) == set(GROUPS)
     pairs = generator.warm_start_pairs(n=24000, seed=1, style="compact")  # the comparison's second warm start, in full
-    assert max(len(answer.split()) for _, answer in pairs) == gw.MAX_MOVES < min(gw.untrained_lengths())
+    assert max(len(answer.split()) for _, answer in pairs) == MAX_MOVES < min(untrained_lengths())
 
 
 def test_the_check_reads_every_training_record_and_fails_on_a_never_trained_walk(tmp_path, at_repo_root):
@@ -101,7 +102,7 @@ def test_the_check_reads_every_training_record_and_fails_on_a_never_trained_walk
     assert done.returncode == 0 and again["untrained"] == report["untrained"] and again["tests"] == report["tests"]
     assert {a: e["target"] for a, e in again["arms"].items()} == {a: e["target"] for a, e in report["arms"].items()}
     # a walk of a never-trained length in any round's training records fails the check
-    from envengineer.tasks.gridwalk.plugin import make_record
+    from envengineer.tasks.gridwalk.walk import make_record
 
     with (out / "learnability/seed-4/round-01/train.jsonl").open("a") as handle:
         handle.write(json.dumps(make_record("planted", 5, 11)) + "\n")

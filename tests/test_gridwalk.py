@@ -7,7 +7,9 @@ import json
 import pytest
 
 from envengineer.registry import load_registry
-from envengineer.tasks.gridwalk import plugin as gw
+from envengineer.tasks.gridwalk.benchmarks import BEYOND, TARGET, VALIDATION, untrained_lengths
+from envengineer.tasks.gridwalk.knobs import GROUPS, moves_of
+from envengineer.tasks.gridwalk.walk import cells_text, make_record, solve
 from envengineer.testing import assert_task_conforms
 
 
@@ -26,11 +28,11 @@ def test_walks_stay_on_the_grid_and_match_the_solver(task):
     generator, validator = task
     records = generator.generate(generator.default_config(), n=400, seed=3).records
     assert len(records) == 400
-    assert {generator.group(r) for r in records} == set(gw.GROUPS)
+    assert {generator.group(r) for r in records} == set(GROUPS)
     for r in records:
         assert len(r["moves"]) == r["k"] == int(r["group"][1:])
         assert all(0 <= v < r["size"] for cell in [r["start"], *r["path"]] for v in cell)
-        assert r["path"] == gw.solve(r)
+        assert r["path"] == solve(r)
         # each step moves one cell
         cells = [r["start"], *r["path"]]
         assert all(abs(a[0] - b[0]) + abs(a[1] - b[1]) == 1 for a, b in zip(cells, cells[1:]))
@@ -43,7 +45,7 @@ def test_same_config_and_seed_same_records_and_shares_follow_the_config(task):
     b = generator.generate(cfg, n=300, seed=11).records
     assert json.dumps(a) == json.dumps(b)
     assert json.dumps(a) != json.dumps(generator.generate(cfg, n=300, seed=12).records)
-    counts = {g: sum(generator.group(r) == g for r in a) for g in gw.GROUPS}
+    counts = {g: sum(generator.group(r) == g for r in a) for g in GROUPS}
     assert counts["k5"] > 200 and sum(counts.values()) == 300
     assert {r["size"] for r in a if r["group"] == "k6"} == {3}
     # a share move keeps a group's first instances (seeded on group, size and index)
@@ -55,7 +57,7 @@ def test_same_config_and_seed_same_records_and_shares_follow_the_config(task):
 
 def test_compact_prompt_and_answer_format(task):
     generator, validator = task
-    record = gw.make_record("doc", 5, 4)
+    record = make_record("doc", 5, 4)
     prompt = generator.render(record, "compact")
     assert prompt.startswith("G5 ") and prompt.endswith(" =") and len(prompt.split()) == 4 + 3
     answer = generator.reference_completion(record, "compact")
@@ -78,8 +80,8 @@ def test_compact_prompt_and_answer_format(task):
 ])
 def test_the_validator_refuses_near_misses(task, mutate, failure):
     generator, validator = task
-    record = gw.make_record("near-miss", 4, 6)
-    cells = gw.cells_text(gw.solve(record)).split()
+    record = make_record("near-miss", 4, 6)
+    cells = cells_text(solve(record)).split()
     if cells == list(reversed(cells)):
         pytest.skip("palindromic walk")
     verdict = validator.score(record, f"<answer>{' '.join(mutate(cells))}</answer>")
@@ -88,8 +90,8 @@ def test_the_validator_refuses_near_misses(task, mutate, failure):
 
 def test_the_validator_reads_the_last_answer_and_never_the_record_path(task):
     generator, validator = task
-    record = gw.make_record("last", 6, 5)
-    right = gw.cells_text(gw.solve(record))
+    record = make_record("last", 6, 5)
+    right = cells_text(solve(record))
     assert validator.score(record, f"<answer>0_0</answer> then <answer>{right}</answer>").valid
     assert not validator.score(record, f"<answer>{right}</answer><answer>0_0</answer>").valid
     forged = {**record, "path": [[0, 0]] * record["k"]}  # a tampered path field is ignored: the answer is recomputed
@@ -98,33 +100,33 @@ def test_the_validator_reads_the_last_answer_and_never_the_record_path(task):
 
 def test_bad_records_and_groups_are_named(task):
     generator, _ = task
-    record = gw.make_record("bad", 5, 3)
+    record = make_record("bad", 5, 3)
     for field, value in (("size", 99), ("moves", "UXD"), ("start", [7, 0]), ("moves", "UD")):
         with pytest.raises(ValueError, match=field):
             generator.check_record({**record, field: value})
     with pytest.raises(ValueError, match="k11"):
-        gw.moves_of("k11")
+        moves_of("k11")
 
 
 def test_frozen_sets_match_their_checksums_and_rebuild_identically():
     registry = load_registry(entry_points=False)
     sizes = {}
-    for name in (gw.VALIDATION, gw.TARGET, gw.BEYOND):
+    for name in (VALIDATION, TARGET, BEYOND):
         spec = registry.benchmark(name)
         data = spec.path.read_bytes()
         assert hashlib.sha256(data).hexdigest() == spec.sha256
         built = "".join(json.dumps(r) + "\n" for r in spec.build())
         assert hashlib.sha256(built.encode()).hexdigest() == spec.sha256
         sizes[name] = [json.loads(line) for line in data.decode().splitlines()]
-    val, target = sizes[gw.VALIDATION], sizes[gw.TARGET]
+    val, target = sizes[VALIDATION], sizes[TARGET]
     assert len(val) == 240 and {r["k"] for r in val} == set(range(3, 9))
     assert len(target) == 400 and {r["k"] for r in target} == {9, 10}
     assert len({r["id"] for r in val}) == 240 and len({r["id"] for r in target}) == 400
     # the never-trained target: lengths outside the knob table (no config can ask for them) and every warm start
-    beyond = sizes[gw.BEYOND]
-    assert len(beyond) == 400 and {r["k"] for r in beyond} == set(gw.untrained_lengths()) == {11, 12}
+    beyond = sizes[BEYOND]
+    assert len(beyond) == 400 and {r["k"] for r in beyond} == set(untrained_lengths()) == {11, 12}
     assert len({r["id"] for r in beyond}) == 400 and {r["size"] for r in beyond} == set(range(3, 8))
-    assert not {r["group"] for r in beyond} & set(gw.GROUPS) and max(gw.moves_of(g) for g in gw.GROUPS) < 11
+    assert not {r["group"] for r in beyond} & set(GROUPS) and max(moves_of(g) for g in GROUPS) < 11
 
 
 def test_warm_start_draws_short_walks_and_a_thin_tail():

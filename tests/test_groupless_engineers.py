@@ -100,16 +100,18 @@ def arith(pm, arith_module):
 @pytest.fixture
 def flat_arith(arith_module):
     """arith with its one difficulty knob at the config's top level: no knob table, arith's groupings kept."""
+    from envengineer_arith.generator import ArithGenerator
+    from envengineer_arith.knobs import MAX_TERMS
 
     class FlatConfig(BaseModel):
         model_config = ConfigDict(extra="forbid")
-        terms: int = Field(2, ge=2, le=arith_module.MAX_TERMS)
+        terms: int = Field(2, ge=2, le=MAX_TERMS)
 
-    class FlatArith(arith_module.ArithGenerator):
+    class FlatArith(ArithGenerator):
         name: ClassVar[str] = "arith-flat"
         config_model: ClassVar[type[BaseModel]] = FlatConfig
         knob_table: ClassVar[str | None] = None
-        knobs = (arith_module.ArithGenerator.knobs[1],)
+        knobs = (ArithGenerator.knobs[1],)
 
     return FlatArith()
 

@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 #: a task family whose generator hook has a typo; its validator hook is right
 TYPO_TASK = """
 from envengineer import hookimpl
-from envengineer.tasks.gridwalk.plugin import GridWalkGenerator, GridWalkValidator
+from envengineer.tasks.gridwalk.generator import GridWalkGenerator
+from envengineer.tasks.gridwalk.validator import GridWalkValidator
 
 class TypoGenerator(GridWalkGenerator):
     name = "{task}"
@@ -209,5 +210,5 @@ def test_every_built_in_and_the_example_plugin_pass_the_check(pm, monkeypatch):
     from envengineer.plugin_manager import BUILTIN_PLUGINS
 
     monkeypatch.syspath_prepend(str(REPO / "examples" / "envengineer-arith"))
-    for name in (*BUILTIN_PLUGINS, "envengineer_arith"):
+    for name in (*BUILTIN_PLUGINS, "envengineer_arith.plugin"):
         assert pm.hook_problems(importlib.import_module(name)) == [], name

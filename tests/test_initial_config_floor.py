@@ -14,8 +14,9 @@ from envengineer.design.context import choose_start
 from envengineer.errors import ConfigError
 from envengineer.registry import load_registry
 from envengineer.store.configs import knobs_out_of_bounds, load_generator_config
-from envengineer.tasks.mapf_frozenlake.config import RATIO_FLOOR, uniform_config
+from envengineer.tasks.mapf_frozenlake.knobs import uniform_config
 from envengineer.tasks.mapf_frozenlake.projection import project
+from envengineer.tasks.mapf_frozenlake.shares import RATIO_FLOOR
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -28,7 +28,7 @@ ARITH = Path(__file__).resolve().parents[1] / "examples" / "envengineer-arith"
 def _arith_module():
     if str(ARITH) not in sys.path:
         sys.path.insert(0, str(ARITH))
-    return importlib.import_module("envengineer_arith")
+    return importlib.import_module("envengineer_arith.plugin")
 
 
 @pytest.fixture

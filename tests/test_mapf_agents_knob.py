@@ -18,7 +18,7 @@ import yaml
 from envengineer.errors import ConfigError
 from envengineer.store.configs import load_generator_config
 from envengineer.tasks.mapf_frozenlake import SIZE_NAMES
-from envengineer.tasks.mapf_frozenlake.config import MapfConfig, agents_fitting, fit_free_cells, hole_count
+from envengineer.tasks.mapf_frozenlake.knobs import MapfConfig, agents_fitting, fit_free_cells, hole_count
 from envengineer.testing import assert_task_conforms, fuzz_proposals, load_task, records_digest
 
 ON = {"agents": 2, "agents_range": [2, 5]}

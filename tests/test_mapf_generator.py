@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 from envengineer.cli.commands import app
 from envengineer.errors import ConfigError
 from envengineer.tasks.mapf_frozenlake import SIZE_NAMES
-from envengineer.tasks.mapf_frozenlake.config import MapfConfig, SizeKnobs, allocate, hole_count, uniform_config
-from envengineer.tasks.mapf_frozenlake.generator import generate
+from envengineer.tasks.mapf_frozenlake.knobs import MapfConfig, SizeKnobs, allocate, hole_count, uniform_config
+from envengineer.tasks.mapf_frozenlake.draw import generate
 from envengineer.tasks.mapf_frozenlake.instance import from_record, instance_id
 from envengineer.tasks.mapf_frozenlake.solver import solve
 from envengineer.tasks.mapf_frozenlake.validator import MapfValidator
@@ -183,14 +183,14 @@ def test_shortest_paths_check_agrees_with_the_solver():
 
 def test_the_shortest_paths_shortcut_changes_no_instance(monkeypatch):
     """Crowded 5-agent maps: the same records with the shortcut and with every draw fully solved."""
-    import envengineer.tasks.mapf_frozenlake.generator as generator_module
+    import envengineer.tasks.mapf_frozenlake.draw as draw_module
     from envengineer.registry import load_registry
-    from envengineer.tasks.mapf_frozenlake.config import uniform_config
+    from envengineer.tasks.mapf_frozenlake.knobs import uniform_config
 
     generator, _ = load_registry(entry_points=False).task("mapf-frozenlake", {"agents": 5})
     config = uniform_config(hole_ratio=0.3, wait_ratio=0.5)
     fast = generator.generate(config, n=24, seed=4).records
-    monkeypatch.setattr(generator_module, "shortest_paths_suffice", lambda *args, **kwargs: (None, None))
+    monkeypatch.setattr(draw_module, "shortest_paths_suffice", lambda *args, **kwargs: (None, None))
     assert generator.generate(config, n=24, seed=4).records == fast
 
 
@@ -200,11 +200,11 @@ def test_a_time_limit_never_changes_the_data_it_stops_generation():
     the option instead of discarding the draw (which would make the data depend on the machine)."""
     import inspect
 
-    from envengineer.tasks.mapf_frozenlake import generator
-    from envengineer.tasks.mapf_frozenlake.generator import GenerationError
-    from envengineer.tasks.mapf_frozenlake.plugin import MapfOptions
+    from envengineer.tasks.mapf_frozenlake import draw
+    from envengineer.tasks.mapf_frozenlake.draw import GenerationError
+    from envengineer.tasks.mapf_frozenlake.generator import MapfOptions
 
-    assert generator.TIME_LIMIT is None and MapfOptions().solver_time_limit is None
+    assert draw.TIME_LIMIT is None and MapfOptions().solver_time_limit is None
     assert inspect.signature(generate).parameters["time_limit"].default is None
     config = uniform_config(wait_ratio=1.0)
     with pytest.raises(GenerationError, match=r"task\.solver_time_limit: 0 s.*depend on this machine's speed"):
@@ -219,7 +219,7 @@ def test_reference_answers_are_budgeted_by_work(monkeypatch):
     """The reference solver's answer (`envengineer solve`, warm starts) is solved within REFERENCE_WORK units,
     never seconds: a record past it is an error naming the give-up, the same on every machine."""
     from envengineer.registry import load_registry
-    from envengineer.tasks.mapf_frozenlake import plugin
+    from envengineer.tasks.mapf_frozenlake import generator as generator_module
 
     generator, validator = load_registry(entry_points=False).task("mapf-frozenlake", {"agents": 5})
     grid = ["FFFFFFFFFF", "FHFHFHHFFH", "FFFFHFFFFF", "HFFHFFFHHF", "FFFFHFFFFF",
@@ -228,6 +228,6 @@ def test_reference_answers_are_budgeted_by_work(monkeypatch):
     record = {"id": "foreign", "size": 10, "grid": grid, "hole_ratio": 0.2, "optimal_cost": 82,
               "agents": [{"start": list(s), "goal": list(g)} for s, g in agents]}
     assert validator.score(record, generator.reference_answer(record)).optimal  # 47 units
-    monkeypatch.setattr(plugin, "REFERENCE_WORK", 16)
+    monkeypatch.setattr(generator_module, "REFERENCE_WORK", 16)
     with pytest.raises(ValueError, match=r"instance foreign: gave_up \(work limit of 16 units reached\)"):
         generator.reference_answer(record)

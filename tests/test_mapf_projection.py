@@ -5,8 +5,9 @@ import math
 from hypothesis import given, settings, strategies as st
 
 from envengineer.tasks.mapf_frozenlake import SIZE_NAMES
-from envengineer.tasks.mapf_frozenlake.config import RATIO_FLOOR, max_hole_ratio, uniform_config
+from envengineer.tasks.mapf_frozenlake.knobs import max_hole_ratio, uniform_config
 from envengineer.tasks.mapf_frozenlake.projection import project
+from envengineer.tasks.mapf_frozenlake.shares import RATIO_FLOOR
 
 
 def _check(config, agents=2):

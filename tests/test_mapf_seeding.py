@@ -11,8 +11,8 @@ import pytest
 
 from envengineer.errors import ConfigError
 from envengineer.registry import load_registry
-from envengineer.tasks.mapf_frozenlake.config import hole_count, random_config, uniform_config
-from envengineer.tasks.mapf_frozenlake.generator import generate, plan_jobs
+from envengineer.tasks.mapf_frozenlake.knobs import hole_count, random_config, uniform_config
+from envengineer.tasks.mapf_frozenlake.draw import generate, plan_jobs
 
 
 def _moved(config, size, hole_ratio):

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from envengineer.tasks.mapf_frozenlake import solver as solver_module
 from envengineer.tasks.mapf_frozenlake.solver import Solution, distance_map, solve
+from envengineer.tasks.mapf_frozenlake.solver.proofs import _group_solvable, _pair_solvable
 
 # ------------------------------------------------------------------ references
 
@@ -251,9 +252,9 @@ def test_solvability_proofs_match_brute_force(inst):
         return
     G, starts, goals = _indexed(grid, agents)
     solvable = brute_force_cost(grid, agents) is not None
-    assert solver_module._group_solvable(G, starts, goals, 10**6) is solvable
+    assert _group_solvable(G, starts, goals, 10**6) is solvable
     if len(agents) == 2:
-        assert solver_module._pair_solvable(G, starts[0], goals[0], starts[1], goals[1]) is solvable
+        assert _pair_solvable(G, starts[0], goals[0], starts[1], goals[1]) is solvable
 
 
 UNDECIDED = "undecided"

@@ -305,7 +305,8 @@ def test_a_policy_takes_any_prompt_style_the_task_declares_and_refuses_others_na
     from envengineer.loop.runconfig import parse_run_config, resolve
     from typing import Literal
 
-    from envengineer.tasks.gridwalk.plugin import GridWalkGenerator, GridWalkOptions, GridWalkValidator
+    from envengineer.tasks.gridwalk.generator import GridWalkGenerator, GridWalkOptions
+    from envengineer.tasks.gridwalk.validator import GridWalkValidator
 
     class TerseOptions(GridWalkOptions):
         name: Literal["terse-walk"] = "terse-walk"
@@ -329,11 +330,11 @@ def test_a_policy_takes_any_prompt_style_the_task_declares_and_refuses_others_na
 
         @hookimpl
         def register_benchmarks(self, register):
-            from envengineer.api import Benchmark
-            from envengineer.tasks.gridwalk import plugin as gw
+            from envengineer.api import Benchmark, read_checksums
+            from envengineer.tasks.gridwalk.benchmarks import FOLDER
 
-            path = gw.FOLDER / "grid-walk-val.jsonl"
-            register(Benchmark(name="terse-val", task="terse-walk", path=path, sha256=gw.read_checksums(gw.FOLDER)[path.name],
+            path = FOLDER / "grid-walk-val.jsonl"
+            register(Benchmark(name="terse-val", task="terse-walk", path=path, sha256=read_checksums(FOLDER)[path.name],
                                description="grid-walk's validation set under another task name"))
 
     pm = create_plugin_manager(entry_points=False, environ={})

@@ -20,7 +20,8 @@ from envengineer.errors import ConfigError  # noqa: E402
 from envengineer.design.evidence import Evidence  # noqa: E402
 from envengineer.design.prompts import build_request  # noqa: E402
 from envengineer.tasks.reasoning_gym import catalogue  # noqa: E402
-from envengineer.tasks.reasoning_gym.plugin import DEFAULT_SYSTEM_PROMPT, RGConfig  # noqa: E402
+from envengineer.tasks.reasoning_gym.generator import DEFAULT_SYSTEM_PROMPT  # noqa: E402
+from envengineer.tasks.reasoning_gym.knobs import RGConfig  # noqa: E402
 from envengineer.testing import assert_task_conforms  # noqa: E402
 
 TASK = "reasoning-gym"
@@ -153,7 +154,7 @@ def test_the_answer_ends_at_the_first_closing_tag_after_the_last_opening_one(tas
 
 
 def test_a_scorer_raising_on_the_answer_is_the_models_failure_and_on_the_oracle_the_scorers(task):
-    from envengineer.tasks.reasoning_gym.plugin import default_table
+    from envengineer.tasks.reasoning_gym.knobs import default_table
 
     generator, validator = task
     record = generator.generate(RGConfig(datasets=default_table(["prime_factorization"])), n=1, seed=0).records[0]
@@ -279,7 +280,7 @@ def test_what_each_level_draws_is_what_the_guidelines_and_docs_say(task):
     the guidelines state, the draws reach into both ends of it (a scalar: its value is the largest drawn), a level differs
     from the one below, and a level marked as repeating the one below gives the very same items (also with every other
     attribute at its cap). docs/reasoning-gym.md's table states the same."""
-    from envengineer.tasks.reasoning_gym.plugin import describe_levels, item_seed, level_ranges, make_item, repeated_levels
+    from envengineer.tasks.reasoning_gym.items import describe_levels, item_seed, level_ranges, make_item, repeated_levels
 
     from reasoning_gym.coaching.attributes import ScalarAttributeDefinition
     from reasoning_gym.factory import create_curriculum
@@ -331,7 +332,7 @@ def test_lowering_a_repeated_top_level_would_change_a_frozen_set(monkeypatch):
     from dataclasses import replace
 
     from envengineer.tasks.reasoning_gym import benchmarks
-    from envengineer.tasks.reasoning_gym.plugin import repeated_levels
+    from envengineer.tasks.reasoning_gym.items import repeated_levels
 
     builders = {"rg-val": benchmarks.build_validation, "rg-hard": benchmarks.build_hard, "rg-transfer": benchmarks.build_transfer}
     frozen = {name: build() for name, build in builders.items()}
@@ -355,7 +356,7 @@ def load_task_all():
 
 def _longest_fitting(validator, record, padded):
     """The most pads that fit the size cap: its verdict, and the verdict with one pad more."""
-    from envengineer.tasks.reasoning_gym.plugin import ANSWER_FACTOR, MIN_ANSWER_CHARS
+    from envengineer.tasks.reasoning_gym.validator import ANSWER_FACTOR, MIN_ANSWER_CHARS
 
     cap = max(MIN_ANSWER_CHARS, ANSWER_FACTOR * len(record["answer"]))
     k = 0
@@ -538,7 +539,7 @@ def test_a_hanging_scorer_is_cut_off_by_the_net_and_the_net_is_far_above_any_vet
     (30 s), not a budget a loaded machine could reach."""
     import threading
 
-    from envengineer.tasks.reasoning_gym.plugin import SCORE_TIME_LIMIT, bounded_call
+    from envengineer.tasks.reasoning_gym.validator import SCORE_TIME_LIMIT, bounded_call
 
     release = threading.Event()
     assert bounded_call(lambda answer, item: release.wait(5) and 1.0, "a", {}, 0.05) is None

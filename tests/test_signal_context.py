@@ -24,9 +24,9 @@ def _registry(task, monkeypatch):
     pm = create_plugin_manager(entry_points=False, environ={})
     if task == "arith":
         monkeypatch.syspath_prepend(str(EXAMPLES / "envengineer-arith"))
-        import envengineer_arith
+        import envengineer_arith.plugin
 
-        pm.register(envengineer_arith, name="arith")
+        pm.register(envengineer_arith.plugin, name="arith")
     if task == "reasoning-gym":
         pytest.importorskip("reasoning_gym")
     return Registry(pm)

@@ -21,10 +21,10 @@ def arith_registry(pm):
     """The built-ins plus the arith example's plugin module."""
     sys.path.insert(0, str(ARITH))
     try:
-        import envengineer_arith
+        import envengineer_arith.plugin
     finally:
         sys.path.remove(str(ARITH))
-    pm.register(envengineer_arith, name="arith")
+    pm.register(envengineer_arith.plugin, name="arith")
     return Registry(pm)
 
 
@@ -258,7 +258,8 @@ def test_resolve_refuses_another_tasks_benchmarks(arith_registry):
 def test_the_validation_set_defaults_to_the_tasks_declared_one(arith_registry, pm):
     """eval.validation: an explicit setting wins; unset, the task's Generator.validation_benchmark;
     neither: an error naming the field. No task name in the core's default."""
-    import envengineer_arith
+    from envengineer_arith.generator import ArithGenerator
+    from envengineer_arith.validator import ArithValidator
 
     from envengineer import hookimpl
     from envengineer.loop.runconfig import EvalSection, parse_run_config, resolve, validation_set
@@ -272,11 +273,11 @@ def test_the_validation_set_defaults_to_the_tasks_declared_one(arith_registry, p
     explicit = parse_run_config({"name": "m", "task": "mapf-frozenlake", "eval": {"validation": "mapf-3agents"}})
     assert resolve(explicit, arith_registry).config.eval.validation == "mapf-3agents"
 
-    class Undeclared(envengineer_arith.ArithGenerator):
+    class Undeclared(ArithGenerator):
         name = "arith-undeclared"
         validation_benchmark = None
 
-    class UndeclaredValidator(envengineer_arith.ArithValidator):
+    class UndeclaredValidator(ArithValidator):
         name = "arith-undeclared"
 
     class Plugin:

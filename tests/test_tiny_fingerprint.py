@@ -26,10 +26,10 @@ def arith(monkeypatch):
     from envengineer.registry import Registry
 
     monkeypatch.syspath_prepend(str(REPO / "examples" / "envengineer-arith"))
-    import envengineer_arith
+    import envengineer_arith.plugin
 
     pm = create_plugin_manager(entry_points=False, environ={})
-    pm.register(envengineer_arith, name="arith")
+    pm.register(envengineer_arith.plugin, name="arith")
     registry = Registry(pm)
     return registry, registry.task("arith")[0]
 

@@ -25,10 +25,10 @@ def arith_registry(monkeypatch):
     from envengineer.registry import Registry
 
     monkeypatch.syspath_prepend(str(REPO / "examples" / "envengineer-arith"))
-    import envengineer_arith
+    import envengineer_arith.plugin
 
     pm = create_plugin_manager(entry_points=False, environ={})
-    pm.register(envengineer_arith, name="arith")
+    pm.register(envengineer_arith.plugin, name="arith")
     return Registry(pm)
 
 

@@ -60,7 +60,7 @@ def test_the_plugin_module_loads_without_importing_verifiers():
 
 
 def test_python_3_10_is_refused_before_verifiers_is_imported():
-    from envengineer.tasks.verifiers.plugin import check_python
+    from envengineer.tasks.verifiers.taskset import check_python
 
     with pytest.raises(ConfigError, match=r"needs Python >= 3\.11 \(verifiers 0\.4\.0 requires it\); this is Python 3\.10\.14"):
         check_python((3, 10, 14))
@@ -68,18 +68,18 @@ def test_python_3_10_is_refused_before_verifiers_is_imported():
 
 
 def test_a_missing_verifiers_names_the_extra(monkeypatch):
-    from envengineer.tasks.verifiers import plugin
+    from envengineer.tasks.verifiers import taskset
 
     monkeypatch.setitem(sys.modules, "verifiers", None)  # import verifiers... raises ImportError
     monkeypatch.delitem(sys.modules, "verifiers.v1.utils", raising=False)
     monkeypatch.delitem(sys.modules, "verifiers.v1.utils.loaders", raising=False)
     monkeypatch.delitem(sys.modules, "verifiers.v1", raising=False)
     with pytest.raises(ConfigError, match=r'pip install "envengineer\[verifiers\]"'):
-        plugin.vf()
+        taskset.vf()
 
 
 def test_options_refuse_a_taskset_that_cannot_change_with_the_round():
-    from envengineer.tasks.verifiers.plugin import VFOptions
+    from envengineer.tasks.verifiers.knobs import VFOptions
 
     with pytest.raises(ValueError, match="has no seed field and shuffle is off, so its tasks would not change with the round"):
         VFOptions.model_validate({**SUMS, "seed_field": None})
@@ -166,7 +166,7 @@ def test_undeclared_fields_are_never_touched(vf):
 
 @needs_verifiers
 def test_generation_is_verifiers_own_load_taskset_with_the_rounds_seed(vf):
-    from envengineer.tasks.verifiers.plugin import seed_value
+    from envengineer.tasks.verifiers.taskset import seed_value
 
     generator, _ = family(GROUPED)
     config = generator.config_model.model_validate(
@@ -186,7 +186,7 @@ def test_generation_is_verifiers_own_load_taskset_with_the_rounds_seed(vf):
 
 @needs_verifiers
 def test_a_taskset_without_a_seed_field_is_drawn_with_verifiers_own_shuffle(vf):
-    from envengineer.tasks.verifiers.plugin import seed_value
+    from envengineer.tasks.verifiers.taskset import seed_value
 
     pool = {**SUMS, "seed_field": None, "shuffle": True, "size_field": None, "fixed": {"num_tasks": 300, "seed": 3}}
     generator, _ = family(pool)
@@ -329,7 +329,7 @@ def test_every_reward_in_rollouts_is_verifiers_own_score(toy_run, fixtures_on_pa
     """The simulated student writes the reference answer for a task it solves and an empty reply otherwise; each GRPO reward
     in rollouts.jsonl must be verifiers' own task.score of one of those two completions, and the valid count the number of
     rewards that reach the threshold."""
-    from envengineer.tasks.verifiers.plugin import messages_of
+    from envengineer.tasks.verifiers.taskset import messages_of
     from verifiers.v1.utils import loaders
 
     task_cls = loaders.taskset_class("vf-toy-sums").task_type()

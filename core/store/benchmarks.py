@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
@@ -32,6 +33,12 @@ def read_checksums(folder: Path) -> dict[str, str]:
                 digest, _, name = line.strip().partition("  ")
                 sums[name.strip()] = digest.strip()
     return sums
+
+
+def frozen_benchmark(path: Path, **fields: Any) -> Benchmark:
+    """The :class:`Benchmark` frozen at ``path`` (a JSONL file): its sha256 read from the ``SHA256SUMS`` beside
+    it (empty until ``envengineer bench build NAME`` freezes it), ``fields`` the rest of its declaration."""
+    return Benchmark(path=path, sha256=read_checksums(path.parent).get(path.name, ""), **fields)
 
 
 def write_checksum(folder: Path, name: str, digest: str) -> None:

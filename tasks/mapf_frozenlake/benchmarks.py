@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envengineer.api import Aggregate, Benchmark, Grouping, read_checksums
+from envengineer.api import Aggregate, Benchmark, Grouping, frozen_benchmark
 from envengineer.tasks.mapf_frozenlake import TASK_NAME
-from envengineer.tasks.mapf_frozenlake.config import sizes_fitting
-from envengineer.tasks.mapf_frozenlake.generator import Job, derive_seed, make_instance
+from envengineer.tasks.mapf_frozenlake.knobs import sizes_fitting
+from envengineer.tasks.mapf_frozenlake.draw import Job, derive_seed, make_instance
 
 FOLDER = Path(__file__).parent / "data"
 HOLE_RATIOS = (0.0, 0.1, 0.2, 0.3, 0.4)
@@ -54,13 +54,11 @@ def build_set(name: str, agents: int, avoid: str | None = None) -> list[dict]:
 
 
 def _spec(name: str, agents: int, description: str, avoid: str | None = None) -> Benchmark:
-    path = FOLDER / f"{name}.jsonl"
-    return Benchmark(
+    return frozen_benchmark(
+        FOLDER / f"{name}.jsonl",
         name=name,
         task=TASK_NAME,
         description=description,
-        path=path,
-        sha256=read_checksums(FOLDER).get(path.name, ""),
         options={"agents": agents},
         subsets=SUBSET_GROUPING,
         aggregate=SUM_OVER_SUBSETS,

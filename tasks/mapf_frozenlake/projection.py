@@ -19,9 +19,8 @@ from typing import Any
 
 from envengineer.api import Change, Projection, number
 from envengineer.tasks.mapf_frozenlake import SIZE_NAMES
-from envengineer.tasks.mapf_frozenlake.config import (
+from envengineer.tasks.mapf_frozenlake.knobs import (
     HOLE_RATIO_MAX,
-    RATIO_FLOOR,
     MapfConfig,
     SizeKnobs,
     agents_fitting,
@@ -30,7 +29,7 @@ from envengineer.tasks.mapf_frozenlake.config import (
     max_hole_ratio_fitting,
     normalize_size_key,
 )
-from envengineer.tasks.mapf_frozenlake.shares import DECIMALS, renormalize  # noqa: F401 - importable from here too
+from envengineer.tasks.mapf_frozenlake.shares import DECIMALS, RATIO_FLOOR, renormalize
 
 KNOBS = ("ratio", "hole_ratio", "wait_ratio")
 
@@ -63,7 +62,7 @@ def project(proposal: Any, current: MapfConfig, agents: int = 2, agents_range: t
 
     ``agents``: the run's agent count (the hole ratio's ceiling keeps ``k + 1`` free cells for it);
     ``agents_range``: the agents knob is on, ``current`` is of its config model
-    (:func:`config.agents_config_model`) and each size's own count sets its ceiling instead."""
+    (:func:`knobs.agents_config_model`) and each size's own count sets its ceiling instead."""
     knob_names = KNOBS if agents_range is None else (*KNOBS, "agents")
     changes: list[Change] = []
     accepted: list[str] = []

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envengineer.tasks.mapf_frozenlake import SIZE_NAMES, SIZES
-from envengineer.tasks.mapf_frozenlake.config import HOLE_RATIO_MAX, RATIO_FLOOR, agents_fitting
+from envengineer.tasks.mapf_frozenlake.knobs import HOLE_RATIO_MAX, RATIO_FLOOR, agents_fitting
 from envengineer.tasks.mapf_frozenlake.instance import Cell, Instance
 
 STYLES = ("full", "compact")

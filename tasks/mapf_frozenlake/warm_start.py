@@ -4,7 +4,7 @@ The compact style (``N7 H 2_4 … S1 0_6 G1 1_0 S2 4_2 G2 1_2 P`` → ``| 0_6 4_
 is a sequence of whole words, so the tiny model reads it with a word-level vocabulary
 (:func:`vocabulary`); its cell words ``r_c`` start from grid geometry
 (:func:`geometric_embeddings`); and it is warm-started on solver-optimal answers of
-2-agent instances (:func:`warm_start_pairs`). :class:`~envengineer.tasks.mapf_frozenlake.plugin.MapfGenerator`
+2-agent instances (:func:`warm_start_pairs`). :class:`~envengineer.tasks.mapf_frozenlake.generator.MapfGenerator`
 offers them through the ``Generator`` hooks ``tiny_vocabulary``, ``tiny_init_embeddings`` and
 ``warm_start_pairs``. Measured facts behind these choices: docs/tiny-policy.md.
 
@@ -116,8 +116,8 @@ def warm_start_pairs(*, n: int, seed: int, agents: Sequence[int] = (2,), time_li
     decides a give-up. The run's training agent count and solver options do not enter. With the
     default ``(2,)`` the pairs are those the shipped quickstart base model was trained on.
     """
-    from envengineer.tasks.mapf_frozenlake.config import hole_count, sizes_fitting
-    from envengineer.tasks.mapf_frozenlake.generator import WORK_LIMIT, _crossing_placement, _random_placement
+    from envengineer.tasks.mapf_frozenlake.knobs import hole_count, sizes_fitting
+    from envengineer.tasks.mapf_frozenlake.draw import WORK_LIMIT, _crossing_placement, _random_placement
     from envengineer.tasks.mapf_frozenlake.instance import Agent, Instance
     from envengineer.tasks.mapf_frozenlake.prompts import compact_answer, render_compact
     from envengineer.tasks.mapf_frozenlake.solver import solve

@@ -23,7 +23,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from envengineer.api import Benchmark, Grouping, read_checksums
+from envengineer.api import Benchmark, Grouping, frozen_benchmark
 from envengineer.tasks.reasoning_gym import TASK_NAME
 from envengineer.tasks.reasoning_gym.catalogue import CATALOGUE, DEFAULT_DATASETS
 
@@ -111,13 +111,11 @@ def build_chain_sum() -> list[dict[str, Any]]:
 
 
 def _spec(name: str, datasets: tuple[str, ...], build: Any, description: str, label: str, order: int) -> Benchmark:
-    path = FOLDER / f"{name}.jsonl"
-    return Benchmark(
+    return frozen_benchmark(
+        FOLDER / f"{name}.jsonl",
         name=name,
         task=TASK_NAME,
         description=description,
-        path=path,
-        sha256=read_checksums(FOLDER).get(path.name, ""),
         options={"datasets": list(datasets)},
         subsets=Grouping("dataset", order=datasets),
         build=build,

@@ -15,7 +15,7 @@ milliseconds per item. Per entry:
   prime_factorization's ``value`` and fraction_simplification's ``value`` and ``factor`` have their cap
   there, so their top level repeats the one below item for item. Their caps stay: lowering any of them
   would change a frozen set (rg-val, rg-hard or rg-transfer draw levels up to the caps); the guidelines
-  and docs/reasoning-gym.md mark the repeated levels (plugin.describe_levels);
+  and docs/reasoning-gym.md mark the repeated levels (items.describe_levels);
 - ``draws``: per attribute, the quantity whose range its level sets (the guidelines show it with
   the range of each level);
 - ``valid_at``: the score from which an answer counts as valid (1.0 unless the scorer rates a

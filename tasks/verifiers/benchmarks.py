@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from envengineer.api import Benchmark, Grouping, read_checksums
+from envengineer.api import Benchmark, Grouping, frozen_benchmark
 from envengineer.tasks.verifiers import TASK_NAME
 
 
@@ -30,15 +30,16 @@ def frozen_set(
     frozen_config = dict(config) if config is not None else None
 
     def build() -> list[dict[str, Any]]:
-        from envengineer.tasks.verifiers.plugin import VFGenerator, VFOptions
+        from envengineer.tasks.verifiers.generator import VFGenerator
+        from envengineer.tasks.verifiers.knobs import VFOptions
 
         generator = VFGenerator(VFOptions.model_validate(section))
         start = generator.config_model.model_validate(frozen_config) if frozen_config is not None else generator.default_config()
         return generator.generate(start, n=n, seed=seed).records
 
     groups = section.get("groups")
-    return Benchmark(
-        name=name, task=TASK_NAME, path=path, sha256=read_checksums(path.parent).get(path.name, ""), options=section, build=build,
+    return frozen_benchmark(
+        path, name=name, task=TASK_NAME, options=section, build=build,
         description=description or f"{n} tasks of the verifiers taskset {section.get('taskset')} (seed {seed})",
         subsets=Grouping("group", title=str(groups.get("field", "group"))) if isinstance(groups, Mapping) else None, label=label,
     )

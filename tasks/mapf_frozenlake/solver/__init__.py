@@ -61,12 +61,12 @@ from .constraints import _Node
 from .grid import _Grid, distance_map
 from .icts import _ICTS
 from .joint_search import _joint_search
-from .proofs import _group_solvable, _pair_solvable, _Prover
+from .proofs import _Prover
 
 __all__ = ["Cell", "Solution", "distance_map", "shortest_paths_suffice", "solve"]
 
 # _solve looks up _second_search, _ICTS and _SECOND_AFTER in this module (tests patch
-# them here); _group_solvable and _pair_solvable are imported for the tests only.
+# them here).
 
 
 @dataclass(frozen=True)

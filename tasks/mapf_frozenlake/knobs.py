@@ -1,4 +1,4 @@
-"""The generator's knobs: one ``ratio``, ``hole_ratio`` and ``wait_ratio`` per map size, and,
+"""The knob table and its declarations: one ``ratio``, ``hole_ratio`` and ``wait_ratio`` per map size, and,
 with the task option ``agents_range`` (off by default), an ``agents`` count per size too
 (:func:`agents_config_model`).
 
@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from envengineer.api import Knob
 from envengineer.tasks.mapf_frozenlake import SIZE_NAMES, SIZES
 from envengineer.tasks.mapf_frozenlake.shares import RATIO_FLOOR  # every size keeps at least this share ("all eight sizes stay")
 
@@ -85,6 +86,16 @@ class SizeKnobs(BaseModel):
         if not math.isfinite(value):
             raise ValueError("must be a finite number")
         return value
+
+
+#: The knobs of each size's row (the knob table ``sizes``). Steps: the projection keeps four decimals.
+#: hole_ratio's exact ceiling depends on the size and the agent count (:func:`max_hole_ratio`); project() enforces it.
+KNOBS: tuple[Knob, ...] = (
+    Knob("ratio", RATIO_FLOOR, 1.0, 0.0001, share=True, description="share of the round's training budget at this size"),
+    Knob("hole_ratio", 0.0, HOLE_RATIO_MAX, 0.0001, harder="up", description="fraction of the N×N cells that are holes"),
+    Knob("wait_ratio", 0.0, 1.0, 0.0001, harder="up", practices=("conflict",),
+         description="fraction of instances whose optimum needs a WAIT (agents must coordinate)"),
+)
 
 
 class MapfConfig(BaseModel):
