@@ -4,6 +4,7 @@
     python bench/suite_time.py                      # the whole suite, as `pytest` runs it (two workers here)
     python bench/suite_time.py tests/test_loop.py   # any pytest arguments
     python bench/suite_time.py --top 20 --json out/suite-time.json
+    python bench/suite_time.py --tests 30 -m long   # also the 30 slowest tests; the long tier alone
 
 Runs pytest with a small plugin (this file, loaded with ``-p``) that reads ``resource.getrusage`` (the process
 and its waited-for children) and the monotonic clock around each test, and writes one JSON file per worker;
@@ -58,11 +59,13 @@ except ImportError:  # the plugin needs pytest; the report below does not
 
 
 def main(argv: list[str]) -> int:
-    top, json_out, args = 15, None, []
+    top, tests, json_out, args = 15, 0, None, []
     it = iter(argv)
     for arg in it:
         if arg == "--top":
             top = int(next(it))
+        elif arg == "--tests":
+            tests = int(next(it))
         elif arg == "--json":
             json_out = Path(next(it))
         else:
@@ -92,6 +95,14 @@ def main(argv: list[str]) -> int:
     for name, (seconds, cpu, count) in sorted(by_file.items(), key=lambda kv: -kv[1][0])[:top]:
         table.add_row(name, str(count), f"{seconds:.1f}", f"{cpu:.1f}", f"{100 * seconds / total_wall:.1f}%")
     console.print(table)
+    every = sorted((row for rs in rows.values() for row in rs), key=lambda row: -row[1])
+    if tests:
+        slowest = Table(title=f"the {min(tests, len(every))} tests that used the most CPU (setup and teardown included)")
+        for column in ("test", "CPU s", "wall s"):
+            slowest.add_column(column, justify="left" if column == "test" else "right")
+        for nodeid, cpu, seconds in every[:tests]:
+            slowest.add_row(nodeid, f"{cpu:.1f}", f"{seconds:.1f}")
+        console.print(slowest)
     cpu_total = sum(c for c, _, _ in by_worker.values())
     for worker, (cpu, seconds, count) in sorted(by_worker.items()):
         console.print(f"{worker}: {count} tests, {seconds:.0f} s in tests, {cpu:.0f} CPU s")
@@ -101,7 +112,8 @@ def main(argv: list[str]) -> int:
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps({"wall_s": wall, "exit": rc, "cpu_s": cpu_total, "workers": by_worker,
-                                        "files": {k: {"wall_s": v[0], "cpu_s": v[1], "tests": v[2]} for k, v in by_file.items()}},
+                                        "files": {k: {"wall_s": v[0], "cpu_s": v[1], "tests": v[2]} for k, v in by_file.items()},
+                                        "tests": {nodeid: {"cpu_s": cpu, "wall_s": seconds} for nodeid, cpu, seconds in every}},
                                        indent=1, sort_keys=True) + "\n")
     return rc
 

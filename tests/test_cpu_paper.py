@@ -253,6 +253,7 @@ def results(run_dir: Path) -> dict[str, str]:
     return out
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_parallel_runs_give_the_same_results_as_sequential_ones(mini):
     (one, _), (two, output) = mini["outputs"][1], mini["outputs"][2]
     assert "each in its own process" in output
@@ -267,6 +268,7 @@ def test_parallel_runs_give_the_same_results_as_sequential_ones(mini):
     assert results(one / "heuristic/seed-0")["round-01/config.yaml"] != results(one / "heuristic/seed-0")["round-00/config.yaml"]
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_run_yaml_records_the_resolved_arm(mini):
     out, _ = mini["outputs"][2]
     run_yaml = yaml.safe_load((out / "fixed/seed-1/run.yaml").read_text())
@@ -275,6 +277,7 @@ def test_run_yaml_records_the_resolved_arm(mini):
     assert yaml.safe_load((out / "heuristic/seed-0/run.yaml").read_text())["engineer"] == {"name": "heuristic"}
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_the_warm_start_is_built_once_before_the_parallel_runs(mini):
     cache = (mini["root"] / "cache").resolve()
     assert len(list(cache.rglob("warm_start.json"))) == 1 and not list(cache.rglob("*.tmp-*"))
@@ -286,6 +289,7 @@ def test_the_warm_start_is_built_once_before_the_parallel_runs(mini):
     assert len(bases) == 1 and next(iter(bases)).parent == cache
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_a_finished_suite_runs_nothing_and_a_killed_one_resumes_to_the_same_results(mini, tmp_path):
     one, _ = mini["outputs"][1]
     out = tmp_path / "out"
@@ -323,6 +327,7 @@ def test_a_finished_suite_runs_nothing_and_a_killed_one_resumes_to_the_same_resu
                {k: v.replace(str(out), "OUT") for k, v in results(out / rel).items() if k != "steps"}, rel
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_a_failing_parallel_run_is_recorded_and_the_others_finish(mini, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(mini["outputs"][2][0], out)

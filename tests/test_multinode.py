@@ -99,6 +99,7 @@ def our_ray_dirs():
     assert not left, left
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 @pytest.mark.parametrize("token", [True, False], ids=["ray-token", "no-ray-token"])
 def test_a_two_node_slurm_job_makes_a_ray_cluster_runs_the_run_on_it_and_leaves_no_ray_behind(tmp_path, our_ray_dirs, monkeypatch, token):
     import secrets
@@ -137,6 +138,7 @@ def test_a_two_node_slurm_job_makes_a_ray_cluster_runs_the_run_on_it_and_leaves_
     assert not _listening(host, port)  # nothing answers at the head's address any more (`ray status` would wait 40 s to say so)
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_rank_0_names_the_hosts_that_did_not_join_and_records_the_failure(tmp_path, our_ray_dirs):
     _, run, job = one_run(tmp_path, env={})
     before = ray_dirs()
@@ -181,6 +183,7 @@ print(json.dumps({{"joined": joined, "checked": checked}}))
 """
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_verls_node_check_sees_every_node_of_the_jobs_cluster(tmp_path, our_ray_dirs):
     """The verl trainer's check before a multi-node round, inside the job: rank 0's functions with the check between
     the cluster's forming and its end (where the run would be), rank 1 as in a job."""
@@ -265,6 +268,7 @@ def outcome(job_file: Path, suffix: str) -> dict:
     return json.loads(Path(str(job_file).replace(".job.json", suffix)).read_text())
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_a_two_node_run_on_ray_attaches_to_the_cluster_and_a_three_node_run_waits_for_a_third(tmp_path, two_nodes):
     from envengineer.components import Resources
     from envengineer.plugins.suite.launch.base import PENDING, Job, launcher_options

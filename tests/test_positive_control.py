@@ -99,6 +99,7 @@ def _against_fixed(runs, engineer, seed, where="eval"):
     return _against(runs, engineer, seed, where)
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_learnability_beats_fixed_at_every_seed(runs, seed):
     result = _against_fixed(runs, "learnability", seed)
@@ -107,6 +108,7 @@ def test_learnability_beats_fixed_at_every_seed(runs, seed):
     assert held_out.gained > held_out.lost and held_out.p < 0.01, str(held_out)
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 @pytest.mark.parametrize("engineer", ["ignored", "projected-away"])
 def test_a_broken_engineer_does_not_pass_the_control(runs, engineer):
     for seed in SEEDS:
@@ -116,6 +118,7 @@ def test_a_broken_engineer_does_not_pass_the_control(runs, engineer):
         assert config == (runs["fixed", seed] / "round-05" / "config.yaml").read_text()
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 @pytest.mark.parametrize("engineer", ["stale-learnability", "inverted"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_stale_and_inverted_learnability_lose_to_learnability_at_every_seed(runs, engineer, seed):

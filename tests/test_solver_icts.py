@@ -54,6 +54,7 @@ def test_icts_matches_brute_force(inst):
     assert_icts_matches_brute_force(*inst)
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 @pytest.mark.parametrize("seed", range(2))
 def test_icts_matches_brute_force_four_agents(seed):
     # crowded small maps, where the groups of two to three agents prune most vectors
@@ -72,6 +73,7 @@ CORRIDOR_MAPS = [
 ]
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 @pytest.mark.parametrize("grid", CORRIDOR_MAPS)
 def test_icts_on_corridor_maps_matches_brute_force(grid):
     rng = random.Random(len(grid[0]) * 7 + len(grid))
@@ -95,6 +97,7 @@ HARD = (
 )
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_icts_settles_the_hard_draw():
     grid, agents = HARD
     paths = _icts(grid, agents, steps=10**9)

@@ -360,6 +360,7 @@ def test_vllm_child_sends_structured_outputs(registry, gridwalk, tiny_models, mo
     assert outcome.fallback and "structured reply" in outcome.reason
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_smollm2_structured_step_is_applied(registry, gridwalk, tmp_path, monkeypatch, smollm2_folder):
     """One real design step: SmolLM2-135M-Instruct on CPU, free analysis, then the block forced by xgrammar."""
     pytest.importorskip("torch")
