@@ -48,7 +48,12 @@ def write_checksum(folder: Path, name: str, digest: str) -> None:
 
 
 def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """A file's sha256, read in 1 MiB blocks (a model file of gigabytes never sits in memory whole)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def serialize(records: Iterable[dict]) -> bytes:

