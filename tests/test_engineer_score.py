@@ -203,7 +203,7 @@ def test_the_command_end_to_end(sim_runs, tmp_path, capsys, monkeypatch):
     assert "missing: not a run directory" in " ".join(capsys.readouterr().err.split())
     # the section comes through the report_sections hook: with the plugin blocked, the report leaves it out
     monkeypatch.setenv("ENVENGINEER_BLOCK_PLUGINS", "envengineer.plugins.engineer_bench")
-    page = write_report(sim_runs[0]).html.read_text()
+    page = write_report(sim_runs[0], load_registry()).html.read_text()
     assert "Engineer benchmark" not in page and "engineer-score-out.png" not in page
 
 
