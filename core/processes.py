@@ -51,6 +51,26 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_features() -> str:
+    """A fingerprint of this CPU's instruction-set extensions (sha256 of its sorted ``flags``, 16 hex digits).
+
+    The model name alone does not tell CPUs apart: virtual machines of two EPYC generations both say
+    ``AMD EPYC``, one with AVX-512 and one without, and a ``-march=native`` build made on the first dies of
+    SIGILL on the second. A native build is therefore keyed on the model name and this fingerprint. Read
+    from /proc/cpuinfo (``flags`` on x86, ``Features`` on Arm); where there is none, the machine's name."""
+    import hashlib
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("flags", "Features"):
+                return hashlib.sha256(" ".join(sorted(value.split())).encode()).hexdigest()[:16]
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def start(command: list[str], **popen: Any) -> subprocess.Popen:
     """``subprocess.Popen(command, **popen)`` in a new session: the child leads a process group of its own."""
     return subprocess.Popen(command, start_new_session=True, **popen)

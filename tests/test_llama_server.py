@@ -6,6 +6,7 @@
 server is built once (``envengineer serve --server llama.cpp --build``, ~10 CPU minutes);
 where it is missing these tests skip, unless ENVENGINEER_REQUIRE_LLAMA_SERVER=1 (CI sets it)."""
 
+import contextlib
 import json
 import os
 import signal
@@ -63,10 +64,12 @@ def test_a_cached_build_counts_only_for_this_source_cpu_and_flags(tmp_path, monk
     folder = llama_server.build_dir(cache)
     folder.mkdir(parents=True)
     exe = _fake_binary(folder / llama_server.BINARY)
-    record = {"sha256": llama_server.SOURCE.sha256, "cpu": llama_server.cpu_model(), "cmake_flags": list(llama_server.CMAKE_FLAGS)}
+    record = {"sha256": llama_server.SOURCE.sha256, "cpu": llama_server.cpu_model(),
+              "cpu_features": llama_server.cpu_features(), "cmake_flags": list(llama_server.CMAKE_FLAGS)}
     (folder / llama_server.BUILD_RECORD).write_text(json.dumps(record))
     assert llama_server.cached_build(cache) == exe
-    for key, other in (("sha256", "0" * 64), ("cpu", "another CPU"), ("cmake_flags", ["-DGGML_NATIVE=OFF"])):
+    for key, other in (("sha256", "0" * 64), ("cpu", "another CPU"),
+                       ("cpu_features", "0123456789abcdef"), ("cmake_flags", ["-DGGML_NATIVE=OFF"])):
         (folder / llama_server.BUILD_RECORD).write_text(json.dumps({**record, key: other}))
         assert llama_server.cached_build(cache) is None, key
     (folder / llama_server.BUILD_RECORD).write_text("{not json")
@@ -171,12 +174,14 @@ def served(llama_exe):
                 raise AssertionError("llama-server did not answer /health within 60 s")
             time.sleep(0.3)
         yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+    finally:  # the server may have died already (its exit is the failure above): nothing left to end
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         proc.stdout.close()
 

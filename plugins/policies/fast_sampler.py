@@ -52,7 +52,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Literal
 
-from envengineer.api import cpu_model
+from envengineer.api import cpu_features, cpu_model
 
 logger = logging.getLogger(__name__)
 
@@ -407,7 +407,7 @@ def verdict_file(path: tuple) -> Path:
     """Where a passed self-check on float path ``path`` is recorded (the cache; see the module's docs)."""
     from envengineer.api import cache_root
 
-    key = hashlib.sha256(json.dumps([list(path), _own_source_sha256(), cpu_model(), platform.machine()],
+    key = hashlib.sha256(json.dumps([list(path), _own_source_sha256(), cpu_model(), cpu_features(), platform.machine()],
                                     default=str).encode()).hexdigest()[:32]
     return cache_root() / "fast-sampler" / f"{key}.json"
 

