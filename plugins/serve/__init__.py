@@ -97,8 +97,6 @@ def register(cli: Any) -> None:
 
 def models_table() -> Any:
     """A rich table of :data:`envengineer.plugins._shared.models.MODELS`: package, folder, license."""
-    import importlib.metadata
-
     from rich.table import Table
 
     from envengineer.plugins._shared.models import MODELS, model_record
@@ -107,13 +105,7 @@ def models_table() -> Any:
     for column in ("name", "package", "folder", "license", "what"):
         table.add_column(column, overflow="fold")
     for name, model in MODELS.items():
-        try:
-            package = f"{model.distribution} {importlib.metadata.version(model.distribution)} (installed)"
-        except importlib.metadata.PackageNotFoundError:
-            if model.fetched().is_file():
-                package = f"{model.distribution} {model.version} (fetched: {model.fetched()})"
-            else:
-                package = f"not fetched: {model.install}"
+        package = model.package_status()
         folder = model.folder()
         where = f"{folder}" if model_record(folder) else f"{folder} (made on first use)"
         table.add_row(name, package, where, model.license, model.description)
