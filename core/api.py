@@ -114,6 +114,9 @@ _LAZY: dict[str, str] = {
     "block_token_limit": "envengineer.design.structured",
     "config_schema": "envengineer.design.structured",
     "reply_schema": "envengineer.design.structured",
+    "changes_schema": "envengineer.design.structured",
+    "interface_schema": "envengineer.design.structured",
+    "INTERFACES": "envengineer.design.structured",
     "structured_reply": "envengineer.design.structured",
     "with_instruction": "envengineer.design.structured",
     # per-group success and rollout lines (engineers, trainers)
@@ -151,7 +154,10 @@ if TYPE_CHECKING:  # what static tools see; at run time these come through __get
         ANALYSIS_DESCRIPTION,
         SCHEMA_NAME,
         block_token_limit,
+        INTERFACES,
+        changes_schema,
         config_schema,
+        interface_schema,
         reply_schema,
         structured_reply,
         with_instruction,
@@ -187,8 +193,8 @@ __all__ = [
     "DesignOutcome", "DesignRequest", "EngineerCallError", "EngineerReply", "UnusableProposal",
     "build_request", "extract_yaml_block", "factual_note", "load_prompt", "parse_proposal", "summary_prompt",
     # structured replies (engineers)
-    "ANALYSIS_DESCRIPTION", "SCHEMA_NAME", "block_token_limit", "config_schema", "reply_schema", "structured_reply",
-    "with_instruction",
+    "ANALYSIS_DESCRIPTION", "INTERFACES", "SCHEMA_NAME", "block_token_limit", "changes_schema", "config_schema",
+    "interface_schema", "reply_schema", "structured_reply", "with_instruction",
     # prompt budgets and evidence (context modules, engineers)
     "Cut", "Evidence", "PromptBudgetOptions", "RoundRecord", "group_success", "load_signal", "round_failures",
     # training: requests, results, rewards, rollouts (trainers)

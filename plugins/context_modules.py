@@ -253,6 +253,7 @@ fields are ignored, and the changes made are reported back to you."""
 class Guidelines(ContextModule):
     name: ClassVar[str] = "G"
     title: ClassVar[str] = "Task guidelines"
+    stability: ClassVar[str] = "run"
     description: ClassVar[str] = "the task, the generator knobs and their meaning, the rules, the answer format"
 
     def render(self, evidence: Evidence) -> str:
@@ -337,6 +338,7 @@ def history_block(record: RoundRecord, label: str, task: Generator | None = None
 class History(ContextModule):
     name: ClassVar[str] = "H"
     title: ClassVar[str] = "Configuration–failure history"
+    stability: ClassVar[str] = "history"
     description: ClassVar[str] = "each round's config beside its validation results, newest last"
     Options: ClassVar[type[BaseModel]] = HistoryOptions
 

@@ -342,3 +342,27 @@ def test_a_donor_is_refused_by_name_when_it_cannot_stand_in(registry, recorded_r
                        ({"donor": "x/{seed}"}, "other_seed")]:
         with pytest.raises(ConfigError, match=field):
             registry.create("context_module", "F", bad, where="context.options.F")
+
+
+def test_stable_first_puts_what_stays_the_same_first_so_rounds_share_a_prefix(registry, recorded_run):
+    """order: stable-first: G (the same every round), then H (history kept as it was), then F, S, T, and the
+    analysis prompt's round lines after the context; two rounds' prompts then share the whole G block, where
+    the paper's order parts them at the first round number."""
+    import os
+
+    from envengineer.design.context import ordered_modules
+    from envengineer.design.prompts import build_request
+
+    assert [n for n, _ in ordered_modules(registry, {"preset": "V6", "order": "stable-first"})] == ["G", "H", "F", "S", "T"]
+    assert [n for n, _ in ordered_modules(registry, {"preset": "V6"})] == ["F", "G", "H", "S", "T"]
+    prompts = {order: [build_request(load_evidence(recorded_run, r, registry), registry, {"preset": "V6", "order": order}).prompt
+                       for r in (0, 1)] for order in ("paper", "stable-first")}
+    shared = {order: len(os.path.commonprefix(pair)) for order, pair in prompts.items()}
+    first = prompts["stable-first"][1]
+    guidelines = first[first.index("## Task guidelines (G)"):first.index("## Configuration–failure history (H)")]
+    assert guidelines in prompts["stable-first"][0][:shared["stable-first"]]
+    assert shared["stable-first"] > shared["paper"] + len(guidelines)
+    assert "Round 1 of 3 has just finished" in first and first.index("## This round") > first.index("## Training details (T)")
+    for prompt in prompts["stable-first"]:  # the same evidence and questions, in another order
+        for heading in ("(F)", "(G)", "(H)", "(T)", "## Current configuration", "## Your task"):
+            assert heading in prompt

@@ -544,3 +544,16 @@ def test_find_spec_is_none_where_the_parent_package_is_missing():
 
     assert _find_spec("no_such_parent_package_xyz.genai") is None
     assert _find_spec("json") is not None
+
+
+def test_chat_usage_keeps_the_prompt_tokens_a_service_reused():
+    """OpenAI's usage object (the SDK's own type) names cached prompt tokens; the call record keeps them."""
+    from openai.types import CompletionUsage
+
+    from envengineer.plugins.engineers.llm import chat_usage
+
+    usage = CompletionUsage.model_validate({"prompt_tokens": 3000, "completion_tokens": 40, "total_tokens": 3040,
+                                            "prompt_tokens_details": {"cached_tokens": 2048}})
+    assert chat_usage(usage) == {"prompt_tokens": 3000, "completion_tokens": 40, "cached_tokens": 2048}
+    plain = CompletionUsage(prompt_tokens=11, completion_tokens=7, total_tokens=18)
+    assert chat_usage(plain) == {"prompt_tokens": 11, "completion_tokens": 7}

@@ -17,10 +17,12 @@ from envengineer.design.structured import (
     BOUNDED_NUMBER_FRACTION_DIGITS,
     StructuredReply,
     block_token_limit,
+    changes_schema,
     config_schema,
     reply_schema,
     reply_text,
 )
+from envengineer.errors import ConfigError
 
 KEY = "sk-test-SECRET-structured-1234"
 
@@ -270,6 +272,76 @@ def test_api_engineers_send_the_schema_and_apply_the_reply(name, registry, gridw
     assert "JSON object" in json.dumps(body)  # the instruction that replaces "end with a YAML block"
     assert "```yaml" in (tmp_path / "response.md").read_text()
     assert json.loads((tmp_path / "calls.jsonl").read_text().splitlines()[0])["params"]["structured"] == "json_schema"
+
+
+CHANGES = {"analysis": "Long walks fail: more of k9, and k3 is solved.",
+           "changes": [{"group": "k9", "knob": "ratio", "value": 0.3}, {"group": "k3", "knob": "ratio", "value": 0.05}]}
+
+
+@pytest.mark.parametrize("name", ["openai", "openai-compatible", "gemini"])
+def test_the_changes_interface_sends_its_schema_and_applies_only_the_changes(name, registry, gridwalk, fake_llm, monkeypatch, tmp_path):
+    """interface: changes: the server decodes under a list of (group, knob, value) (the loopback server checks the
+    schema as OpenAI's strict mode and Gemini do, and the reply against it); what is not listed keeps its value."""
+    fake_llm.script = [fake_llm.Step(json.dumps(CHANGES))]
+    env = {"openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}.get(name)
+    if env:
+        monkeypatch.setenv(env, KEY)
+    options = {"structured": True, "interface": "changes", "base_url": fake_llm.url if name == "gemini" else fake_llm.url + "/v1",
+               **_fast()}
+    options["model"] = {"openai": "gpt-4.1", "openai-compatible": "served", "gemini": "gemini-2.5-flash"}[name]
+    engineer = registry.create("engineer", name, options, where=f"engineer.{name}")
+    request = _request(gridwalk)
+    outcome = design(engineer, request, out_dir=tmp_path, summarize=False)
+    assert not outcome.fallback, outcome.reason
+    assert not fake_llm.schema_errors
+    before, after = request.current_config.groups, outcome.config.groups
+    assert after["k9"].ratio > before["k9"].ratio and after["k3"].ratio < before["k3"].ratio
+    assert all(after[g].size == before[g].size for g in before)  # untouched knobs keep their values
+    body = json.dumps(fake_llm.requests[0]["body"])
+    assert json.dumps(changes_schema(gridwalk, request.current_config))[:200] in body and "an empty list keeps" in body
+
+
+def test_an_empty_changes_list_keeps_the_configuration(registry, gridwalk, fake_llm, monkeypatch, tmp_path):
+    fake_llm.script = [fake_llm.Step(json.dumps({"analysis": "All is well.", "changes": []}))]
+    engineer = registry.create("engineer", "openai-compatible", {"model": "served", "base_url": fake_llm.url + "/v1",
+                                                                 "structured": True, "interface": "changes", **_fast()})
+    request = _request(gridwalk)
+    outcome = design(engineer, request, out_dir=tmp_path, summarize=False)
+    assert not outcome.fallback, outcome.reason
+    assert outcome.config == request.current_config
+
+
+def test_changes_schema_lists_every_settable_knob_once_with_its_bounds(registry):
+    generator, _ = registry.task("mapf-frozenlake", {"agents": 2})
+    schema = changes_schema(generator)
+    items = schema["properties"]["changes"]["items"]["anyOf"]
+    config = config_schema(generator)["properties"]["sizes"]["properties"]
+    pairs = [(i["properties"]["group"]["enum"][0], i["properties"]["knob"]["enum"][0]) for i in items]
+    assert pairs == [(g, k) for g, node in config.items() for k in node["properties"]] and len(pairs) == 24
+    assert all(i["properties"]["value"] == config[g]["properties"][k] for i, (g, k) in zip(items, pairs))
+    assert schema["properties"]["changes"]["maxItems"] == 24 and schema["required"] == ["analysis", "changes"]
+    untabled = registry.task("reasoning-gym", {"datasets": ["chain_sum"]})[0]
+    if untabled.knob_table is None:
+        assert all(set(i["properties"]) == {"knob", "value"} for i in changes_schema(untabled)["properties"]["changes"]["items"]["anyOf"])
+
+
+@pytest.mark.parametrize("reply, problem", [
+    ({"analysis": "", "changes": {"k9": 1}}, "must be a list"),
+    ({"analysis": "", "changes": [{"knob": "ratio", "value": 0.2}]}, "change 1 must name its group"),
+    ({"analysis": "", "changes": [{"group": "k9", "value": 0.2}]}, 'change 1 must be an object with "knob" and "value"'),
+    ({"analysis": "", "changes": [{"group": "k9", "knob": "ratio", "value": 0.2}, {"group": "k9", "knob": "ratio", "value": 0.1}]},
+     "changes k9.ratio twice"),
+    ({"analysis": ""}, 'with a "config" object (or a "changes" list)'),
+])
+def test_a_changes_reply_that_cannot_be_read_says_why(reply, problem):
+    text, why = reply_text(json.dumps(reply), table="groups")
+    assert why is not None and problem in why and text == json.dumps(reply)
+
+
+def test_interface_changes_needs_structured(registry):
+    with pytest.raises(ConfigError, match="interface: changes is a structured reply shape; set structured: true"):
+        registry.create("engineer", "openai-compatible", {"model": "served", "base_url": "http://127.0.0.1:1/v1",
+                                                          "interface": "changes"}, where="engineer.openai-compatible")
 
 
 def test_structured_is_off_by_default(registry, gridwalk, fake_llm, monkeypatch):

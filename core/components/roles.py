@@ -33,6 +33,10 @@ class ContextModule(Component, abc.ABC):
     title: ClassVar[str] = ""
     #: never left out to fit a context budget (F); other modules may be (envengineer.design.budget)
     essential: ClassVar[bool] = False
+    #: how the block changes between a run's rounds: ``run`` (the same every round, G), ``history`` (earlier
+    #: rounds' text kept as it was, new text appended, H) or ``round`` (written anew each round); the context's
+    #: ``order: stable-first`` puts blocks in that order so a server's prompt cache reuses the longest prefix
+    stability: ClassVar[str] = "round"
 
     @abc.abstractmethod
     def render(self, evidence: Evidence) -> str:

@@ -56,6 +56,11 @@ class ContextSpec(BaseModel):
     T: Literal["full", "bookkeeping"] | None = Field(None, description="training-detail mode; adds T to the modules")
     start: str | None = Field(None, description="round-0 config: uniform | random | path/to/config.yaml (default: the preset's; uniform for a module list)")
     options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="per-module options by module name")
+    order: Literal["paper", "stable-first"] = Field(
+        "paper", description="paper: the modules in the order given (the analysis prompt's round line before them); "
+        "stable-first: the blocks that stay the same between rounds first (G, then H's history, then F, S, T) and the "
+        "analysis prompt's round-specific lines after them, so a server's prompt cache reuses the longest prefix",
+    )
 
     @field_validator("start")
     @classmethod
@@ -150,9 +155,33 @@ def create_module(registry: Any, name: str, options: dict[str, Any]) -> Any:
     return registry.create("context_module", name, options, where=f"context.options.{name}")
 
 
-def compose_context(registry: Any, spec: ContextSpec | dict[str, Any] | str | None, evidence: Evidence) -> str:
-    """Render each chosen module and join the non-empty blocks under headings."""
+#: The prompt order of ``order: stable-first``: a module's :attr:`~envengineer.api.ContextModule.stability`.
+STABILITY_ORDER = ("run", "history", "round")
+
+
+def ordered_modules(registry: Any, spec: ContextSpec | dict[str, Any] | str | None) -> list[tuple[str, dict[str, Any]]]:
+    """The modules (name, options) in the order the prompt shows them: :func:`resolve_context`'s, or with
+    ``order: stable-first`` sorted (stably) by how much of each block stays the same between rounds."""
+    spec = parse_context_spec(spec)
     modules, _ = resolve_context(spec)
+    if spec.order == "paper":
+        return modules
+
+    def rank(item: tuple[str, dict[str, Any]]) -> int:
+        stability = getattr(registry.get("context_module", item[0]), "stability", "round")
+        return STABILITY_ORDER.index(stability) if stability in STABILITY_ORDER else len(STABILITY_ORDER) - 1
+
+    return sorted(modules, key=rank)
+
+
+def analysis_template(spec: ContextSpec | dict[str, Any] | str | None) -> str:
+    """The built-in analysis prompt for the context's order: ``analysis`` or ``analysis-stable-first``."""
+    return "analysis" if parse_context_spec(spec).order == "paper" else "analysis-stable-first"
+
+
+def compose_context(registry: Any, spec: ContextSpec | dict[str, Any] | str | None, evidence: Evidence) -> str:
+    """Render each chosen module and join the non-empty blocks under headings, in :func:`ordered_modules`' order."""
+    modules = ordered_modules(registry, spec)
     blocks = []
     for name, options in modules:
         module = create_module(registry, name, options)

@@ -99,13 +99,13 @@ def build_request(
     With an ``engineer`` that sets ``max_prompt_tokens``, the context is shortened to fit
     (:func:`envengineer.design.budget.fit_prompt`; ``request.budget`` records the cuts); a budget
     the prompt cannot fit raises :class:`~envengineer.errors.ConfigError` naming the option."""
-    from envengineer.design.context import compose_context, create_module, resolve_context
+    from envengineer.design.context import analysis_template, compose_context, create_module, ordered_modules
 
     generator = evidence.task
     if current_config is None:
         current_config = generator.config_model.model_validate(evidence.config)
     context = compose_context(registry, spec, evidence)
-    template = load_prompt("analysis", prompt_path)
+    template = load_prompt(analysis_template(spec), prompt_path)
     prompt = analysis_prompt(evidence, context, current_config, template)
     budget = None
     limit = engineer.max_prompt_tokens if engineer is not None else None
@@ -115,7 +115,7 @@ def build_request(
         paths = DesignRequest(evidence=evidence, context=context, prompt=prompt, current_config=current_config, generator=generator,
                               policy_path=policy_path, base_policy_path=base_policy_path, chat_template_kwargs=chat_template_kwargs, seed=seed)
         counter, count = engineer.prompt_token_counter(paths)
-        resolved, _ = resolve_context(spec)
+        resolved = ordered_modules(registry, spec)
         context, prompt, record = fit_prompt(
             resolved, functools.partial(create_module, registry), evidence,
             lambda text: analysis_prompt(evidence, text, current_config, template), limit, count, counter,

@@ -47,6 +47,14 @@ JSON_INSTRUCTION = (
     "Answer with one JSON object under the given schema: \"analysis\" holds your analysis, \"config\" the next "
     "configuration, every listed field with its value (repeat a value you keep)."
 )
+#: The same for the ``changes`` interface: only what changes, an empty list keeping the configuration.
+CHANGES_INSTRUCTION = (
+    "Answer with one JSON object under the given schema: \"analysis\" holds your analysis, \"changes\" lists only the "
+    "settings you change, each with its new value; an empty list keeps the configuration as it is."
+)
+#: The reply shapes a structured engineer asks for (the LLM engineers' ``interface`` option): ``config``, the whole
+#: next configuration (every knob of every group, required); ``changes``, a list of (group, knob, new value).
+INTERFACES = ("config", "changes")
 
 
 @dataclass
@@ -177,6 +185,66 @@ def reply_schema(generator: Any, current: Any = None) -> dict[str, Any]:
     return _closed({"analysis": {"type": "string", "description": ANALYSIS_DESCRIPTION}, "config": config_schema(generator, current)})
 
 
+def change_items(generator: Any, current: Any = None) -> list[dict[str, Any]]:
+    """One closed schema per settable (group, knob) of :func:`config_schema`: ``{"group": g, "knob": k, "value": v}``
+    with ``v`` bounded as the knob is (``{"knob", "value"}`` for a task without a knob table)."""
+    config = config_schema(generator, current)
+    table = generator.knob_table
+    items = []
+    if table is None:
+        for knob, node in config["properties"].items():
+            items.append(_closed({"knob": {"type": "string", "enum": [knob]}, "value": node}))
+        return items
+    for group, group_node in config["properties"][table]["properties"].items():
+        for knob, node in group_node["properties"].items():
+            items.append(_closed({"group": {"type": "string", "enum": [group]}, "knob": {"type": "string", "enum": [knob]},
+                                  "value": node}))
+    return items
+
+
+def changes_schema(generator: Any, current: Any = None) -> dict[str, Any]:
+    """The ``changes`` interface's reply schema: ``{"analysis": str, "changes": [{group, knob, value}, ...]}``, each
+    change one of :func:`change_items` (a setting the task declares, its value in the knob's bounds); at most one per
+    setting, none to keep the configuration. A small model shown a whole configuration tends to copy it; here it
+    writes only what it moves."""
+    items = change_items(generator, current)
+    changes = {"type": "array", "items": {"anyOf": items}, "maxItems": len(items),
+               "description": "only the settings you change, each once with its new value; [] keeps the configuration"}
+    return _closed({"analysis": {"type": "string", "description": ANALYSIS_DESCRIPTION}, "changes": changes})
+
+
+def interface_schema(interface: str, generator: Any, current: Any = None) -> tuple[dict[str, Any], str]:
+    """The reply schema and the instruction of ``interface`` (:data:`INTERFACES`)."""
+    if interface == "changes":
+        return changes_schema(generator, current), CHANGES_INSTRUCTION
+    if interface == "config":
+        return reply_schema(generator, current), JSON_INSTRUCTION
+    raise ValueError(f"unknown interface {interface!r}; known: {', '.join(INTERFACES)}")
+
+
+def _changes_config(changes: Any, table: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """The partial config a ``changes`` list stands for, and the problem (None: usable)."""
+    if not isinstance(changes, list):
+        return None, "the structured reply's \"changes\" must be a list"
+    out: dict[str, Any] = {}
+    seen: set[tuple[str, str]] = set()
+    for i, change in enumerate(changes):
+        if not isinstance(change, dict) or not isinstance(change.get("knob"), str) or "value" not in change:
+            return None, f"change {i + 1} must be an object with \"knob\" and \"value\""
+        group = change.get("group")
+        if (table is None) != (group is None) or (group is not None and not isinstance(group, str)):
+            return None, (f"change {i + 1} must name its group" if table is not None
+                          else f"change {i + 1} names a group, but the task has none")
+        key = (group or "", change["knob"])
+        if key in seen:
+            where = f"{group}.{change['knob']}" if group is not None else change["knob"]
+            return None, f"the structured reply changes {where} twice (write each setting once)"
+        seen.add(key)
+        target = out.setdefault(table, {}).setdefault(group, {}) if table is not None else out
+        target[change["knob"]] = change["value"]
+    return out, None
+
+
 def _fence(text: str) -> str:
     """A backtick fence longer than any run of backticks in ``text`` (so the analysis cannot close it)."""
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
@@ -205,12 +273,13 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def reply_text(raw: str) -> tuple[str, str | None]:
+def reply_text(raw: str, table: str | None = None) -> tuple[str, str | None]:
     """A whole-JSON reply as the free-text form the design step parses, and the problem (None: usable).
 
     ``{"analysis": a, "config": c}`` becomes ``a``, then a fenced block holding ``c`` as JSON (YAML
-    parses it; nulls, "no value" in a nullable field, are dropped). A reply that is not such an
-    object keeps its raw text and gets the reason."""
+    parses it; nulls, "no value" in a nullable field, are dropped); ``{"analysis": a, "changes": [...]}``
+    (the ``changes`` interface; ``table``: the task's knob table) becomes ``a`` and a block holding the
+    changed settings alone. A reply that is not such an object keeps its raw text and gets the reason."""
     if not isinstance(raw, str) or not raw.strip():
         return raw or "", "the structured reply was empty"
     if len(raw) > MAX_REPLY_CHARS:
@@ -223,21 +292,28 @@ def reply_text(raw: str) -> tuple[str, str | None]:
         return raw, f"the structured reply is not usable JSON: {exc}"
     except ValueError as exc:
         return raw, f"the structured reply is not valid JSON ({one_line(str(exc), 120)}; cut off by max_tokens?)"
-    if not isinstance(data, dict) or not isinstance(data.get("config"), dict):
-        return raw, "the structured reply must be a JSON object with a \"config\" object"
+    if isinstance(data, dict) and "changes" in data and "config" not in data:
+        config, problem = _changes_config(data["changes"], table)
+        if problem:
+            return raw, problem
+    elif not isinstance(data, dict) or not isinstance(data.get("config"), dict):
+        return raw, "the structured reply must be a JSON object with a \"config\" object (or a \"changes\" list)"
+    else:
+        config = data["config"]
     analysis = data.get("analysis")
     analysis = analysis.strip() if isinstance(analysis, str) else ""
     try:
-        block = json.dumps(_without_nulls(data["config"]), indent=1, ensure_ascii=False)
+        block = json.dumps(_without_nulls(config), indent=1, ensure_ascii=False)
     except (RecursionError, ValueError):
         return raw, "the structured reply's config is nested too deeply"
     fence = _fence(analysis)
     return f"{analysis}\n\n{fence}yaml\n{block}\n{fence}\n".lstrip(), None
 
 
-def structured_reply(reply: EngineerReply) -> StructuredReply:
-    """``reply`` (its text a whole-JSON reply) in the free-text form, with the problem when unusable."""
-    text, problem = reply_text(reply.text)
+def structured_reply(reply: EngineerReply, table: str | None = None) -> StructuredReply:
+    """``reply`` (its text a whole-JSON reply) in the free-text form, with the problem when unusable (``table``: the
+    task's knob table, which a ``changes`` reply's groups belong to)."""
+    text, problem = reply_text(reply.text, table)
     return StructuredReply(
         text=text, usage=reply.usage, latency_s=reply.latency_s, model=reply.model, attempts=reply.attempts,
         proposal=None, calls=reply.calls, problem=problem,

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from envengineer.api import (
     ConfigError,
@@ -69,6 +69,18 @@ class LLMOptions(PromptBudgetOptions):
         "OpenAI-style response_format json_schema, Gemini response_json_schema); false: free text ending in a YAML block (the paper's)"
     )
     structured_strict: bool = Field(True, description="OpenAI-style engineers with structured: send the schema with strict: true")
+    interface: Literal["config", "changes"] = Field(
+        "config", description="with structured: the reply's shape. config: the whole next configuration, every knob "
+        "(a small model tends to copy it back); changes: a list of the settings it changes (group, knob, new value), "
+        "an empty list keeping the configuration (docs/engineers.md#interfaces)",
+    )
+
+    @model_validator(mode="after")
+    def _interface_is_structured(self) -> "LLMOptions":
+        if self.interface != "config" and not self.structured:
+            raise ValueError(f"interface: {self.interface} is a structured reply shape; set structured: true (free text "
+                             "already asks for only the fields that change)")
+        return self
 
 
 class EmptyAnswer(Exception):
@@ -273,13 +285,14 @@ class APIEngineer(Engineer):
     def propose(self, request: DesignRequest) -> EngineerReply:
         if not self.options.structured:
             return self._run(request.messages)
-        from envengineer.api import reply_schema, structured_reply, with_instruction
+        from envengineer.api import interface_schema, structured_reply, with_instruction
 
         try:
-            schema = reply_schema(request.generator, request.current_config)
+            schema, instruction = interface_schema(self.options.interface, request.generator, request.current_config)
         except ValueError as exc:
             raise EngineerCallError(f"engineer.{self.name}.structured: {exc}") from None
-        return structured_reply(self._run(with_instruction(request.messages), schema))
+        reply = self._run(with_instruction(request.messages, instruction), schema)
+        return structured_reply(reply, request.generator.knob_table)
 
     def ask(self, request: DesignRequest, messages: list[dict[str, str]], schema: dict[str, Any] | None = None) -> EngineerReply:
         """Another question on the request's context (the engineer benchmark's self-prediction); with ``schema`` the
@@ -524,7 +537,8 @@ def _enum_name(value: Any) -> str:
 
 
 def chat_usage(usage: Any) -> dict[str, int]:
-    """Token counts of a chat-completions reply (reasoning tokens when the service reports them)."""
+    """Token counts of a chat-completions reply (reasoning tokens and cached prompt tokens when the service reports
+    them)."""
     out = {
         "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
         "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
@@ -532,6 +546,9 @@ def chat_usage(usage: Any) -> dict[str, int]:
     reasoning = int(getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", 0) or 0)
     if reasoning:
         out["reasoning_tokens"] = reasoning
+    cached = int(getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", 0) or 0)
+    if cached:  # prompt tokens the service reused from an earlier request (OpenAI's prompt cache, llama.cpp's slot)
+        out["cached_tokens"] = cached
     return out
 
 
