@@ -180,7 +180,7 @@ def main() -> None:
     args = parser.parse_args()
     from envengineer.plugins._shared.models import MODELS
 
-    console = Console()
+    console = Console(width=max(Console().width, 180))
     gguf = MODELS[args.model].source()
     params, weight_bytes = matrix_parameters(gguf)
     gflops, bandwidth = gemm_gflops(args.threads), copy_bandwidth(args.threads)

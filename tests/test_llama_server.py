@@ -149,13 +149,13 @@ def llama_exe():
     return exe
 
 
-@pytest.fixture
-def served(llama_exe):
-    pytest.importorskip("openai")
-    _packaged_gguf()
+@contextlib.contextmanager
+def _serving(model: str, threads: int = 1):
+    """``envengineer serve MODEL --server llama.cpp`` on a free port, until /health says ok; its URL."""
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "envengineer.cli.commands", "serve", MODEL, "--server", "llama.cpp", "--port", str(port)],
+        [sys.executable, "-m", "envengineer.cli.commands", "serve", model, "--server", "llama.cpp", "--port", str(port),
+         "--threads", str(threads)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
@@ -183,6 +183,14 @@ def served(llama_exe):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@pytest.fixture
+def served(llama_exe):
+    pytest.importorskip("openai")
+    _packaged_gguf()
+    with _serving(MODEL) as url:
+        yield url
         proc.stdout.close()
 
 
@@ -220,3 +228,37 @@ def test_structured_design_step_through_llama_server_is_applied(served, recorded
     projection = yaml.safe_load((out / "projection.yaml").read_text())
     assert projection["fallback"] is False
     assert request.generator.config_model.model_validate(projection["config"])  # a valid config of the task
+
+
+QWEN_SMALL = "qwen2.5-coder-0.5b-instruct"
+
+
+@pytest.mark.long  # the long tier: a 491 MB model CI fetches (docs/models.md), ~1 minute on two threads
+def test_qwen_05b_designs_through_llama_server_and_its_reply_is_applied(llama_exe, recorded_run, registry, tmp_path):
+    """Qwen2.5-Coder-0.5B-Instruct, assembled from its data wheels, served by llama.cpp: one structured design step
+    on the real V1 prompt of a recorded MAPF run, applied; a second request with the same prompt reuses it from the
+    server's prompt cache (cached_tokens in calls.jsonl)."""
+    pytest.importorskip("openai")
+    from envengineer.plugins._shared.models import MODELS
+
+    try:
+        MODELS[QWEN_SMALL].source()
+    except ConfigError as exc:
+        if os.environ.get("ENVENGINEER_REQUIRE_QWEN") == "1":
+            pytest.fail(f"the 0.5B is required here (ENVENGINEER_REQUIRE_QWEN=1): {exc}")
+        pytest.skip(str(exc))
+    evidence = load_evidence(recorded_run, 1, registry)
+    request = build_request(evidence, registry, {"preset": "V1"})
+    with _serving(QWEN_SMALL, threads=2) as url:
+        engineer = registry.create("engineer", "openai-compatible", {
+            "model": QWEN_SMALL, "base_url": url + "/v1", "structured": True, "max_tokens": 1024,
+            "temperature": 0.0, "timeout": 600.0, "max_retries": 0,
+        })
+        outcomes = [design(engineer, request, out_dir=tmp_path / f"step{i}", reask=0, summarize=False) for i in (1, 2)]
+    for outcome in outcomes:
+        assert not outcome.fallback, outcome.reason
+        assert outcome.projection.accepted and request.generator.config_model.model_validate(outcome.config.model_dump())
+    calls = [json.loads((tmp_path / f"step{i}" / "calls.jsonl").read_text().splitlines()[0]) for i in (1, 2)]
+    assert calls[0]["params"]["structured"] == "json_schema" and calls[0]["usage"]["prompt_tokens"] > 500
+    assert calls[1]["usage"].get("cached_tokens", 0) >= calls[0]["usage"]["prompt_tokens"] - 8  # the same prompt, reused
+    assert outcomes[0].config == outcomes[1].config  # greedy, same prompt: the same design
