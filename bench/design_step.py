@@ -170,8 +170,8 @@ def main() -> None:
     parser.add_argument("--preset", default="V6")
     parser.add_argument("--order", default="paper", choices=("paper", "stable-first"),
                         help="the context's order (stable-first: what stays the same between rounds first, for the prompt cache)")
-    parser.add_argument("--interface", default="config", choices=("config", "changes"),
-                        help="the structured reply's shape: the whole config, or the settings that change")
+    parser.add_argument("--interface", default="config", choices=("config", "changes", "decisions"),
+                        help="the structured reply's shape: the whole config, the settings that change, or words per group")
     parser.add_argument("--max-tokens", type=int, default=1024)
     parser.add_argument("--ctx", type=int, default=8192)
     parser.add_argument("--no-cold", action="store_true", help="skip the cache-off repeat of each step")

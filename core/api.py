@@ -115,6 +115,8 @@ _LAZY: dict[str, str] = {
     "config_schema": "envengineer.design.structured",
     "reply_schema": "envengineer.design.structured",
     "changes_schema": "envengineer.design.structured",
+    "decisions_schema": "envengineer.design.structured",
+    "decided_config": "envengineer.design.structured",
     "interface_schema": "envengineer.design.structured",
     "INTERFACES": "envengineer.design.structured",
     "structured_reply": "envengineer.design.structured",
@@ -157,6 +159,8 @@ if TYPE_CHECKING:  # what static tools see; at run time these come through __get
         INTERFACES,
         changes_schema,
         config_schema,
+        decided_config,
+        decisions_schema,
         interface_schema,
         reply_schema,
         structured_reply,
@@ -194,7 +198,7 @@ __all__ = [
     "build_request", "extract_yaml_block", "factual_note", "load_prompt", "parse_proposal", "summary_prompt",
     # structured replies (engineers)
     "ANALYSIS_DESCRIPTION", "INTERFACES", "SCHEMA_NAME", "block_token_limit", "changes_schema", "config_schema",
-    "interface_schema", "reply_schema", "structured_reply", "with_instruction",
+    "decided_config", "decisions_schema", "interface_schema", "reply_schema", "structured_reply", "with_instruction",
     # prompt budgets and evidence (context modules, engineers)
     "Cut", "Evidence", "PromptBudgetOptions", "RoundRecord", "group_success", "load_signal", "round_failures",
     # training: requests, results, rewards, rollouts (trainers)

@@ -344,6 +344,90 @@ def test_interface_changes_needs_structured(registry):
                                                           "interface": "changes"}, where="engineer.openai-compatible")
 
 
+@pytest.mark.parametrize("name", ["openai-compatible", "gemini"])
+def test_the_decisions_interface_turns_words_into_knob_moves(name, registry, gridwalk, fake_llm, monkeypatch, tmp_path):
+    """interface: decisions: per group harder/easier/keep and more/less/same, decoded under the schema, made into moves
+    of the declared knobs (difficulty knobs decision_step of their range toward the hard or easy end; the share times
+    or divided by decision_factor, then renormalised); groups left out keep their knobs."""
+    reply = {"analysis": "k9 never succeeds; k3 is solved.",
+             "decisions": [{"group": "k9", "difficulty": "easier", "budget": "more"},
+                           {"group": "k3", "difficulty": "harder", "budget": "less"}]}
+    fake_llm.script = [fake_llm.Step(json.dumps(reply))]
+    if name == "gemini":
+        monkeypatch.setenv("GEMINI_API_KEY", KEY)
+    options = {"structured": True, "interface": "decisions", "decision_step": 0.25, **_fast(),
+               "model": "served" if name == "openai-compatible" else "gemini-2.5-flash",
+               "base_url": fake_llm.url + "/v1" if name == "openai-compatible" else fake_llm.url}
+    engineer = registry.create("engineer", name, options, where=f"engineer.{name}")
+    request = _request(gridwalk)
+    outcome = design(engineer, request, out_dir=tmp_path, summarize=False)
+    assert not outcome.fallback, outcome.reason
+    assert not fake_llm.schema_errors
+    before, after = request.current_config.groups, outcome.config.groups
+    size = next(k for k in gridwalk.knobs if k.name == "size")
+    assert size.harder == "up"
+    assert after["k9"].size < before["k9"].size and after["k3"].size > before["k3"].size
+    assert after["k9"].ratio > before["k9"].ratio and after["k3"].ratio < before["k3"].ratio
+    assert all(after[g].size == before[g].size for g in before if g not in ("k3", "k9"))
+    assert "Decisions: k9: easier, budget more; k3: harder, budget less" in (tmp_path / "response.md").read_text()
+
+
+def test_decisions_schema_offers_the_words_the_task_can_act_on(registry, gridwalk):
+    from envengineer.design.structured import decisions_schema
+
+    schema = decisions_schema(gridwalk, gridwalk.default_config())
+    item = schema["properties"]["decisions"]["items"]
+    assert item["properties"]["group"]["enum"] == [f"k{k}" for k in range(3, 11)]
+    assert item["properties"]["difficulty"]["enum"] == ["harder", "easier", "keep"]
+    assert item["properties"]["budget"]["enum"] == ["more", "less", "same"]
+    assert schema["properties"]["decisions"]["maxItems"] == 8 and item["additionalProperties"] is False
+
+
+def test_decisions_on_a_task_without_groups_move_its_one_set_of_knobs():
+    """A task without a knob table (arith with its difficulty knob at the top level): one decision, no group, no
+    budget word (one group holds the whole budget)."""
+    from typing import ClassVar
+
+    from pydantic import BaseModel, ConfigDict, Field
+
+    from conftest import import_arith
+    from envengineer.design.structured import decided_config, decisions_schema
+
+    import_arith()
+    from envengineer_arith.generator import ArithGenerator
+
+    class FlatConfig(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        terms: int = Field(2, ge=2, le=8)
+
+    class FlatArith(ArithGenerator):
+        name: ClassVar[str] = "arith-flat"
+        config_model: ClassVar[type[BaseModel]] = FlatConfig
+        knob_table: ClassVar[str | None] = None
+        knobs = (ArithGenerator.knobs[1],)
+
+    flat = FlatArith()
+    schema = decisions_schema(flat, flat.default_config())
+    assert set(schema["properties"]["decisions"]["items"]["properties"]) == {"difficulty"}
+    assert schema["properties"]["decisions"]["maxItems"] == 1
+    config, problem, lines = decided_config([{"difficulty": "harder"}], flat, FlatConfig(terms=4), step=0.1)
+    assert problem is None and config == {"terms": 5} and lines == ["harder"]
+    assert decided_config([], flat, FlatConfig(terms=4)) == ({}, None, [])
+
+
+@pytest.mark.parametrize("decisions, problem", [
+    ({"k9": "harder"}, "must be a list"),
+    ([{"group": "k99", "difficulty": "harder"}], "decision 1 names no group"),
+    ([{"group": "k9", "difficulty": "harder"}, {"group": "k9", "budget": "more"}], "decides on k9 twice"),
+    ([{"group": "k9", "difficulty": "much harder"}], "difficulty is one of"),
+])
+def test_decisions_that_cannot_be_read_say_why(decisions, problem, gridwalk):
+    from envengineer.design.structured import decided_config
+
+    config, why, _ = decided_config(decisions, gridwalk, gridwalk.default_config())
+    assert config is None and problem in why
+
+
 def test_structured_is_off_by_default(registry, gridwalk, fake_llm, monkeypatch):
     fake_llm.script = [fake_llm.Step("```yaml\ngroups: {k9: {ratio: 0.3}}\n```")]
     monkeypatch.setenv("OPENAI_API_KEY", KEY)

@@ -52,9 +52,18 @@ CHANGES_INSTRUCTION = (
     "Answer with one JSON object under the given schema: \"analysis\" holds your analysis, \"changes\" lists only the "
     "settings you change, each with its new value; an empty list keeps the configuration as it is."
 )
+#: The same for the ``decisions`` interface: a word per group, turned into knob moves by the task's declarations.
+DECISIONS_INSTRUCTION = (
+    "Answer with one JSON object under the given schema: \"analysis\" holds your analysis, \"decisions\" lists only the "
+    "groups you change: for each, whether its instances get harder or easier, and whether it gets more or less of the "
+    "training budget; a group you leave out stays as it is, and an empty list keeps the configuration."
+)
 #: The reply shapes a structured engineer asks for (the LLM engineers' ``interface`` option): ``config``, the whole
-#: next configuration (every knob of every group, required); ``changes``, a list of (group, knob, new value).
-INTERFACES = ("config", "changes")
+#: next configuration (every knob of every group, required); ``changes``, a list of (group, knob, new value);
+#: ``decisions``, a list of (group, harder/easier/keep, more/less/same) that :func:`decided_config` turns into moves.
+INTERFACES = ("config", "changes", "decisions")
+DIFFICULTY_WORDS = ("harder", "easier", "keep")
+BUDGET_WORDS = ("more", "less", "same")
 
 
 @dataclass
@@ -213,10 +222,89 @@ def changes_schema(generator: Any, current: Any = None) -> dict[str, Any]:
     return _closed({"analysis": {"type": "string", "description": ANALYSIS_DESCRIPTION}, "changes": changes})
 
 
+def _decision_fields(generator: Any) -> dict[str, dict[str, Any]]:
+    """The words a decision may hold for this task: ``difficulty`` when a knob is declared harder up or down (and is
+    not a share), ``budget`` when a knob is a share of a knob table's groups."""
+    fields: dict[str, dict[str, Any]] = {}
+    if any(k.harder != "none" and not k.share for k in generator.knobs):
+        fields["difficulty"] = {"type": "string", "enum": list(DIFFICULTY_WORDS),
+                                "description": "harder or easier instances for this group, or keep"}
+    if generator.knob_table is not None and any(k.share for k in generator.knobs):
+        fields["budget"] = {"type": "string", "enum": list(BUDGET_WORDS),
+                            "description": "more or less of the training budget for this group, or the same"}
+    return fields
+
+
+def decisions_schema(generator: Any, current: Any = None) -> dict[str, Any]:
+    """The ``decisions`` interface's reply schema: ``{"analysis": str, "decisions": [{"group": g, "difficulty":
+    harder|easier|keep, "budget": more|less|same}, ...]}`` over the groups :func:`config_schema` lists (a task without
+    a knob table: at most one decision, without ``group`` and ``budget``). Words a small model can choose among;
+    :func:`decided_config` makes them knob moves. Raises ``ValueError`` when the task declares no difficulty or share
+    knob (nothing a word could move)."""
+    fields = _decision_fields(generator)
+    name = getattr(generator, "name", type(generator).__name__)
+    if not fields:
+        raise ValueError(f"task {name!r} declares no difficulty knob (harder up or down) and no share, so a decision "
+                         "has nothing to move")
+    table = generator.knob_table
+    if table is None:
+        item, most = _closed(fields), 1
+    else:
+        groups = list(config_schema(generator, current)["properties"][table]["properties"])
+        item, most = _closed({"group": {"type": "string", "enum": groups}, **fields}), len(groups)
+    decisions = {"type": "array", "items": item, "maxItems": most,
+                 "description": "only the groups you change, each once; [] keeps the configuration"}
+    return _closed({"analysis": {"type": "string", "description": ANALYSIS_DESCRIPTION}, "decisions": decisions})
+
+
+def decided_config(decisions: Any, generator: Any, current: Any, *, step: float = 0.1, factor: float = 1.5,
+                   ) -> tuple[dict[str, Any] | None, str | None, list[str]]:
+    """The partial config a ``decisions`` list stands for, the problem (None: usable), and one line per decision.
+
+    ``harder``/``easier`` moves each of the group's difficulty knobs ``step`` of its declared range (at least one
+    of its steps) toward its hard or easy end; ``more``/``less`` multiplies or divides the group's share by
+    ``factor`` (the projection renormalises the shares); ``keep``/``same`` and groups left out move nothing."""
+    from envengineer.components.knobs import WHOLE, snap, toward
+
+    if not isinstance(decisions, list):
+        return None, "the structured reply's \"decisions\" must be a list", []
+    table = generator.knob_table
+    rows = generator.knob_rows(current)
+    knobs = {k.name: k for k in generator.knobs}
+    values: dict[str, dict[str, Any]] = {}
+    lines: list[str] = []
+    for i, decision in enumerate(decisions):
+        if not isinstance(decision, dict):
+            return None, f"decision {i + 1} must be an object", []
+        group = decision.get("group") if table is not None else WHOLE
+        if group not in rows:
+            return None, f"decision {i + 1} names no group of the configuration ({', '.join(rows)})", []
+        if group in values:
+            return None, f"the structured reply decides on {group} twice (write each group once)", []
+        difficulty, budget = decision.get("difficulty", "keep"), decision.get("budget", "same")
+        if difficulty not in DIFFICULTY_WORDS or budget not in BUDGET_WORDS:
+            return None, f"decision {i + 1}: difficulty is one of {DIFFICULTY_WORDS}, budget one of {BUDGET_WORDS}", []
+        moved: dict[str, Any] = {}
+        for name, value in rows[group].items():
+            knob = knobs.get(name)
+            if knob is None or not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            if knob.share and budget != "same":
+                moved[name] = snap(knob, float(value) * (factor if budget == "more" else 1 / factor))
+            elif not knob.share and knob.harder != "none" and difficulty != "keep":
+                moved[name] = toward(knob, float(value), difficulty == "harder", max(step * (knob.high - knob.low), knob.step))
+        values[group] = moved
+        lines.append(f"{group}: {difficulty}, budget {budget}" if table is not None else f"{difficulty}")
+    proposal = generator.knob_proposal({g: v for g, v in values.items() if v})
+    return proposal, None, lines
+
+
 def interface_schema(interface: str, generator: Any, current: Any = None) -> tuple[dict[str, Any], str]:
     """The reply schema and the instruction of ``interface`` (:data:`INTERFACES`)."""
     if interface == "changes":
         return changes_schema(generator, current), CHANGES_INSTRUCTION
+    if interface == "decisions":
+        return decisions_schema(generator, current), DECISIONS_INSTRUCTION
     if interface == "config":
         return reply_schema(generator, current), JSON_INSTRUCTION
     raise ValueError(f"unknown interface {interface!r}; known: {', '.join(INTERFACES)}")
@@ -273,13 +361,15 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def reply_text(raw: str, table: str | None = None) -> tuple[str, str | None]:
+def reply_text(raw: str, table: str | None = None, decide: Any = None) -> tuple[str, str | None]:
     """A whole-JSON reply as the free-text form the design step parses, and the problem (None: usable).
 
     ``{"analysis": a, "config": c}`` becomes ``a``, then a fenced block holding ``c`` as JSON (YAML
     parses it; nulls, "no value" in a nullable field, are dropped); ``{"analysis": a, "changes": [...]}``
     (the ``changes`` interface; ``table``: the task's knob table) becomes ``a`` and a block holding the
-    changed settings alone. A reply that is not such an object keeps its raw text and gets the reason."""
+    changed settings alone; ``{"analysis": a, "decisions": [...]}`` becomes ``a``, the decisions in words, and the
+    block ``decide(decisions)`` returns (``(config, problem, lines)``, :func:`decided_config`). A reply that is not
+    such an object keeps its raw text and gets the reason."""
     if not isinstance(raw, str) or not raw.strip():
         return raw or "", "the structured reply was empty"
     if len(raw) > MAX_REPLY_CHARS:
@@ -292,7 +382,13 @@ def reply_text(raw: str, table: str | None = None) -> tuple[str, str | None]:
         return raw, f"the structured reply is not usable JSON: {exc}"
     except ValueError as exc:
         return raw, f"the structured reply is not valid JSON ({one_line(str(exc), 120)}; cut off by max_tokens?)"
-    if isinstance(data, dict) and "changes" in data and "config" not in data:
+    said = ""
+    if isinstance(data, dict) and "decisions" in data and "config" not in data and decide is not None:
+        config, problem, lines = decide(data["decisions"])
+        if problem:
+            return raw, problem
+        said = "\n\nDecisions: " + ("; ".join(lines) if lines else "none (keep the configuration)")
+    elif isinstance(data, dict) and "changes" in data and "config" not in data:
         config, problem = _changes_config(data["changes"], table)
         if problem:
             return raw, problem
@@ -301,7 +397,7 @@ def reply_text(raw: str, table: str | None = None) -> tuple[str, str | None]:
     else:
         config = data["config"]
     analysis = data.get("analysis")
-    analysis = analysis.strip() if isinstance(analysis, str) else ""
+    analysis = (analysis.strip() if isinstance(analysis, str) else "") + said
     try:
         block = json.dumps(_without_nulls(config), indent=1, ensure_ascii=False)
     except (RecursionError, ValueError):
@@ -310,10 +406,11 @@ def reply_text(raw: str, table: str | None = None) -> tuple[str, str | None]:
     return f"{analysis}\n\n{fence}yaml\n{block}\n{fence}\n".lstrip(), None
 
 
-def structured_reply(reply: EngineerReply, table: str | None = None) -> StructuredReply:
+def structured_reply(reply: EngineerReply, table: str | None = None, decide: Any = None) -> StructuredReply:
     """``reply`` (its text a whole-JSON reply) in the free-text form, with the problem when unusable (``table``: the
-    task's knob table, which a ``changes`` reply's groups belong to)."""
-    text, problem = reply_text(reply.text, table)
+    task's knob table, which a ``changes`` reply's groups belong to; ``decide``: what makes a ``decisions`` reply a
+    config, :func:`decided_config` bound to the request)."""
+    text, problem = reply_text(reply.text, table, decide)
     return StructuredReply(
         text=text, usage=reply.usage, latency_s=reply.latency_s, model=reply.model, attempts=reply.attempts,
         proposal=None, calls=reply.calls, problem=problem,

@@ -14,6 +14,7 @@ finish reason and the tokens used, not an empty proposal.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Any, Callable, ClassVar, Literal
@@ -69,11 +70,16 @@ class LLMOptions(PromptBudgetOptions):
         "OpenAI-style response_format json_schema, Gemini response_json_schema); false: free text ending in a YAML block (the paper's)"
     )
     structured_strict: bool = Field(True, description="OpenAI-style engineers with structured: send the schema with strict: true")
-    interface: Literal["config", "changes"] = Field(
+    interface: Literal["config", "changes", "decisions"] = Field(
         "config", description="with structured: the reply's shape. config: the whole next configuration, every knob "
         "(a small model tends to copy it back); changes: a list of the settings it changes (group, knob, new value), "
-        "an empty list keeping the configuration (docs/engineers.md#interfaces)",
+        "an empty list keeping the configuration; decisions: per group it changes, harder/easier/keep and "
+        "more/less/same budget, made into knob moves by the task's declarations (docs/engineers.md#interfaces)",
     )
+    decision_step: float = Field(0.1, gt=0, le=1, description="interface decisions: how far harder/easier moves each "
+                                 "difficulty knob, as a fraction of its declared range (at least one of its steps)")
+    decision_factor: float = Field(1.5, gt=1, le=10, description="interface decisions: more/less multiplies/divides the "
+                                   "group's budget share by this (then the shares are renormalised)")
 
     @model_validator(mode="after")
     def _interface_is_structured(self) -> "LLMOptions":
@@ -285,14 +291,16 @@ class APIEngineer(Engineer):
     def propose(self, request: DesignRequest) -> EngineerReply:
         if not self.options.structured:
             return self._run(request.messages)
-        from envengineer.api import interface_schema, structured_reply, with_instruction
+        from envengineer.api import decided_config, interface_schema, structured_reply, with_instruction
 
         try:
             schema, instruction = interface_schema(self.options.interface, request.generator, request.current_config)
         except ValueError as exc:
             raise EngineerCallError(f"engineer.{self.name}.structured: {exc}") from None
         reply = self._run(with_instruction(request.messages, instruction), schema)
-        return structured_reply(reply, request.generator.knob_table)
+        decide = functools.partial(decided_config, generator=request.generator, current=request.current_config,
+                                   step=self.options.decision_step, factor=self.options.decision_factor)
+        return structured_reply(reply, request.generator.knob_table, decide)
 
     def ask(self, request: DesignRequest, messages: list[dict[str, str]], schema: dict[str, Any] | None = None) -> EngineerReply:
         """Another question on the request's context (the engineer benchmark's self-prediction); with ``schema`` the
