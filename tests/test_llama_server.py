@@ -183,6 +183,7 @@ def _serving(model: str, threads: int = 1):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        proc.stdout.close()
 
 
 @pytest.fixture
@@ -191,7 +192,6 @@ def served(llama_exe):
     _packaged_gguf()
     with _serving(MODEL) as url:
         yield url
-        proc.stdout.close()
 
 
 def test_the_server_names_the_model_and_refuses_a_broken_schema(served):

