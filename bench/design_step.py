@@ -90,12 +90,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def recorded_run(path: str | None, work: Path) -> Path:
+#: The simulated student's run per task: (task section, validation set) in place of sim-base.yaml's MAPF ones.
+SIM_TASKS = {"mapf-frozenlake": ({"name": "mapf-frozenlake", "agents": 2}, "mapf-2agents-val"),
+             "grid-walk": ({"name": "grid-walk"}, "grid-walk-val")}
+
+
+def recorded_run(path: str | None, task: str, work: Path) -> Path:
+    """``path``, or the simulated student's run of examples/llm-engineer/sim-base.yaml on ``task``, made in ``work``."""
+    import yaml
+
     if path:
         return Path(path)
+    config = yaml.safe_load((REPO / "examples/llm-engineer/sim-base.yaml").read_text())
+    config["task"], config["eval"]["validation"] = SIM_TASKS[task]
+    config["eval"]["benchmarks"] = []
+    (work / "sim.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     out = work / "sim-run"
-    subprocess.run([sys.executable, "-m", "envengineer.cli.commands", "run", str(REPO / "examples/llm-engineer/sim-base.yaml"),
-                    "--output", str(out)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "envengineer.cli.commands", "run", str(work / "sim.yaml"), "--output", str(out)],
+                   check=True, stdout=subprocess.DEVNULL)
     return out
 
 
@@ -134,7 +146,7 @@ def server_timings(log: Path, seen: int) -> tuple[dict[str, Any], int]:
 
 
 def one_step(run: Path, round_: int, context: dict[str, Any], url: str, model: str, max_tokens: int, cache: bool, out: Path,
-             interface: str = "config") -> dict[str, Any]:
+             interface: str = "config", analysis_chars: int | None = None) -> dict[str, Any]:
     from envengineer.api import load_registry
     from envengineer.design.evidence import load_evidence
     from envengineer.design.prompts import build_request
@@ -145,6 +157,7 @@ def one_step(run: Path, round_: int, context: dict[str, Any], url: str, model: s
     request = build_request(evidence, registry, context)
     engineer = registry.create("engineer", "openai-compatible", {
         "model": model, "base_url": url + "/v1", "structured": True, "interface": interface, "max_tokens": max_tokens,
+        "analysis_chars": analysis_chars,
         "temperature": 0.0,
         "timeout": 1200.0, "max_retries": 0, "api_key_env": None, "extra_body": {"cache_prompt": cache},
     })
@@ -165,7 +178,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--run", help="a recorded run (default: the simulated student's MAPF run, made here)")
+    parser.add_argument("--run", help="a recorded run (default: the simulated student's run of --task, made here)")
+    parser.add_argument("--task", default="mapf-frozenlake", choices=sorted(SIM_TASKS),
+                        help="the simulated student's task when no --run is given (grid-walk's V6 prompts: 2.2-2.9k tokens)")
+    parser.add_argument("--out", help="keep each step's folder (prompt.md, response.md, calls.jsonl) here")
     parser.add_argument("--rounds", default="0,1,2")
     parser.add_argument("--preset", default="V6")
     parser.add_argument("--order", default="paper", choices=("paper", "stable-first"),
@@ -173,6 +189,7 @@ def main() -> None:
     parser.add_argument("--interface", default="config", choices=("config", "changes", "decisions"),
                         help="the structured reply's shape: the whole config, the settings that change, or words per group")
     parser.add_argument("--max-tokens", type=int, default=1024)
+    parser.add_argument("--analysis-chars", type=int, default=None, help="the analysis string's maxLength (default: unbounded)")
     parser.add_argument("--ctx", type=int, default=8192)
     parser.add_argument("--no-cold", action="store_true", help="skip the cache-off repeat of each step")
     parser.add_argument("--json", help="write the figures here")
@@ -190,7 +207,8 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="design-step-") as tmp:
         work = Path(tmp)
-        run = recorded_run(args.run, work)
+        run = recorded_run(args.run, args.task, work)
+        steps = Path(args.out) if args.out else work
         log = work / "llama-server.log"
         started = time.monotonic()
         proc, url = start_server(args.model, args.threads, args.ctx, log)
@@ -200,7 +218,8 @@ def main() -> None:
             for round_ in [int(r) for r in args.rounds.split(",")]:
                 for cache in (True,) if args.no_cold else (True, False):
                     row = one_step(run, round_, {"preset": args.preset, "order": args.order}, url, args.model,
-                                   args.max_tokens, cache, work / f"r{round_}-{'warm' if cache else 'cold'}", args.interface)
+                                   args.max_tokens, cache, steps / f"r{round_}-{'warm' if cache else 'cold'}", args.interface,
+                                   args.analysis_chars)
                     timings, seen = server_timings(log, seen)
                     row.update({f"{k}_{f}": v[f] for k, v in timings.items() for f in ("ms", "tokens")})
                     rows.append(row)
@@ -209,7 +228,7 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=30)
     table = Table(title=f"design step: {args.model}, llama-server on {args.threads} thread(s), {args.preset} ({args.order} "
-                        f"order), structured ({args.interface}), greedy (server load {load_s:.1f} s)")
+                        f"order), structured ({args.interface}, analysis ≤ {args.analysis_chars or '∞'} chars), greedy (server load {load_s:.1f} s)")
     for column in ("round", "prompt cache", "prompt tok", "reused", "prefilled", "prefill tok/s", "matmul limit tok/s",
                    "new tok", "decode tok/s", "bandwidth limit tok/s", "step s", f"≤ {args.target_s:.0f} s", "outcome"):
         table.add_column(column, justify="right")
@@ -227,8 +246,9 @@ def main() -> None:
     console.print(table)
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "model": args.model, "threads": args.threads, "preset": args.preset, "order": args.order,
-            "interface": args.interface, "multiplied_parameters": params,
+            "model": args.model, "threads": args.threads, "run": args.run or f"simulated student, {args.task}",
+            "preset": args.preset, "order": args.order,
+            "interface": args.interface, "analysis_chars": args.analysis_chars, "multiplied_parameters": params,
             "weight_bytes": weight_bytes, "gemm_gflops": round(gflops, 1), "copy_gb_s": round(bandwidth, 2),
             "prefill_limit_tok_s": round(prefill_limit, 1), "decode_limit_tok_s": round(decode_limit, 1),
             "server_load_s": round(load_s, 1), "steps": rows, "load_average": os.getloadavg(),

@@ -251,7 +251,7 @@ def test_qwen_05b_designs_through_llama_server_and_its_reply_is_applied(llama_ex
     request = build_request(evidence, registry, {"preset": "V1"})
     with _serving(QWEN_SMALL, threads=2) as url:
         engineer = registry.create("engineer", "openai-compatible", {
-            "model": QWEN_SMALL, "base_url": url + "/v1", "structured": True, "max_tokens": 1024,
+            "model": QWEN_SMALL, "base_url": url + "/v1", "structured": True, "max_tokens": 1024, "analysis_chars": 400,
             "temperature": 0.0, "timeout": 600.0, "max_retries": 0,
         })
         outcomes = [design(engineer, request, out_dir=tmp_path / f"step{i}", reask=0, summarize=False) for i in (1, 2)]
@@ -262,3 +262,5 @@ def test_qwen_05b_designs_through_llama_server_and_its_reply_is_applied(llama_ex
     assert calls[0]["params"]["structured"] == "json_schema" and calls[0]["usage"]["prompt_tokens"] > 500
     assert calls[1]["usage"].get("cached_tokens", 0) >= calls[0]["usage"]["prompt_tokens"] - 8  # the same prompt, reused
     assert outcomes[0].config == outcomes[1].config  # greedy, same prompt: the same design
+    raw = (tmp_path / "step1" / "response.md").read_text(encoding="utf-8")
+    assert len(raw.split("```")[0].replace("<!-- attempt 1 -->", "").strip()) <= 400  # the server enforced maxLength

@@ -428,6 +428,22 @@ def test_decisions_that_cannot_be_read_say_why(decisions, problem, gridwalk):
     assert config is None and problem in why
 
 
+def test_analysis_chars_bounds_the_analysis_in_every_interface(registry, gridwalk, fake_llm, monkeypatch, tmp_path):
+    """analysis_chars becomes the analysis string's maxLength, whatever the interface; unset, the string is unbounded."""
+    from envengineer.design.structured import interface_schema
+
+    for interface in ("config", "changes", "decisions"):
+        bounded, _ = interface_schema(interface, gridwalk, gridwalk.default_config(), analysis_chars=300)
+        assert bounded["properties"]["analysis"]["maxLength"] == 300
+        assert "maxLength" not in interface_schema(interface, gridwalk, gridwalk.default_config())[0]["properties"]["analysis"]
+    fake_llm.script = [fake_llm.Step(json.dumps(CHANGES))]
+    engineer = registry.create("engineer", "openai-compatible", {"model": "served", "base_url": fake_llm.url + "/v1", "structured": True,
+                                                                 "interface": "changes", "analysis_chars": 300, **_fast()})
+    assert not design(engineer, _request(gridwalk), out_dir=tmp_path, summarize=False).fallback
+    sent = fake_llm.requests[0]["body"]["response_format"]["json_schema"]["schema"]
+    assert sent["properties"]["analysis"]["maxLength"] == 300 and not fake_llm.schema_errors
+
+
 def test_structured_is_off_by_default(registry, gridwalk, fake_llm, monkeypatch):
     fake_llm.script = [fake_llm.Step("```yaml\ngroups: {k9: {ratio: 0.3}}\n```")]
     monkeypatch.setenv("OPENAI_API_KEY", KEY)

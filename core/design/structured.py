@@ -189,9 +189,19 @@ def block_token_limit(schema: dict[str, Any]) -> int:
     return _longest_value(schema) + 1
 
 
-def reply_schema(generator: Any, current: Any = None) -> dict[str, Any]:
+def analysis_field(analysis_chars: int | None = None) -> dict[str, Any]:
+    """The reply's ``analysis`` string, at most ``analysis_chars`` characters (``maxLength``) when given: a bound a
+    local server's grammar enforces (llama.cpp, vLLM, xgrammar), so a greedy model that falls into repeating a
+    sentence stops there instead of spending ``max_tokens`` inside the string and leaving the JSON unfinished."""
+    field: dict[str, Any] = {"type": "string", "description": ANALYSIS_DESCRIPTION}
+    if analysis_chars is not None:
+        field["maxLength"] = int(analysis_chars)
+    return field
+
+
+def reply_schema(generator: Any, current: Any = None, analysis_chars: int | None = None) -> dict[str, Any]:
     """The whole reply's JSON schema: ``{"analysis": str, "config": <config_schema>}``."""
-    return _closed({"analysis": {"type": "string", "description": ANALYSIS_DESCRIPTION}, "config": config_schema(generator, current)})
+    return _closed({"analysis": analysis_field(analysis_chars), "config": config_schema(generator, current)})
 
 
 def change_items(generator: Any, current: Any = None) -> list[dict[str, Any]]:
@@ -211,7 +221,7 @@ def change_items(generator: Any, current: Any = None) -> list[dict[str, Any]]:
     return items
 
 
-def changes_schema(generator: Any, current: Any = None) -> dict[str, Any]:
+def changes_schema(generator: Any, current: Any = None, analysis_chars: int | None = None) -> dict[str, Any]:
     """The ``changes`` interface's reply schema: ``{"analysis": str, "changes": [{group, knob, value}, ...]}``, each
     change one of :func:`change_items` (a setting the task declares, its value in the knob's bounds); at most one per
     setting, none to keep the configuration. A small model shown a whole configuration tends to copy it; here it
@@ -219,7 +229,7 @@ def changes_schema(generator: Any, current: Any = None) -> dict[str, Any]:
     items = change_items(generator, current)
     changes = {"type": "array", "items": {"anyOf": items}, "maxItems": len(items),
                "description": "only the settings you change, each once with its new value; [] keeps the configuration"}
-    return _closed({"analysis": {"type": "string", "description": ANALYSIS_DESCRIPTION}, "changes": changes})
+    return _closed({"analysis": analysis_field(analysis_chars), "changes": changes})
 
 
 def _decision_fields(generator: Any) -> dict[str, dict[str, Any]]:
@@ -235,7 +245,7 @@ def _decision_fields(generator: Any) -> dict[str, dict[str, Any]]:
     return fields
 
 
-def decisions_schema(generator: Any, current: Any = None) -> dict[str, Any]:
+def decisions_schema(generator: Any, current: Any = None, analysis_chars: int | None = None) -> dict[str, Any]:
     """The ``decisions`` interface's reply schema: ``{"analysis": str, "decisions": [{"group": g, "difficulty":
     harder|easier|keep, "budget": more|less|same}, ...]}`` over the groups :func:`config_schema` lists (a task without
     a knob table: at most one decision, without ``group`` and ``budget``). Words a small model can choose among;
@@ -254,7 +264,7 @@ def decisions_schema(generator: Any, current: Any = None) -> dict[str, Any]:
         item, most = _closed({"group": {"type": "string", "enum": groups}, **fields}), len(groups)
     decisions = {"type": "array", "items": item, "maxItems": most,
                  "description": "only the groups you change, each once; [] keeps the configuration"}
-    return _closed({"analysis": {"type": "string", "description": ANALYSIS_DESCRIPTION}, "decisions": decisions})
+    return _closed({"analysis": analysis_field(analysis_chars), "decisions": decisions})
 
 
 def decided_config(decisions: Any, generator: Any, current: Any, *, step: float = 0.1, factor: float = 1.5,
@@ -299,14 +309,16 @@ def decided_config(decisions: Any, generator: Any, current: Any, *, step: float 
     return proposal, None, lines
 
 
-def interface_schema(interface: str, generator: Any, current: Any = None) -> tuple[dict[str, Any], str]:
-    """The reply schema and the instruction of ``interface`` (:data:`INTERFACES`)."""
+def interface_schema(interface: str, generator: Any, current: Any = None, analysis_chars: int | None = None,
+                     ) -> tuple[dict[str, Any], str]:
+    """The reply schema and the instruction of ``interface`` (:data:`INTERFACES`); ``analysis_chars``: the
+    analysis's ``maxLength`` (None: unbounded)."""
     if interface == "changes":
-        return changes_schema(generator, current), CHANGES_INSTRUCTION
+        return changes_schema(generator, current, analysis_chars), CHANGES_INSTRUCTION
     if interface == "decisions":
-        return decisions_schema(generator, current), DECISIONS_INSTRUCTION
+        return decisions_schema(generator, current, analysis_chars), DECISIONS_INSTRUCTION
     if interface == "config":
-        return reply_schema(generator, current), JSON_INSTRUCTION
+        return reply_schema(generator, current, analysis_chars), JSON_INSTRUCTION
     raise ValueError(f"unknown interface {interface!r}; known: {', '.join(INTERFACES)}")
 
 

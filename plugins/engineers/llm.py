@@ -76,6 +76,12 @@ class LLMOptions(PromptBudgetOptions):
         "an empty list keeping the configuration; decisions: per group it changes, harder/easier/keep and "
         "more/less/same budget, made into knob moves by the task's declarations (docs/engineers.md#interfaces)",
     )
+    analysis_chars: int | None = Field(
+        None, ge=1, description="with structured: the analysis string's maxLength in the reply schema (null: unbounded). "
+        "A local server's grammar enforces it (llama.cpp, vLLM), so a greedy small model that repeats a sentence stops "
+        "there instead of running out of max_tokens inside the string; whether a hosted API accepts maxLength in its "
+        "strict subset is that service's call",
+    )
     decision_step: float = Field(0.1, gt=0, le=1, description="interface decisions: how far harder/easier moves each "
                                  "difficulty knob, as a fraction of its declared range (at least one of its steps)")
     decision_factor: float = Field(1.5, gt=1, le=10, description="interface decisions: more/less multiplies/divides the "
@@ -294,7 +300,8 @@ class APIEngineer(Engineer):
         from envengineer.api import decided_config, interface_schema, structured_reply, with_instruction
 
         try:
-            schema, instruction = interface_schema(self.options.interface, request.generator, request.current_config)
+            schema, instruction = interface_schema(self.options.interface, request.generator, request.current_config,
+                                                   self.options.analysis_chars)
         except ValueError as exc:
             raise EngineerCallError(f"engineer.{self.name}.structured: {exc}") from None
         reply = self._run(with_instruction(request.messages, instruction), schema)
