@@ -61,6 +61,31 @@ def import_arith():
 
 
 @pytest.fixture
+def flat_arith():
+    """arith (examples/envengineer-arith) with its one difficulty knob at the config's top level: no knob table,
+    arith's groupings kept (a task without groups)."""
+    from typing import ClassVar
+
+    from pydantic import BaseModel, ConfigDict, Field
+
+    import_arith()
+    from envengineer_arith.generator import ArithGenerator
+    from envengineer_arith.knobs import MAX_TERMS
+
+    class FlatConfig(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        terms: int = Field(2, ge=2, le=MAX_TERMS)
+
+    class FlatArith(ArithGenerator):
+        name: ClassVar[str] = "arith-flat"
+        config_model: ClassVar[type[BaseModel]] = FlatConfig
+        knob_table: ClassVar[str | None] = None
+        knobs = (ArithGenerator.knobs[1],)
+
+    return FlatArith()
+
+
+@pytest.fixture
 def pm():
     """A fresh plugin manager with the built-ins only (no third-party entry points)."""
     return create_plugin_manager(entry_points=False, environ={})

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field
 
 from envengineer.design.evidence import Evidence, RoundRecord
 from envengineer.design.prompts import build_request
@@ -95,25 +94,6 @@ def arith(pm, arith_module):
     """The arith example's generator (a knob table of three digit groups: ratio and terms 2-8, harder up)."""
     pm.register(arith_module, name="arith")
     return Registry(pm).create("generator", "arith", {}, where="task")
-
-
-@pytest.fixture
-def flat_arith(arith_module):
-    """arith with its one difficulty knob at the config's top level: no knob table, arith's groupings kept."""
-    from envengineer_arith.generator import ArithGenerator
-    from envengineer_arith.knobs import MAX_TERMS
-
-    class FlatConfig(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-        terms: int = Field(2, ge=2, le=MAX_TERMS)
-
-    class FlatArith(ArithGenerator):
-        name: ClassVar[str] = "arith-flat"
-        config_model: ClassVar[type[BaseModel]] = FlatConfig
-        knob_table: ClassVar[str | None] = None
-        knobs = (ArithGenerator.knobs[1],)
-
-    return FlatArith()
 
 
 def arith_at(generator, terms: dict[str, int]):

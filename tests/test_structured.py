@@ -274,6 +274,20 @@ def test_api_engineers_send_the_schema_and_apply_the_reply(name, registry, gridw
     assert json.loads((tmp_path / "calls.jsonl").read_text().splitlines()[0])["params"]["structured"] == "json_schema"
 
 
+def _interface_step(name, registry, generator, fake_llm, out, **options):
+    """One structured design step of the API engineer ``name`` against the loopback server; the request and the
+    outcome, checked applied and within the schema the server was asked under."""
+    options = {"structured": True, **_fast(), **options,
+               "model": {"openai": "gpt-4.1", "openai-compatible": "served", "gemini": "gemini-2.5-flash"}[name],
+               "base_url": fake_llm.url if name == "gemini" else fake_llm.url + "/v1"}
+    engineer = registry.create("engineer", name, options, where=f"engineer.{name}")
+    request = _request(generator)
+    outcome = design(engineer, request, out_dir=out, summarize=False)
+    assert not outcome.fallback, outcome.reason
+    assert not fake_llm.schema_errors
+    return request, outcome
+
+
 CHANGES = {"analysis": "Long walks fail: more of k9, and k3 is solved.",
            "changes": [{"group": "k9", "knob": "ratio", "value": 0.3}, {"group": "k3", "knob": "ratio", "value": 0.05}]}
 
@@ -286,14 +300,7 @@ def test_the_changes_interface_sends_its_schema_and_applies_only_the_changes(nam
     env = {"openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}.get(name)
     if env:
         monkeypatch.setenv(env, KEY)
-    options = {"structured": True, "interface": "changes", "base_url": fake_llm.url if name == "gemini" else fake_llm.url + "/v1",
-               **_fast()}
-    options["model"] = {"openai": "gpt-4.1", "openai-compatible": "served", "gemini": "gemini-2.5-flash"}[name]
-    engineer = registry.create("engineer", name, options, where=f"engineer.{name}")
-    request = _request(gridwalk)
-    outcome = design(engineer, request, out_dir=tmp_path, summarize=False)
-    assert not outcome.fallback, outcome.reason
-    assert not fake_llm.schema_errors
+    request, outcome = _interface_step(name, registry, gridwalk, fake_llm, tmp_path, interface="changes")
     before, after = request.current_config.groups, outcome.config.groups
     assert after["k9"].ratio > before["k9"].ratio and after["k3"].ratio < before["k3"].ratio
     assert all(after[g].size == before[g].size for g in before)  # untouched knobs keep their values
@@ -355,14 +362,7 @@ def test_the_decisions_interface_turns_words_into_knob_moves(name, registry, gri
     fake_llm.script = [fake_llm.Step(json.dumps(reply))]
     if name == "gemini":
         monkeypatch.setenv("GEMINI_API_KEY", KEY)
-    options = {"structured": True, "interface": "decisions", "decision_step": 0.25, **_fast(),
-               "model": "served" if name == "openai-compatible" else "gemini-2.5-flash",
-               "base_url": fake_llm.url + "/v1" if name == "openai-compatible" else fake_llm.url}
-    engineer = registry.create("engineer", name, options, where=f"engineer.{name}")
-    request = _request(gridwalk)
-    outcome = design(engineer, request, out_dir=tmp_path, summarize=False)
-    assert not outcome.fallback, outcome.reason
-    assert not fake_llm.schema_errors
+    request, outcome = _interface_step(name, registry, gridwalk, fake_llm, tmp_path, interface="decisions", decision_step=0.25)
     before, after = request.current_config.groups, outcome.config.groups
     size = next(k for k in gridwalk.knobs if k.name == "size")
     assert size.harder == "up"
@@ -383,36 +383,17 @@ def test_decisions_schema_offers_the_words_the_task_can_act_on(registry, gridwal
     assert schema["properties"]["decisions"]["maxItems"] == 8 and item["additionalProperties"] is False
 
 
-def test_decisions_on_a_task_without_groups_move_its_one_set_of_knobs():
+def test_decisions_on_a_task_without_groups_move_its_one_set_of_knobs(flat_arith):
     """A task without a knob table (arith with its difficulty knob at the top level): one decision, no group, no
     budget word (one group holds the whole budget)."""
-    from typing import ClassVar
-
-    from pydantic import BaseModel, ConfigDict, Field
-
-    from conftest import import_arith
     from envengineer.design.structured import decided_config, decisions_schema
 
-    import_arith()
-    from envengineer_arith.generator import ArithGenerator
-
-    class FlatConfig(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-        terms: int = Field(2, ge=2, le=8)
-
-    class FlatArith(ArithGenerator):
-        name: ClassVar[str] = "arith-flat"
-        config_model: ClassVar[type[BaseModel]] = FlatConfig
-        knob_table: ClassVar[str | None] = None
-        knobs = (ArithGenerator.knobs[1],)
-
-    flat = FlatArith()
-    schema = decisions_schema(flat, flat.default_config())
+    schema = decisions_schema(flat_arith, flat_arith.default_config())
     assert set(schema["properties"]["decisions"]["items"]["properties"]) == {"difficulty"}
     assert schema["properties"]["decisions"]["maxItems"] == 1
-    config, problem, lines = decided_config([{"difficulty": "harder"}], flat, FlatConfig(terms=4), step=0.1)
+    config, problem, lines = decided_config([{"difficulty": "harder"}], flat_arith, flat_arith.config_model(terms=4), step=0.1)
     assert problem is None and config == {"terms": 5} and lines == ["harder"]
-    assert decided_config([], flat, FlatConfig(terms=4)) == ({}, None, [])
+    assert decided_config([], flat_arith, flat_arith.config_model(terms=4)) == ({}, None, [])
 
 
 @pytest.mark.parametrize("decisions, problem", [
