@@ -10,9 +10,10 @@ restates the current one, and the **direction** of its moves against the evidenc
   the greedy validation valid rate; the rule baselines' ``Success``) at or above ``--high`` (0.8): harder; at or
   below ``--low`` (0.2): easier; between: keep (the frontier GRPO learns from);
 * the proposal's direction for a group: the sign of its difficulty knobs' moves (each as a fraction of the knob's
-  declared range, toward its hard end positive); a group counts as **toward** when it moved the way its evidence
-  points (or did not move a frontier group), **against** when it moved the other way. The same definition holds
-  for every task family, since it reads only the task's declarations (``harder``, ``low``/``high``).
+  declared range, toward its hard end positive); a group the evidence says to move counts as **toward** when it
+  moved that way, **against** when it moved the other way, **still** when it did not move; a frontier group as
+  **kept** or **moved**. The same definition holds for every task family, since it reads only the task's
+  declarations (``harder``, ``low``/``high``).
 
 Results go line by line to a JSONL file (resumable: cells already there are skipped) and to a table per
 (model, task, preset, interface).
@@ -59,9 +60,16 @@ def directions(request: Any, config: Any, low: float, high: float) -> dict[str, 
                 delta = (float(after[group][name]) - float(values[name])) / ((knob.high - knob.low) or 1.0)
                 move += delta if knob.harder == "up" else -delta
         moved = "harder" if move > 1e-9 else "easier" if move < -1e-9 else "keep"
-        verdict = "toward" if moved == wanted else ("against" if "keep" not in (moved, wanted) or wanted == "keep" else "still")
-        out[group if group != WHOLE else "all"] = {"p": round(p, 3), "wanted": wanted, "moved": moved, "verdict": verdict}
+        out[group if group != WHOLE else "all"] = {"p": round(p, 3), "wanted": wanted, "moved": moved, "verdict": verdict(wanted, moved)}
     return out
+
+
+def verdict(wanted: str, moved: str) -> str:
+    """A group the evidence says to move (harder/easier): toward, against or still; a frontier group (keep): kept or
+    moved."""
+    if wanted == "keep":
+        return "kept" if moved == "keep" else "moved"
+    return "toward" if moved == wanted else "still" if moved == "keep" else "against"
 
 
 def run(args: argparse.Namespace) -> None:
@@ -132,7 +140,8 @@ def report(path: str, markdown: str | None) -> str:
         rows[(r["model"], r["task"], r["preset"], r["interface"])].append(r)
         rows[(r["model"], "all", "", r["interface"])].append(r)
     head = ["model", "task", "preset", "interface", "steps", "applied", "re-asked, applied", "fallback", "restated",
-            "groups toward", "groups against", "groups still", "prompt tok", "new tok", "s/step"]
+            "to move: toward", "to move: against", "to move: still", "frontier: kept", "frontier: moved", "prompt tok",
+            "new tok", "s/step"]
     table = Table(*head, title=f"served engineers' design steps ({len(records)} steps)")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in sorted(rows, key=lambda k: (k[0], k[1] == "all", k)):
@@ -140,12 +149,12 @@ def report(path: str, markdown: str | None) -> str:
         verdicts = defaultdict(int)
         for r in rs:
             for g in r["groups"].values():
-                verdicts[g["verdict"]] += 1
+                verdicts[verdict(g["wanted"], g["moved"])] += 1
         calls = [c for r in rs for c in r["calls"]]
         mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
         cells = [*key, len(rs), sum(r["outcome"] == "applied" for r in rs), sum(r["outcome"] == "re-asked, then applied" for r in rs),
                  sum(r["outcome"] == "fallback" for r in rs), sum(r["restated"] for r in rs), verdicts["toward"], verdicts["against"],
-                 verdicts["still"], round(mean([(c["usage"] or {}).get("prompt_tokens", 0) for c in calls])),
+                 verdicts["still"], verdicts["kept"], verdicts["moved"], round(mean([(c["usage"] or {}).get("prompt_tokens", 0) for c in calls])),
                  round(mean([(c["usage"] or {}).get("completion_tokens", 0) for c in calls])), round(mean([r["seconds"] for r in rs]), 1)]
         lines.append("| " + " | ".join(str(x) for x in cells) + " |")
         table.add_row(*(str(x) for x in cells))
