@@ -116,7 +116,8 @@ def start_server(model: str, threads: int, ctx: int, log: Path) -> tuple[subproc
 
     port = free_port()
     argv = llama_serve_command(model, port=port, threads=threads, ctx_size=ctx)
-    proc = subprocess.Popen(argv, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    # in the caller's process group: a bench killed with its group (a timeout's killpg) takes its server along
+    proc = subprocess.Popen(argv, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
