@@ -37,18 +37,24 @@ class Stalled(EnvEngineerError):
         self.seconds = seconds
 
 
+def _cpuinfo(*keys: str) -> str | None:
+    """The value of the first /proc/cpuinfo line whose key is one of ``keys`` (None: no such line, or no procfs)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in keys:
+                return value.strip()
+    except OSError:
+        pass
+    return None
+
+
 def cpu_model() -> str:
     """This machine's CPU model name (a native build runs on the CPU it was built for; the kernels MKL picks may
     differ between CPUs of one instruction set), from /proc/cpuinfo, else what :mod:`platform` says."""
     import platform
 
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_features() -> str:
@@ -61,14 +67,10 @@ def cpu_features() -> str:
     import hashlib
     import platform
 
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() in ("flags", "Features"):
-                return hashlib.sha256(" ".join(sorted(value.split())).encode()).hexdigest()[:16]
-    except OSError:
-        pass
-    return platform.machine()
+    flags = _cpuinfo("flags", "Features")
+    if flags is None:
+        return platform.machine()
+    return hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:16]
 
 
 def start(command: list[str], **popen: Any) -> subprocess.Popen:

@@ -216,11 +216,9 @@ class PackagedModel(GGUFModel):
                 f"model {self.name!r} needs the file of the {self.distribution} package, which is neither installed nor "
                 f"fetched into {sources_root()}; fetch it with: {self.install}"
             ) from None
-        for entry in dist.files or ():
-            if str(entry).replace("\\", "/") == self.file:
-                path = Path(str(entry.locate()))
-                if path.is_file():
-                    return path
+        path = _installed_file(dist, self.file)
+        if path is not None:
+            return path
         raise ConfigError(
             f"model {self.name!r}: the installed {self.distribution} {dist.version} has no {self.file}; "
             f"reinstall it with: {self.install}"
@@ -344,11 +342,9 @@ class SplitModel(GGUFModel):
                 dist = importlib.metadata.distribution(self.part_distribution(index))
             except importlib.metadata.PackageNotFoundError:
                 continue
-            for entry in dist.files or ():
-                if str(entry).replace("\\", "/") == self.part_file(index):
-                    path = Path(str(entry.locate()))
-                    if path.is_file():
-                        found[index] = path
+            path = _installed_file(dist, self.part_file(index))
+            if path is not None:
+                found[index] = path
         return found
 
     def source(self) -> Path:
@@ -536,6 +532,16 @@ def model_record(folder: str | Path) -> dict[str, Any] | None:
 
 
 # -- helpers ---------------------------------------------------------------------------
+def _installed_file(dist: importlib.metadata.Distribution, file: str) -> Path | None:
+    """Where the installed distribution ``dist`` put ``file`` (its path inside the wheel), if it is there."""
+    for entry in dist.files or ():
+        if str(entry).replace("\\", "/") == file:
+            path = Path(str(entry.locate()))
+            if path.is_file():
+                return path
+    return None
+
+
 def _read_record(folder: Path) -> dict[str, Any] | None:
     try:
         record = json.loads((folder / RECORD).read_text())
