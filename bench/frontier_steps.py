@@ -44,6 +44,12 @@ KEPT = ("run.yaml", "history.jsonl", "round-*/config.yaml", "round-*/eval/summar
 LAST_ROUND_KEPT = ("eval/verdicts.jsonl", "bench/*/verdicts.jsonl", "bench/*/responses.jsonl")
 CHECKED = "never-trained-check.json"  # an exported run's never-trained counts, made from its training records
 ENGINEER, SHARES, FIXED = "learnability", "learnability-shares", "fixed"
+STRONGEST = "strongest"  # in --tests: the strongest baseline on that target
+#: the first pre-registration's family (docs/results-frontier.md): learnability against fixed and the strongest baseline,
+#: the shares-only ablation against fixed
+DEFAULT_TESTS = [(ENGINEER, FIXED), (ENGINEER, STRONGEST), (SHARES, FIXED)]
+#: the fields of a grid-walk record its parts are read by: the grid size and the walk length
+PARTS = (("size", "grid size"), ("k", "walk length"))
 
 
 def per_round(run: Path) -> list[dict[str, Any]]:
@@ -93,8 +99,13 @@ def pct(values: list[float]) -> str:
     return " ".join(f"{100 * v:.1f}" for v in values)
 
 
-def analyse(output: Path, baselines: list[str], beyond: set[str], console: Console, equal_steps: bool = True) -> dict[str, Any]:
-    """The tables and tests of one suite; ``beyond``: the never-trained set's groups."""
+def analyse(output: Path, baselines: list[str], beyond: set[str], console: Console, equal_steps: bool = True,
+            tests: list[tuple[str, str]] | None = None, primary: str = "instances") -> dict[str, Any]:
+    """The tables and tests of one suite; ``beyond``: the never-trained set's groups; ``tests``: the pairs (A, B) of
+    each target's family, B ``strongest`` for the strongest of ``baselines`` on that target (default: the first
+    pre-registration's three); ``primary``: the test that decides "A beats B" (``instances`` or ``seeds``, see
+    :func:`llm_engineer_claims.family`)."""
+    tests = tests or DEFAULT_TESTS
     runs = arm_runs(output)
     if not runs:
         raise SystemExit(f"{output}: no runs (ARM/seed-N with history.jsonl)")
@@ -131,19 +142,90 @@ def analyse(output: Path, baselines: list[str], beyond: set[str], console: Conso
     console.print(check)
     result["untrained_passes"] = all(c["in_never_trained"] == 0 for per_seed in result["untrained"].values() for c in per_seed.values())
     result["tests"] = []
-    for where, label in ((TARGET, "k9-k10 target"), (BEYOND, "k11-k12 never trained")):
+    for where in (TARGET, BEYOND):
+        label = _family_label(where)
         present = [b for b in baselines if b in outcomes[where]]
         strongest = max(present, key=lambda b: statistics.fmean(rate(v) for v in outcomes[where][b].values())) if present else None
-        pairs = [(ENGINEER, FIXED)] + ([(ENGINEER, strongest)] if strongest and strongest != FIXED else []) + [(SHARES, FIXED)]
-        rows = family(label, pairs, outcomes[where])
+        pairs = []
+        for a, b in tests:
+            b = strongest if b == STRONGEST else b
+            if b and (a, b) not in pairs and a != b:
+                pairs.append((a, b))
+        rows = family(label, pairs, outcomes[where], primary=primary)
         for row in rows:
             row["strongest_baseline"] = strongest
         result["tests"] += rows
-    console.print(tests_table(result["tests"], "pre-registered tests: paired sign test over instances, pooled over seeds, Holm within "
-                              "each target's family", family_column="target"))
+    title = ("pre-registered tests: the sign-flip permutation test over seeds (primary) and the walk-level sign test pooled over "
+             "seeds (secondary), Holm within each target's family" if primary == "seeds" else
+             "pre-registered tests: paired sign test over instances, pooled over seeds, Holm within each target's family")
+    console.print(tests_table(result["tests"], title, family_column="target"))
+    result["parts"] = {}
+    for where in (TARGET, BEYOND):
+        table, parts = parts_table(where, outcomes[where], result["tests"])
+        result["parts"][where] = parts
+        console.print(table)
     write_text(output / "steps.json", json.dumps(result, indent=2, default=str) + "\n")
     console.print(f"wrote {output / 'steps.json'}")
     return result
+
+
+def composition(where: str) -> dict[str, dict[str, int]]:
+    """The target set's composition: how many instances at each grid size and at each walk length."""
+    records = read_jsonl(_bench_path(where))
+    return {field: {str(v): sum(1 for r in records if r.get(field) == v) for v in sorted({r.get(field) for r in records})}
+            for field, _ in PARTS}
+
+
+def parts_table(where: str, outcomes: dict[str, dict[int, dict[str, dict[str, bool]]]],
+                tests: list[dict[str, Any]]) -> tuple[Table, dict[str, Any]]:
+    """The target by its parts: each arm's greedy valid rate per grid size and per walk length (mean over seeds, each
+    seed in the JSON), the set's composition beside it, and each tested pair's mean difference per part with the
+    seed-level sign-flip p (descriptive: not adjusted, not part of the family)."""
+    from envengineer.plugins.suite.arms.stats import seed_test
+
+    records = {r["id"]: r for r in read_jsonl(_bench_path(where))}
+    counts = composition(where)
+    columns = [(field, str(value)) for field, _ in PARTS for value in counts[field]]
+    label = {"size": lambda v: f"{v}x{v}", "k": lambda v: f"k{v}"}
+    name = where.split(":", 1)[1]
+    table = Table(title=f"{name} by its parts (greedy valid %, mean over seeds); the set: "
+                        + ", ".join(f"{' / '.join(f'{label[f](v)} {n}' for v, n in counts[f].items())} by {title}"
+                                    for f, title in PARTS), title_justify="left")
+    table.add_column("arm or A − B")
+    for field, value in columns:
+        table.add_column(label[field](value), justify="right")
+
+    def part_rate(verdicts_: dict[str, dict[str, bool]], field: str, value: str) -> float | None:
+        hits = [v["valid"] for i, v in verdicts_.items() if str(records.get(i, {}).get(field)) == value]
+        return sum(hits) / len(hits) if hits else None
+
+    result: dict[str, Any] = {"composition": counts, "arms": {}, "tests": []}
+    for arm, seeds in outcomes.items():
+        per = {f"{field}={value}": {s: part_rate(v, field, value) for s, v in seeds.items()} for field, value in columns}
+        result["arms"][arm] = per
+        cells = []
+        for field, value in columns:
+            values = [x for x in per[f"{field}={value}"].values() if x is not None]
+            cells.append(f"{100 * statistics.fmean(values):.1f}" if values else "")
+        table.add_row(arm, *cells)
+    for row in tests:
+        if row["family"] != _family_label(where):
+            continue
+        a, b = outcomes.get(row["a"], {}), outcomes.get(row["b"], {})
+        entry, cells = {"a": row["a"], "b": row["b"], "parts": {}}, []
+        for field, value in columns:
+            diffs = [part_rate(a[s], field, value) - part_rate(b[s], field, value) for s in sorted(set(a) & set(b))
+                     if part_rate(a[s], field, value) is not None and part_rate(b[s], field, value) is not None]
+            test = seed_test(diffs)
+            entry["parts"][f"{field}={value}"] = {"diffs": diffs, "mean": test.mean if test else None, "p_seeds": test.p if test else None}
+            cells.append(f"{100 * test.mean:+.1f}" + (f" (p {test.p:.2g})" if test and test.p is not None else "") if test else "")
+        result["tests"].append(entry)
+        table.add_row(f"{row['a']} − {row['b']}", *cells)
+    return table, result
+
+
+def _family_label(where: str) -> str:
+    return {TARGET: "k9-k10 target", BEYOND: "k11-k12 never trained"}[where]
 
 
 def kept_table(arms: dict[str, Any], output: Path, marks: bool = True) -> Table:
@@ -258,15 +340,28 @@ def main() -> None:
     parser.add_argument("--secondary", type=Path, default=None, help="the secondary suite's output folder (equal instances)")
     parser.add_argument("--baselines", nargs="+", default=[FIXED, "fixed-band", "window", "rlve"],
                         help="the baselines the strongest is chosen from (per target, by mean)")
+    parser.add_argument("--tests", nargs="+", default=[f"{a}:{b}" for a, b in DEFAULT_TESTS], metavar="A:B",
+                        help="each target's family of tests, A against B (B 'strongest': the strongest of --baselines on that "
+                        "target); default: the first pre-registration's")
+    parser.add_argument("--primary", choices=["instances", "seeds"], default="instances",
+                        help="the test that decides 'A beats B': instances (the walk-level sign test pooled over seeds, A higher at "
+                        "every seed; the first pre-registration) or seeds (the sign-flip permutation test over the per-seed "
+                        "differences, a positive mean; the second)")
     parser.add_argument("--plots", type=Path, default=None, help="write the cost plots into this folder")
     parser.add_argument("--export", type=Path, default=None, help="copy the finished runs' figures (no checkpoints, no training records; "
                         "their never-trained counts instead) into EXPORT/<suite folder name>/, e.g. bench/results/frontier-steps")
     args = parser.parse_args()
     console = Console(width=None if sys.stdout.isatty() else 160)
     beyond = {str(r.get("group")) for r in read_jsonl(_bench_path(BEYOND))}
-    results = [analyse(args.output, args.baselines, beyond, console)]
+    tests = []
+    for spec in args.tests:
+        a, sep, b = spec.partition(":")
+        if not sep or not a or not b:
+            parser.error(f"--tests: {spec!r} is not A:B")
+        tests.append((a, b))
+    results = [analyse(args.output, args.baselines, beyond, console, tests=tests, primary=args.primary)]
     if args.secondary:
-        results.append(analyse(args.secondary, args.baselines, beyond, console, equal_steps=False))
+        results.append(analyse(args.secondary, args.baselines, beyond, console, equal_steps=False, tests=tests, primary=args.primary))
     if len(results) == 2:
         table, rows = gap_table(*results)
         console.print(table)

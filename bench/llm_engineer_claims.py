@@ -25,7 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from envengineer.plugins.suite.arms.stats import holm
+from envengineer.plugins.suite.arms.stats import holm, seed_test
 from envengineer.fileio import read_jsonl, write_text
 from envengineer.store.rundir import RunDir, Step
 from envengineer.plugins.suite.arms.paired import paired, pooled
@@ -82,32 +82,63 @@ def compare(a: dict[int, dict[str, dict[str, bool]]], b: dict[int, dict[str, dic
     return {"seeds": seeds, "per_seed": per_seed, "gained": gained, "lost": lost, "p": total.p if total else 1.0}
 
 
-def family(name: str, pairs: list[tuple[str, str]], outcomes: dict[str, dict[int, dict[str, bool]]]) -> list[dict[str, Any]]:
-    rows = [{"family": name, "a": a, "b": b, **compare(outcomes[a], outcomes[b])} for a, b in pairs if a in outcomes and b in outcomes]
-    for row, adjusted in zip(rows, holm([r["p"] for r in rows])):
-        row["p_holm"] = adjusted
-        every = bool(row["per_seed"]) and all(s["diff"] > 0 for s in row["per_seed"])
-        row["beats"] = every and adjusted is not None and adjusted < 0.05
-        diffs = [s["diff"] for s in row["per_seed"]]
-        row["mean_diff"] = statistics.fmean(diffs) if diffs else None
-        if len(diffs) > 1:
-            from scipy import stats
+def family(name: str, pairs: list[tuple[str, str]], outcomes: dict[str, dict[int, dict[str, bool]]],
+           primary: str = "instances") -> list[dict[str, Any]]:
+    """Each pair A vs B tested two ways, Holm-adjusted within the family by the ``primary`` one:
 
-            half = float(stats.t.ppf(0.975, len(diffs) - 1)) * statistics.stdev(diffs) / len(diffs) ** 0.5
-            row["interval"] = [row["mean_diff"] - half, row["mean_diff"] + half]
+    - ``instances`` (the first pre-registrations' rule): the paired sign test over instances pooled over the
+      seeds; "A beats B" when A is higher at every seed and the adjusted p < 0.05;
+    - ``seeds`` (the unit of replication, issue 43): the per-seed differences' exact sign-flip permutation test
+      (:func:`envengineer.plugins.suite.arms.stats.seed_test`); "A beats B" when the mean difference is positive
+      and the adjusted p < 0.05.
+
+    Both p values are in every row (``p``, ``p_holm``: the walk-level test; ``p_seeds``, ``p_seeds_holm``: the
+    seed-level one), with the mean difference and its t interval over seeds."""
+    if primary not in ("instances", "seeds"):
+        raise ValueError(f"primary: 'instances' or 'seeds', not {primary!r}")
+    rows = [{"family": name, "a": a, "b": b, **compare(outcomes[a], outcomes[b])} for a, b in pairs if a in outcomes and b in outcomes]
+    for row in rows:
+        test = seed_test([s["diff"] for s in row["per_seed"]])
+        row["mean_diff"] = test.mean if test else None
+        row["p_seeds"] = test.p if test else None
+        row["seeds_smallest_p"] = test.smallest if test else None
+        if test and test.low is not None:
+            row["interval"] = [test.low, test.high]
+    for key in ("p", "p_seeds"):
+        for row, adjusted in zip(rows, holm([r[key] for r in rows])):
+            row[f"{key}_holm"] = adjusted
+    for row in rows:
+        every = bool(row["per_seed"]) and all(s["diff"] > 0 for s in row["per_seed"])
+        if primary == "instances":
+            row["beats"] = every and row["p_holm"] is not None and row["p_holm"] < 0.05
+        else:
+            row["beats"] = (row["mean_diff"] or 0) > 0 and row["p_seeds_holm"] is not None and row["p_seeds_holm"] < 0.05
+        row["primary"] = primary
     return rows
 
 
+def _p(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}"
+
+
 def tests_table(rows: list[dict[str, Any]], title: str, family_column: str = "family") -> Table:
-    """The rows of :func:`family` as a table: per-seed differences, mean and interval, pooled counts, p and Holm's p."""
+    """The rows of :func:`family` as a table: per-seed differences, mean and t interval over seeds, the seed-level
+    sign-flip p and its Holm adjustment, the pooled walk counts with their sign test's p and Holm's, and the
+    verdict by the rows' primary test (the primary's columns come first)."""
     tests = Table(title=title, title_justify="left")
-    for column in (family_column, "A vs B", "per seed diff (points)", "mean [95%]", "+ / −", "p", "p (Holm)", "A beats B"):
+    seeds_first = bool(rows) and rows[0].get("primary") == "seeds"
+    seed_cols = ("p seeds", "p seeds (Holm)")
+    walk_cols = ("+ / − walks", "p walks", "p walks (Holm)")
+    for column in (family_column, "A vs B", "per seed diff (points)", "mean [95% t]",
+                   *((seed_cols + walk_cols) if seeds_first else (walk_cols + seed_cols)), "A beats B"):
         tests.add_column(column)
     for r in rows:
         interval = f" [{100 * r['interval'][0]:+.1f}, {100 * r['interval'][1]:+.1f}]" if "interval" in r else ""
+        seed_vals = (_p(r.get("p_seeds")), _p(r.get("p_seeds_holm")))
+        walk_vals = (f"+{r['gained']} −{r['lost']}", _p(r["p"]), _p(r["p_holm"]))
         tests.add_row(r["family"], f"{r['a']} vs {r['b']}", " ".join(f"{100 * s['diff']:+.1f}" for s in r["per_seed"]),
                       (f"{100 * r['mean_diff']:+.1f}" if r["mean_diff"] is not None else "—") + interval,
-                      f"+{r['gained']} −{r['lost']}", f"{r['p']:.3g}", f"{r['p_holm']:.3g}", "yes" if r["beats"] else "no")
+                      *((seed_vals + walk_vals) if seeds_first else (walk_vals + seed_vals)), "yes" if r["beats"] else "no")
     return tests
 
 

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from envengineer.plugins.suite.arms.stats import area_under_rounds, holm, permutation_test, welch
+from envengineer.plugins.suite.arms.stats import area_under_rounds, holm, permutation_test, seed_test, seed_test_power, welch
 
 
 # ------------------------------------------------------------------ two samples
@@ -190,3 +190,43 @@ def test_sampled_pass1_is_read_defensively():
                     {"sampled": {"n": 4, "temperature": 1.0, "pass1": "high"}}, {"sampled": {"n": 0, "temperature": 1, "pass1": 0.1}},
                     {"sampled": {"n": 4, "temperature": 1.0, "pass1": 0.3, "by": "none"}}, []):
         assert sampled(summary) is None, summary
+
+
+# ------------------------------------------------------------------ paired by seed
+
+
+def test_the_seed_test_on_a_hand_worked_case():
+    # differences 1, 2, 3, -0.5, 4, 2, 1, 3: sum 15.5 (mean 1.9375), sum of the magnitudes 16.5. A sign pattern's
+    # |sum| reaches 15.5 only with every sign as observed (15.5) or with -0.5 flipped (16.5): any other flip moves
+    # the sum by at least 2. With their mirrors, 4 of the 256 patterns: p = 4 / 256
+    test = seed_test([1.0, 2.0, 3.0, -0.5, 4.0, 2.0, 1.0, 3.0])
+    assert test.mean == pytest.approx(1.9375) and test.patterns == 256 and test.smallest == pytest.approx(2 / 256)
+    assert test.p == pytest.approx(4 / 256)
+    # t interval: sd of the differences, t(0.975, 7) = 2.364624
+    half = 2.364624252 * statistics.stdev([1.0, 2.0, 3.0, -0.5, 4.0, 2.0, 1.0, 3.0]) / math.sqrt(8)
+    assert (test.low, test.high) == (pytest.approx(1.9375 - half, abs=1e-6), pytest.approx(1.9375 + half, abs=1e-6))
+
+
+def test_the_seed_test_enumerates_every_sign_pattern_by_brute_force():
+    values = [0.12, -0.03, 0.05, 0.08, -0.01, 0.02]
+    observed = abs(statistics.fmean(values))
+    hits = sum(abs(statistics.fmean([s * v for s, v in zip(signs, values)])) >= observed - 1e-12
+               for signs in itertools.product((1, -1), repeat=len(values)))
+    assert seed_test(values).p == pytest.approx(hits / 64)
+    # every seed one sign: the smallest p of n seeds, 2 / 2^n; one seed: no test; none: None
+    assert seed_test([0.1, 0.2, 0.05, 0.3]).p == pytest.approx(2 / 16)
+    assert seed_test([0.1]).p is None and "one seed" in seed_test([0.1]).why
+    assert seed_test([]) is None
+    assert seed_test([0.0, 0.0, 0.0]).p == 1.0
+    with pytest.raises(ValueError, match="21 seeds"):
+        seed_test([0.1] * 21)
+
+
+def test_the_seed_tests_power_rises_with_the_effect_and_holds_its_level_at_no_effect():
+    # at no effect the share of p <= alpha is at most alpha (the exact test is conservative: its p takes the
+    # values k / 2^n); all-positive draws at a large effect give the smallest p, 2/256 < 0.0167
+    null = seed_test_power(0.0, 0.04, 8, 0.05)
+    assert null <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 4000)
+    powers = [seed_test_power(e, 0.04, 8, 0.05 / 3) for e in (0.02, 0.05, 0.10)]
+    assert powers[0] < powers[1] < powers[2] and powers[2] > 0.95
+    assert seed_test_power(0.10, 0.04, 8, 0.001) == 0.0  # below the smallest p 8 seeds can give

@@ -87,6 +87,22 @@ def test_the_check_reads_every_training_record_and_fails_on_a_never_trained_walk
     assert checks["records"] >= 16 and checks["in_never_trained"] == 0 and "k11" not in checks["groups"]
     assert [(t["family"], t["a"], t["b"]) for t in report["tests"]] == [("k9-k10 target", "learnability", "fixed"),
                                                                       ("k11-k12 never trained", "learnability", "fixed")]
+    # the targets by their parts: the set's composition (40 walks at each grid size 3-7 and length), each arm per part
+    parts = report["parts"]["bench:grid-walk-target"]
+    assert parts["composition"] == {"size": {str(n): 80 for n in range(3, 8)}, "k": {"9": 200, "10": 200}}
+    assert set(parts["arms"]["fixed"]) == {f"size={n}" for n in range(3, 8)} | {"k=9", "k=10"}
+    assert [(t["a"], t["b"]) for t in parts["tests"]] == [("learnability", "fixed")]
+    assert "grid-walk-target by its parts" in done.stdout and "learnability − fixed" in done.stdout
+    # the second pre-registration's family and primary test: the seed-level sign-flip test decides
+    done = subprocess.run(script + ["--primary", "seeds", "--tests", "rlve:fixed", "learnability:strongest", "learnability:fixed"],
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    seeds = json.loads((out / "steps.json").read_text())["tests"]
+    assert [(t["a"], t["b"], t["primary"]) for t in seeds][:1] == [("learnability", "fixed", "seeds")]  # rlve absent, strongest = fixed
+    assert all(t["p_seeds"] is None and "p_seeds_holm" in t for t in seeds)  # one seed: no seed-level test, and no "beats"
+    assert not any(t["beats"] for t in seeds)
+    done = subprocess.run(script, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})  # the default again
+    assert done.returncode == 0, done.stdout + done.stderr
     # at kept-prompt budgets learnability allocates the kept prompts (the round recorded its budget_mode)
     assert "kept-prompt budget: shares ∝ (p(1-p) + epsilon) / keep rate" in (out / "learnability/seed-4/round-00/engineer/response.md").read_text()
     history = [json.loads(line) for line in (out / "fixed/seed-4/history.jsonl").read_text().splitlines()]

@@ -10,6 +10,10 @@ is compared with the baseline by
 - :func:`permutation_test`: the exact two-sample permutation test of the difference of the means
   (no distribution assumed; exchangeable seeds under the null), every split enumerated when there
   are at most :data:`EXACT_LIMIT`, else a seeded Monte Carlo, so the same values give the same p;
+- :func:`seed_test`: two arms paired by seed (the same seed, the same warm start): the per-seed
+  differences, their mean with a t interval over seeds, and the exact sign-flip permutation test
+  (under the null each seed's difference is as likely negative as positive; every one of the 2^n sign
+  patterns enumerated), the test at the unit of replication;
 - :func:`holm`: Holm's step-down adjustment of a family of p-values (each arm against the
   baseline), which keeps the chance of any false rejection in the family at the level.
 
@@ -101,6 +105,71 @@ def permutation_test(a: Sequence[float], b: Sequence[float], *, limit: int = EXA
                                     permutation_type="independent", alternative="greater",
                                     n_resamples=np.inf if exact else draws, rng=np.random.default_rng(seed))
     return Permutation(float(result.pvalue), splits if exact else draws, exact)
+
+
+# ------------------------------------------------------------------ paired by seed
+
+
+@dataclass(frozen=True)
+class SeedTest:
+    """Two arms paired by seed: the per-seed differences A − B, their mean and t interval over seeds, and the
+    two-sided exact sign-flip permutation p of the mean (None, with :attr:`why`, where there is no test)."""
+
+    differences: tuple[float, ...]
+    mean: float
+    low: float | None = None
+    high: float | None = None
+    p: float | None = None
+    patterns: int = 0  # sign patterns enumerated: 2^n
+    why: str = ""
+
+    @property
+    def smallest(self) -> float | None:
+        """The smallest p this many seeds can give: all differences one sign, and its mirror (2 / 2^n)."""
+        return min(1.0, 2.0 / self.patterns) if self.patterns else None
+
+
+def seed_test(differences: Sequence[float], level: float = 0.95) -> SeedTest | None:
+    """The seed-level test of paired per-seed differences: the mean, Student's t interval at ``level`` over the
+    seeds (n − 1 degrees of freedom), and the exact sign-flip permutation p: the share of the 2^n ways of
+    flipping the differences' signs whose |mean| is at least the observed |mean|. None for no seeds."""
+    values = [float(d) for d in differences]
+    if not values:
+        return None
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return SeedTest(tuple(values), mean, why="one seed: no spread, no test")
+    if len(values) > 20:
+        raise ValueError(f"seed_test enumerates 2^n sign patterns: {len(values)} seeds is too many (at most 20)")
+    from scipy import stats
+
+    sd = statistics.stdev(values)
+    low = high = None
+    if sd > 0:
+        half = float(stats.t.ppf(0.5 + level / 2, len(values) - 1)) * sd / math.sqrt(len(values))
+        low, high = mean - half, mean + half
+    elif mean != 0:
+        low = high = mean
+    if all(v == 0 for v in values):
+        return SeedTest(tuple(values), mean, low, high, 1.0, 2 ** len(values))
+    result = stats.permutation_test((np.asarray(values),), lambda x, axis=-1: np.abs(np.mean(x, axis=axis)), vectorized=True,
+                                    permutation_type="samples", alternative="greater", n_resamples=np.inf)
+    return SeedTest(tuple(values), mean, low, high, float(result.pvalue), 2 ** len(values))
+
+
+def seed_test_power(effect: float, sd: float, seeds: int, alpha: float, *, draws: int = 4000, seed: int = SEED) -> float:
+    """The chance that :func:`seed_test` gives p <= ``alpha`` when the per-seed differences are normal with mean
+    ``effect`` and standard deviation ``sd`` over ``seeds`` seeds (a seeded simulation of ``draws`` experiments;
+    the p of each from the exact sign-flip distribution)."""
+    import itertools
+
+    rng = np.random.default_rng(seed)
+    signs = np.array(list(itertools.product((1.0, -1.0), repeat=seeds)))  # 2^n x n
+    samples = rng.normal(effect, sd, size=(draws, seeds))
+    observed = np.abs(samples.mean(axis=1))
+    flipped = np.abs(samples @ signs.T / seeds)  # draws x 2^n
+    p = (flipped >= observed[:, None] - 1e-12).mean(axis=1)
+    return float((p <= alpha).mean())
 
 
 # ------------------------------------------------------------------ families and summaries
