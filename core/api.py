@@ -119,6 +119,7 @@ _LAZY: dict[str, str] = {
     "decided_config": "envengineer.design.structured",
     "interface_schema": "envengineer.design.structured",
     "INTERFACES": "envengineer.design.structured",
+    "InterfaceOptions": "envengineer.design.structured",
     "structured_reply": "envengineer.design.structured",
     "with_instruction": "envengineer.design.structured",
     # per-group success and rollout lines (engineers, trainers)
@@ -197,7 +198,7 @@ __all__ = [
     "DesignOutcome", "DesignRequest", "EngineerCallError", "EngineerReply", "UnusableProposal",
     "build_request", "extract_yaml_block", "factual_note", "load_prompt", "parse_proposal", "summary_prompt",
     # structured replies (engineers)
-    "ANALYSIS_DESCRIPTION", "INTERFACES", "SCHEMA_NAME", "block_token_limit", "changes_schema", "config_schema",
+    "ANALYSIS_DESCRIPTION", "INTERFACES", "InterfaceOptions", "SCHEMA_NAME", "block_token_limit", "changes_schema", "config_schema",
     "decided_config", "decisions_schema", "interface_schema", "reply_schema", "structured_reply", "with_instruction",
     # prompt budgets and evidence (context modules, engineers)
     "Cut", "Evidence", "PromptBudgetOptions", "RoundRecord", "group_success", "load_signal", "round_failures",

@@ -490,6 +490,20 @@ def test_a_schema_without_a_longest_form_is_refused():
         block_token_limit({"type": "number", "minimum": 0})
     with pytest.raises(ValueError, match="not closed"):
         block_token_limit({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 1}}, "required": []})
+    with pytest.raises(ValueError, match="maxLength"):
+        block_token_limit({"type": "string"})
+    with pytest.raises(ValueError, match="maxItems"):
+        block_token_limit({"type": "array", "items": {"type": "boolean"}})
+
+
+def test_the_longest_form_of_an_interfaces_reply():
+    # a bounded string: 2 quotes and at most a 6-byte escape a character; an enum: its longest value quoted; an array:
+    # brackets, maxItems of the longest item and ", " between them; anyOf: the longest option; a boolean: false
+    assert block_token_limit({"type": "string", "maxLength": 10}) == 2 + 60 + 1
+    assert block_token_limit({"type": "string", "enum": ["keep", "harder"]}) == len('"harder"') + 1
+    item = {"anyOf": [{"type": "integer", "minimum": 3, "maximum": 7}, {"type": "string", "enum": ["easier"]}]}
+    assert block_token_limit({"type": "array", "items": item, "maxItems": 3}) == 2 + 3 * len('"easier"') + 2 * 2 + 1
+    assert block_token_limit({"type": "boolean"}) == 5 + 1
 
 
 # ------------------------------------------------------- checkpoint engineer
@@ -567,3 +581,36 @@ def test_the_checkpoint_engineer_samples_by_the_requests_seed_and_answers_a_forc
     predicted, problem = parse_prediction(reply.text.replace(" ", ""), groups)  # this test tokenizer decodes with a space between characters
     assert predicted is not None and set(predicted) == set(groups) and all(0 <= v <= 1 for v in predicted.values()), (reply.text, problem)
     assert reply.calls[0]["structured"].startswith("fenced block grammar")
+
+
+@pytest.mark.parametrize("interface", ["changes", "decisions"])
+def test_the_checkpoint_engineer_answers_in_every_interface(interface, registry, gridwalk, tiny_models, tmp_path):
+    """interface changes/decisions on the in-process engineers: transformers forces the whole reply as JSON under the
+    interface's schema (no free analysis first; the analysis bounded at 400 characters when analysis_chars is null), so
+    even a random model's reply is that interface's object, and the design step reads it as such."""
+    pytest.importorskip("xgrammar")
+    from envengineer.api import interface_schema
+    from envengineer.plugins.engineers.checkpoint import WHOLE_ANALYSIS_CHARS
+
+    model = tiny_models.char_model(tmp_path / "tiny", hidden_size=32, layers=1, head_dim=16, max_positions=8192,
+                                   chars='abcdefghijklmnopqrstuvwxyz0123456789{}[]":,.-_ `\n')
+    from envengineer.api import ConfigError
+
+    with pytest.raises(ConfigError, match="set structured: true"):
+        registry.create("engineer", "checkpoint", {"interface": interface})
+    engineer = registry.create("engineer", "checkpoint", {"backend": "transformers", "structured": True, "interface": interface,
+                                                          "temperature": 1.0, "model_path": str(model)})
+    request = _request(gridwalk)
+    reply = engineer.propose(request)
+    raw = reply.calls[0]
+    assert raw["structured"].startswith("fenced block grammar") and raw["usage"]["analysis_tokens"] == 0
+    schema, _ = interface_schema(interface, gridwalk, request.current_config, WHOLE_ANALYSIS_CHARS)
+    assert raw["usage"]["block_token_limit"] == block_token_limit(schema)
+    # the reply is the free-text form of that interface's object, or says why the object could not be used
+    if reply.problem is None:
+        assert "```yaml" in reply.text
+    else:
+        assert "structured reply" in reply.problem or "change" in reply.problem or "decision" in reply.problem, reply.problem
+    outcome = design(engineer, request, out_dir=tmp_path / "out", reask=0, summarize=False)
+    if reply.problem is not None:  # the same reply again (same seed): the step falls back and says why
+        assert outcome.fallback and reply.problem in outcome.reason, outcome.reason

@@ -30,7 +30,9 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
 
 from envengineer.design.contract import EngineerReply
 from envengineer.design.proposals import MAX_YAML_CHARS, one_line
@@ -64,6 +66,48 @@ DECISIONS_INSTRUCTION = (
 INTERFACES = ("config", "changes", "decisions")
 DIFFICULTY_WORDS = ("harder", "easier", "keep")
 BUDGET_WORDS = ("more", "less", "same")
+
+
+class InterfaceOptions(BaseModel):
+    """The reply-shape options every LLM engineer has (API, served and in-process alike): ``interface``, the analysis's
+    bound and the decisions' step sizes; an engineer class mixes it into its options beside its ``structured`` flag,
+    and :meth:`reply_shape` makes a design request into the schema, the conversation and the decision rule."""
+
+    interface: Literal["config", "changes", "decisions"] = Field(
+        "config", description="with structured: the reply's shape. config: the whole next configuration, every knob "
+        "(a small model tends to copy it back); changes: a list of the settings it changes (group, knob, new value), "
+        "an empty list keeping the configuration; decisions: per group it changes, harder/easier/keep and "
+        "more/less/same budget, made into knob moves by the task's declarations (docs/engineers.md#interfaces)",
+    )
+    analysis_chars: int | None = Field(
+        None, ge=1, description="with structured: the analysis string's maxLength in the reply schema (null: unbounded; the "
+        "in-process engineers' grammar needs a bound and takes 400 then). A local server's grammar enforces it (llama.cpp, "
+        "vLLM), so a greedy small model that repeats a sentence stops there instead of running out of max_tokens inside the "
+        "string; whether a hosted API accepts maxLength in its strict subset is that service's call",
+    )
+    decision_step: float = Field(0.1, gt=0, le=1, description="interface decisions: how far harder/easier moves each "
+                                 "difficulty knob, as a fraction of its declared range (at least one of its steps)")
+    decision_factor: float = Field(1.5, gt=1, le=10, description="interface decisions: more/less multiplies/divides the "
+                                   "group's budget share by this (then the shares are renormalised)")
+
+    @model_validator(mode="after")
+    def _interface_is_structured(self) -> "InterfaceOptions":
+        if self.interface != "config" and not getattr(self, "structured", False):
+            raise ValueError(f"interface: {self.interface} is a structured reply shape; set structured: true (free text "
+                             "already asks for only the fields that change)")
+        return self
+
+    def reply_shape(self, request: Any, analysis_chars: int | None = None) -> tuple[dict[str, Any], list[dict[str, str]], Any]:
+        """The whole reply's schema under ``interface``, the request's conversation with its instruction, and the rule that
+        makes a ``decisions`` reply a config (:func:`decided_config` bound to the request); ``analysis_chars``: the bound
+        to use where the option is null. Raises ValueError for a task the interface cannot serve."""
+        import functools
+
+        schema, instruction = interface_schema(self.interface, request.generator, request.current_config,
+                                               self.analysis_chars or analysis_chars)
+        decide = functools.partial(decided_config, generator=request.generator, current=request.current_config,
+                                   step=self.decision_step, factor=self.decision_factor)
+        return schema, with_instruction(request.messages, instruction), decide
 
 
 @dataclass
@@ -159,8 +203,8 @@ BOUNDED_NUMBER_FRACTION_DIGITS = 6
 
 
 def _longest_value(node: dict[str, Any]) -> int:
-    """Bytes of the longest JSON text the grammar lets ``node`` (a :func:`config_schema` node) take,
-    written without optional whitespace (``", "`` and ``": "`` between items, as xgrammar's
+    """Bytes of the longest JSON text the grammar lets ``node`` (a node of :func:`config_schema` or of an interface's
+    reply schema: bounded strings, enums, arrays with maxItems, anyOf) take, written without optional whitespace (``", "`` and ``": "`` between items, as xgrammar's
     ``any_whitespace=False``)."""
     kind = node.get("type")
     if kind == "object":
@@ -178,6 +222,21 @@ def _longest_value(node: dict[str, Any]) -> int:
             return max(len(str(int(low))), len(str(int(high))))
         whole = len(str(int(max(abs(float(low)), abs(float(high))))))
         return (1 if float(low) < 0 else 0) + whole + 1 + BOUNDED_NUMBER_FRACTION_DIGITS
+    if "anyOf" in node:
+        return max(_longest_value(option) for option in node["anyOf"])
+    if kind == "string":
+        if "enum" in node:
+            return max(len(json.dumps(v, ensure_ascii=False).encode()) for v in node["enum"])
+        if node.get("maxLength") is None:
+            raise ValueError("a 'string' value without maxLength has no longest form")
+        return 2 + 6 * int(node["maxLength"])  # each character at most a 6-byte escape (\uXXXX)
+    if kind == "array":
+        if node.get("maxItems") is None:
+            raise ValueError("an 'array' without maxItems has no longest form")
+        count = int(node["maxItems"])
+        return 2 + count * _longest_value(node["items"]) + 2 * max(0, count - 1)
+    if kind == "boolean":
+        return 5
     raise ValueError(f"a {kind!r} value has no longest form here")
 
 

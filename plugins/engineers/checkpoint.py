@@ -12,6 +12,7 @@ test suite runs it against a stand-in of vLLM's API (``tests/fake_vllm``).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from typing import Any, ClassVar, Literal
@@ -24,6 +25,7 @@ from envengineer.api import (
     Engineer,
     EngineerCallError,
     EngineerReply,
+    InterfaceOptions,
     PromptBudgetOptions,
     factual_note,
     load_prompt,
@@ -33,9 +35,12 @@ from envengineer.api import (
 from envengineer.plugins._shared.vllm_child import ChildLimits
 
 
-class CheckpointOptions(ChildLimits, PromptBudgetOptions):
+class CheckpointOptions(ChildLimits, PromptBudgetOptions, InterfaceOptions):
     """The engineer's options; with vLLM also how long its child may wait for GPU memory and stay silent (:class:`ChildLimits`);
-    ``max_prompt_tokens`` (:class:`envengineer.components.prompt_budget.PromptBudgetOptions`) counted with the model's own tokenizer."""
+    ``max_prompt_tokens`` (:class:`envengineer.components.prompt_budget.PromptBudgetOptions`) counted with the model's own tokenizer;
+    the reply's shape (:class:`envengineer.design.structured.InterfaceOptions`): ``interface`` changes or decisions decodes the
+    whole reply as JSON under that interface's schema on both backends (transformers: no free analysis first, the schema's
+    analysis string is the analysis, bounded by ``analysis_chars``, 400 characters when null)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -110,20 +115,20 @@ class CheckpointEngineer(Engineer):
 
     def generate(
         self, path: str, conversations: list[list[dict[str, str]]], chat_template_kwargs: dict[str, Any] | None = None,
-        schema: dict[str, Any] | None = None, seed: int | None = None, whole: bool = False,
+        schema: dict[str, Any] | None = None, seed: int | None = None, whole: bool = False, free_analysis: bool = True,
     ) -> list[tuple[str, dict[str, int]]]:
         """One reply per conversation; ``chat_template_kwargs`` None: the policy's defaults; ``schema``: the
         config block's JSON schema (structured replies: vLLM then returns the whole reply as JSON under
         ``{analysis, config}``, transformers free analysis and the block forced under ``schema``); ``whole``:
         ``schema`` is the whole reply's (vLLM decodes the reply under it as it is; transformers still lets the
-        analysis come first); ``seed``: the sampling seed (default: the ``seed`` option)."""
+        analysis come first, unless ``free_analysis`` is false); ``seed``: the sampling seed (default: the ``seed`` option)."""
         from envengineer.plugins.policies.transformers_policy import DEFAULT_CHAT_TEMPLATE_KWARGS
 
         kwargs = dict(DEFAULT_CHAT_TEMPLATE_KWARGS if chat_template_kwargs is None else chat_template_kwargs)
         seed = self.options.seed if seed is None else int(seed)
         if self.backend() == "vllm":
             return self._vllm(path, conversations, kwargs, schema, seed, whole)
-        return self._transformers(path, conversations, kwargs, schema, seed)
+        return self._transformers(path, conversations, kwargs, schema, seed, free_analysis)
 
     # -- backends ------------------------------------------------------------------
     def _vllm(self, path: str, conversations: list[list[dict[str, str]]], chat_kwargs: dict[str, Any],
@@ -152,7 +157,7 @@ class CheckpointEngineer(Engineer):
         return [(out["texts"][0], {"prompt_tokens": out["prompt_tokens"], "completion_tokens": out["completion_tokens"][0]}) for out in outputs]
 
     def _transformers(self, path: str, conversations: list[list[dict[str, str]]], chat_kwargs: dict[str, Any],
-                      schema: dict[str, Any] | None = None, seed: int = 0) -> list[tuple[str, dict[str, int]]]:
+                      schema: dict[str, Any] | None = None, seed: int = 0, free_analysis: bool = True) -> list[tuple[str, dict[str, int]]]:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -177,7 +182,7 @@ class CheckpointEngineer(Engineer):
                 inputs = _fit_context(model, inputs, o.max_new_tokens)
                 torch.manual_seed(seed)
                 if schema is not None:
-                    results.append(_forced_block(model, tokenizer, text, inputs, schema, o, not templated, device))
+                    results.append(_forced_block(model, tokenizer, text, inputs, schema, o, not templated, device, free_analysis))
                     continue
                 with torch.no_grad():
                     out = model.generate(**inputs, max_new_tokens=o.max_new_tokens, **_sampling(o, tokenizer))
@@ -204,12 +209,13 @@ class CheckpointEngineer(Engineer):
         return f"the tokenizer of {path}", lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _run(self, request: DesignRequest, messages: list[dict[str, str]], schema: dict[str, Any] | None = None,
-             whole: bool = False) -> EngineerReply:
+             whole: bool = False, free_analysis: bool = True) -> EngineerReply:
         path = self.model_path(request)
         started = time.monotonic()
         try:
             [(text, usage)] = self.generate(path, [messages], request.chat_template_kwargs, schema,
-                                            seed=sampling_seed(self.options.seed, getattr(request, "seed", None)), whole=whole)
+                                            seed=sampling_seed(self.options.seed, getattr(request, "seed", None)), whole=whole,
+                                            free_analysis=free_analysis)
         except EngineerCallError:
             raise
         except Exception as exc:
@@ -225,6 +231,16 @@ class CheckpointEngineer(Engineer):
         if not self.options.structured:
             return self._run(request, request.messages)
         from envengineer.api import config_schema, structured_reply
+
+        if self.options.interface != "config":
+            try:
+                schema, messages, decide = self.options.reply_shape(request, WHOLE_ANALYSIS_CHARS)
+            except ValueError as exc:
+                raise EngineerCallError(f"engineer.{self.name}.structured: {exc}") from None
+            reply = self._run(request, messages, schema, whole=True, free_analysis=False)
+            if self.backend() != "vllm":  # transformers wrote the JSON as the forced block: the reply is that block
+                reply = dataclasses.replace(reply, text=_forced_block_text(reply.text))
+            return structured_reply(reply, request.generator.knob_table, decide)
 
         try:
             schema = config_schema(request.generator, request.current_config)
@@ -282,6 +298,16 @@ def _sampling(o: CheckpointOptions, tokenizer: Any) -> dict[str, Any]:
 
 #: What opens the forced block (the design step takes the last fenced YAML block).
 BLOCK_OPEN, BLOCK_CLOSE = "\n\n```yaml\n", "\n```\n"
+#: The analysis string's bound where an interface's whole-JSON reply is forced on transformers and ``analysis_chars`` is
+#: null: the grammar's block needs a longest form (:func:`envengineer.design.structured.block_token_limit`).
+WHOLE_ANALYSIS_CHARS = 400
+
+
+def _forced_block_text(reply: str) -> str:
+    """The forced block of a transformers reply (what ``BLOCK_OPEN`` opened), the whole-JSON reply an interface asked for;
+    the reply as it is when it holds no such block."""
+    head, sep, block = reply.rpartition(BLOCK_OPEN.lstrip("\n"))
+    return block.rsplit(BLOCK_CLOSE.strip("\n"), 1)[0].strip() if sep else reply
 
 
 def _fit_context(model: Any, inputs: Any, new_tokens: int) -> Any:
@@ -295,7 +321,7 @@ def _fit_context(model: Any, inputs: Any, new_tokens: int) -> Any:
 
 
 def _forced_block(model: Any, tokenizer: Any, text: str, inputs: Any, schema: dict[str, Any], o: CheckpointOptions,
-                  special: bool, device: str) -> tuple[str, dict[str, int]]:
+                  special: bool, device: str, free_analysis: bool = True) -> tuple[str, dict[str, int]]:
     """Free analysis (at most ``analysis_tokens``, ended early by a fence), then the fenced block decoded
     under ``schema`` by an xgrammar grammar: the block is JSON (which YAML parses) that the schema allows,
     given :func:`envengineer.design.structured.block_token_limit` new tokens (the longest block the grammar
@@ -313,7 +339,7 @@ def _forced_block(model: Any, tokenizer: Any, text: str, inputs: Any, schema: di
         raise RuntimeError('structured replies on the transformers backend need xgrammar: pip install "envengineer[smollm2]" (or xgrammar)') from None
     prompt_tokens = int(inputs["input_ids"].shape[1])
     analysis, spent = "", 0
-    if o.analysis_tokens > 0:
+    if o.analysis_tokens > 0 and free_analysis:
         with torch.no_grad():
             out = model.generate(**inputs, max_new_tokens=o.analysis_tokens, stop_strings=["```"], tokenizer=tokenizer, **_sampling(o, tokenizer))
         new = out[0, prompt_tokens:]

@@ -14,12 +14,11 @@ finish reason and the tokens used, not an empty proposal.
 
 from __future__ import annotations
 
-import functools
 import os
 import time
-from typing import Any, Callable, ClassVar, Literal
+from typing import Any, Callable, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from envengineer.api import (
     ConfigError,
@@ -28,6 +27,7 @@ from envengineer.api import (
     Engineer,
     EngineerCallError,
     EngineerReply,
+    InterfaceOptions,
     PromptBudgetOptions,
     factual_note,
     load_prompt,
@@ -42,8 +42,9 @@ SYSTEM_PROMPT = (
 )
 
 
-class LLMOptions(PromptBudgetOptions):
-    """Options every API engineer shares (``max_prompt_tokens``: :class:`envengineer.components.prompt_budget.PromptBudgetOptions`)."""
+class LLMOptions(PromptBudgetOptions, InterfaceOptions):
+    """Options every API engineer shares (``max_prompt_tokens``: :class:`envengineer.components.prompt_budget.PromptBudgetOptions`;
+    the reply's shape: :class:`envengineer.design.structured.InterfaceOptions`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -70,29 +71,6 @@ class LLMOptions(PromptBudgetOptions):
         "OpenAI-style response_format json_schema, Gemini response_json_schema); false: free text ending in a YAML block (the paper's)"
     )
     structured_strict: bool = Field(True, description="OpenAI-style engineers with structured: send the schema with strict: true")
-    interface: Literal["config", "changes", "decisions"] = Field(
-        "config", description="with structured: the reply's shape. config: the whole next configuration, every knob "
-        "(a small model tends to copy it back); changes: a list of the settings it changes (group, knob, new value), "
-        "an empty list keeping the configuration; decisions: per group it changes, harder/easier/keep and "
-        "more/less/same budget, made into knob moves by the task's declarations (docs/engineers.md#interfaces)",
-    )
-    analysis_chars: int | None = Field(
-        None, ge=1, description="with structured: the analysis string's maxLength in the reply schema (null: unbounded). "
-        "A local server's grammar enforces it (llama.cpp, vLLM), so a greedy small model that repeats a sentence stops "
-        "there instead of running out of max_tokens inside the string; whether a hosted API accepts maxLength in its "
-        "strict subset is that service's call",
-    )
-    decision_step: float = Field(0.1, gt=0, le=1, description="interface decisions: how far harder/easier moves each "
-                                 "difficulty knob, as a fraction of its declared range (at least one of its steps)")
-    decision_factor: float = Field(1.5, gt=1, le=10, description="interface decisions: more/less multiplies/divides the "
-                                   "group's budget share by this (then the shares are renormalised)")
-
-    @model_validator(mode="after")
-    def _interface_is_structured(self) -> "LLMOptions":
-        if self.interface != "config" and not self.structured:
-            raise ValueError(f"interface: {self.interface} is a structured reply shape; set structured: true (free text "
-                             "already asks for only the fields that change)")
-        return self
 
 
 class EmptyAnswer(Exception):
@@ -297,17 +275,13 @@ class APIEngineer(Engineer):
     def propose(self, request: DesignRequest) -> EngineerReply:
         if not self.options.structured:
             return self._run(request.messages)
-        from envengineer.api import decided_config, interface_schema, structured_reply, with_instruction
+        from envengineer.api import structured_reply
 
         try:
-            schema, instruction = interface_schema(self.options.interface, request.generator, request.current_config,
-                                                   self.options.analysis_chars)
+            schema, messages, decide = self.options.reply_shape(request)
         except ValueError as exc:
             raise EngineerCallError(f"engineer.{self.name}.structured: {exc}") from None
-        reply = self._run(with_instruction(request.messages, instruction), schema)
-        decide = functools.partial(decided_config, generator=request.generator, current=request.current_config,
-                                   step=self.options.decision_step, factor=self.options.decision_factor)
-        return structured_reply(reply, request.generator.knob_table, decide)
+        return structured_reply(self._run(messages, schema), request.generator.knob_table, decide)
 
     def ask(self, request: DesignRequest, messages: list[dict[str, str]], schema: dict[str, Any] | None = None) -> EngineerReply:
         """Another question on the request's context (the engineer benchmark's self-prediction); with ``schema`` the
