@@ -13,6 +13,7 @@ pytest.importorskip("transformers")
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.py"
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_cpu_smoke_runs_every_check_and_writes_the_table(tmp_path):
     out = tmp_path / "gpu-check.md"
     done = subprocess.run([sys.executable, str(SCRIPT), "--cpu-smoke", "--output", str(out), "--workdir", str(tmp_path / "work")],

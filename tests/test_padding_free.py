@@ -301,6 +301,7 @@ def test_a_round_trains_padding_free_by_default_and_to_the_same_weights(registry
             torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-5)
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_smollm2_padding_free_and_shared_prompts_give_trls_numbers(smollm2_folder):
     """The real Llama (SmolLM2-135M-Instruct, 30 layers, float32): both passes give TRL's log-probabilities and
     entropies up to float rounding, and the shared-prompt pass its gradients (4 prompts × 3 completions)."""

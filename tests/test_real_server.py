@@ -77,7 +77,7 @@ def test_serve_print_names_transformers_serve(capsys, smollm2_folder):
     assert argv[1:] == ["serve", folder, "--host", "127.0.0.1", "--port", "8123", "--device", "cpu"]
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_openai_compatible_engineer_against_transformers_serve(server, recorded_run, registry, tmp_path):
     url, folder = server
     evidence = load_evidence(recorded_run, 1, registry)

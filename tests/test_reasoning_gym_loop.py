@@ -212,6 +212,7 @@ def test_the_quickstart_names_its_parts():
     assert config["eval"]["validation"] == "rg-chain-sum-val"
 
 
+@pytest.mark.long  # the long tier (docs/docs-tests.md#the-two-tiers)
 def test_a_shrunk_quickstart_runs_and_its_context_shows_datasets_and_real_prompts(env, rg_run):
     run_dir, out = rg_run
     assert "per-round results on rg-chain-sum-val" in out and "fallback" not in out

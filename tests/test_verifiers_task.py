@@ -117,7 +117,7 @@ def verifiers_reward(task, reply: str, messages) -> float:
 
 
 @needs_verifiers
-@pytest.mark.parametrize("options", [SUMS, GROUPED], ids=["one-group", "groups-by-op"])
+@pytest.mark.parametrize("options", [pytest.param(SUMS, marks=pytest.mark.long), GROUPED], ids=["one-group", "groups-by-op"])  # one-group: the long tier
 def test_the_fixture_taskset_passes_the_conformance_kit(vf, options):
     from envengineer.testing import assert_task_conforms
 
