@@ -72,7 +72,7 @@ from envengineer.components.knobs import WHOLE, number, split_budget, toward
 from envengineer.components.resources import Fix, MemoryEstimate
 from envengineer.components.model_shape import GB, ModelShape
 from envengineer.design.prompts import build_request, factual_note, load_prompt, summary_prompt
-from envengineer.design.proposals import UnusableProposal, extract_yaml_block, parse_proposal
+from envengineer.design.proposals import UnusableProposal, extract_yaml_block, parse_proposal, proposal_of
 from envengineer.store.rundir import RunDir
 from envengineer.loop.trackers import (
     benchmark_scalars,
@@ -196,7 +196,7 @@ __all__ = [
     "hookimpl",
     # the engineer contract: requests, replies, prompts, proposals
     "DesignOutcome", "DesignRequest", "EngineerCallError", "EngineerReply", "UnusableProposal",
-    "build_request", "extract_yaml_block", "factual_note", "load_prompt", "parse_proposal", "summary_prompt",
+    "build_request", "extract_yaml_block", "factual_note", "load_prompt", "parse_proposal", "proposal_of", "summary_prompt",
     # structured replies (engineers)
     "ANALYSIS_DESCRIPTION", "INTERFACES", "InterfaceOptions", "SCHEMA_NAME", "block_token_limit", "changes_schema", "config_schema",
     "decided_config", "decisions_schema", "interface_schema", "reply_schema", "structured_reply", "with_instruction",

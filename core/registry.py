@@ -142,7 +142,11 @@ class Registry:
             if section.get("name") == name and "name" not in cls.Options.model_fields:
                 del section["name"]
             opts = validate_options(cls.Options, section, where or f"{kind}.{name}")
-        return cls(opts)
+        instance = cls(opts)
+        binder = getattr(instance, "bind_registry", None)
+        if callable(binder):  # a component made of other components (the critic engineer) creates them through this registry
+            binder(self, where or f"{kind}.{name}")
+        return instance
 
     def benchmark(self, name: str) -> Benchmark:
         return self.get("benchmark", name)

@@ -43,11 +43,36 @@ class HalfPredictor(Baseline):
         return EngineerReply(text="my guess:\n\n```yaml\n" + json.dumps({g: 0.5 for g in groups}) + "\n```\n", model=self.name, calls=[])
 
 
+class Alternating(Baseline):
+    """Each call answers as the next engineer of ``order`` (test only): a critic asking twice gets one of each."""
+
+    name = "alternating"
+    description = "inverted's proposal, then learnability's, in turn (test only)"
+    order = ("inverted", "learnability")
+    seeds: list = []
+
+    def propose(self, request):
+        from envengineer.plugins.engineers.baselines import InvertedEngineer, LearnabilityEngineer
+
+        type(self).seeds.append(request.seed)
+        which = self.order[(len(type(self).seeds) - 1) % 2]
+        engineer = {"inverted": InvertedEngineer, "learnability": LearnabilityEngineer}[which]
+        return engineer(engineer.Options()).propose(request)
+
+
+class AlternatingReversed(Alternating):
+    name = "alternating-reversed"
+    order = ("learnability", "inverted")
+    seeds: list = []
+
+
 class TestEngineers:
     @hookimpl
     def register_engineers(self, register):
         register(RestatingEngineer)
         register(HalfPredictor)
+        register(Alternating)
+        register(AlternatingReversed)
 
 
 @pytest.fixture(scope="module")
@@ -315,3 +340,45 @@ def test_self_prediction_through_an_openai_compatible_server(registry, sim_runs,
     assert set(asked[0]["response_format"]["json_schema"]["schema"]["required"]) == set(groups)
     assert round0[0]["predicted"] == {g: 0.25 for g in groups} and round0[0]["brier"] is not None
     assert not fake_llm.schema_errors
+
+
+@pytest.mark.parametrize("inner, chosen", [("alternating", 2), ("alternating-reversed", 1)])
+def test_the_critic_applies_the_proposal_the_instrument_scores_highest(registry, sim_runs, tmp_path, inner, chosen):
+    """The critic asks its engineer K = 2 times (two sampling seeds), scores both configs for the round's checkpoint
+    on its own draws, and applies learnability's over inverted's whichever came first; the design step applies it."""
+    from envengineer.design.step import design
+    from envengineer.loop.replay import offline_request, run_config
+
+    critic = registry.create("engineer", "critic", {"engineer": {"name": inner}, "proposals": 2, "instances": 48, "draws": 8,
+                                                    "cache_dir": str(tmp_path / "critic-cache")})
+    request = offline_request(registry, sim_runs[0], 1, critic, run_config(sim_runs[0]))
+    outcome = design(critic, request, out_dir=tmp_path / "design", reask=0, summarize=False)
+    assert not outcome.fallback, outcome.reason
+    calls = [json.loads(line) for line in (tmp_path / "design" / "calls.jsonl").read_text().splitlines()]
+    record = next(c["critic"] for c in calls if "critic" in c)
+    scores = {s["proposal"]: s["kept_per_budget"] for s in record["scores"]}
+    assert record["chosen"] == chosen and scores[chosen] > scores[3 - chosen]
+    assert f"critic: proposal {chosen} of 2 applied" in (tmp_path / "design" / "response.md").read_text()
+    from envengineer.plugins.engineers.baselines import LearnabilityEngineer
+
+    own = LearnabilityEngineer(LearnabilityEngineer.Options()).propose(request)
+    assert outcome.config == request.generator.project(own.proposal, request.current_config).config
+    seeds = registry.get("engineer", inner).seeds[-2:]
+    assert len(set(seeds)) == 2 and request.seed not in seeds  # two sampling seeds, neither the request's own
+
+
+def test_the_critic_without_a_run_to_score_falls_back_and_says_why(registry, tmp_path):
+    from dataclasses import replace
+
+    from envengineer.design.step import design
+
+    from envengineer.api import DesignRequest
+
+    critic = registry.create("engineer", "critic", {"engineer": {"name": "learnability"}})
+    generator = registry.create("generator", "grid-walk", {}, where="task")
+
+    request = DesignRequest(evidence=None, context="", prompt="p", current_config=generator.default_config(), generator=generator)
+    with pytest.raises(Exception, match="a critic of a critic"):
+        registry.create("engineer", "critic", {"engineer": {"name": "critic"}})
+    outcome = design(critic, replace(request), out_dir=tmp_path / "d", reask=0, summarize=False)
+    assert outcome.fallback and "names no run directory" in outcome.reason

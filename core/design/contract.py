@@ -24,6 +24,7 @@ class DesignRequest:
     followups: list[dict[str, str]] = field(default_factory=list)  # a re-ask's extra turns
     seed: int = 0
     budget: dict[str, Any] | None = None  # what a context budget cut (envengineer.design.budget.BudgetRecord), None without one
+    run_dir: str | None = None  # the run directory the evidence comes from (engineers that read the run: the critic)
 
     @property
     def messages(self) -> list[dict[str, str]]:

@@ -93,6 +93,7 @@ def build_request(
     seed: int = 0,
     chat_template_kwargs: dict[str, Any] | None = None,
     engineer: Any = None,
+    run_dir: str | None = None,
 ) -> DesignRequest:
     """Compose the context, fill the analysis prompt, and wrap it all in a :class:`DesignRequest`.
 
@@ -133,6 +134,7 @@ def build_request(
         chat_template_kwargs=chat_template_kwargs,
         seed=seed,
         budget=budget,
+        run_dir=run_dir,
     )
 
 

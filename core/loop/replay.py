@@ -92,6 +92,7 @@ def offline_request(registry: Any, run_dir: Path, round: int, instance: Any, run
         seed=round_seed(int(run.get("seed") or 0), round),  # the seed the loop's design step had
         chat_template_kwargs=policy.get("chat_template_kwargs") if isinstance(policy := run.get("policy"), dict) else None,
         engineer=instance,
+        run_dir=str(run_dir),
     )
 
 

@@ -441,7 +441,7 @@ class Loop:
             current_config=self.config_of(round),
             policy_path=str(self.dir.checkpoint(round)), base_policy_path=str(self.base_path()),
             prompt_path=self.cfg.design.prompt_file, seed=round_seed(self.cfg.seed, round),
-            chat_template_kwargs=self.chat_template_kwargs, engineer=self.run.engineer,
+            chat_template_kwargs=self.chat_template_kwargs, engineer=self.run.engineer, run_dir=str(self.dir.path),
         )
         with self.dir.building(self.dir.engineer_dir(round)) as partial:
             outcome = design(self.run.engineer, request, out_dir=partial, reask=self.cfg.design.reask, summarize=self.cfg.design.summary)

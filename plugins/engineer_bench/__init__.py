@@ -1,6 +1,7 @@
 """The engineer benchmark as a built-in plugin: ``envengineer engineers score`` scores engineers' proposals
 for recorded rounds without training (docs/engineer-score.md), and the run report's "Engineer benchmark" sections
-(the ``report_sections`` hook) read the slices it leaves in a run.
+(the ``report_sections`` hook) read the slices it leaves in a run; the ``critic`` engineer (:mod:`.critic`) chooses among
+another engineer's proposals by the same measure before a round trains.
 
 The instrument: :mod:`.scoring` (the sample cache, a round's scorer, :func:`~.scoring.score_runs`), :mod:`.recorded`
 (what it reads of a recorded run), :mod:`.statistics` (the figures, the summary, the predictive check),
@@ -159,3 +160,12 @@ def report_sections(run: Any) -> list[tuple[str, str]]:
     from envengineer.plugins.engineer_bench.output import report_sections as scored_sections
 
     return scored_sections(run.path)
+
+
+@hookimpl
+def register_engineers(register: Any) -> None:
+    """The ``critic`` engineer (:mod:`.critic`): another engineer's K proposals, the one this instrument scores highest applied."""
+    from envengineer.plugins.engineer_bench.critic import ENGINEERS
+
+    for engineer in ENGINEERS:
+        register(engineer)

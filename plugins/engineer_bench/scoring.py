@@ -107,14 +107,16 @@ class SampleCache:
 class RoundScorer:
     """Scores configs for one round's checkpoint: its sampler, its checkpoint identity, the round's draw seed."""
 
-    def __init__(self, run: RecordedRun, round: int, settings: ScoreSettings, cache: SampleCache) -> None:
+    def __init__(self, run: RecordedRun, round: int, settings: ScoreSettings, cache: SampleCache, tag: str = "engineer-score") -> None:
+        """``tag`` names the draws: the benchmark's are ``engineer-score``; a scorer with another tag (the critic's)
+        draws other instances and samples, so what it chose is scored by the benchmark out of sample."""
         from envengineer.store.rundir import RunDir
 
         self.run, self.round, self.settings, self.cache = run, round, settings, cache
         checkpoint = RunDir(run.path).checkpoint(round)
         self.identity = checkpoint_identity(checkpoint)
         temperature = run.temperature
-        self.sample_seed = derived_seed("engineer-score", "sample", settings.seed, run.seed, round)
+        self.sample_seed = derived_seed(tag, "sample", settings.seed, run.seed, round)
         sampler = run.policy.with_path(checkpoint).sampling(temperature=temperature, seed=self.sample_seed)
         if sampler is None:
             raise ConfigError(f"{run.path}: policy {run.policy.name} cannot sample at the trainer's temperature ({temperature})")
@@ -124,7 +126,7 @@ class RoundScorer:
         self.settings_key = {"policy": described, "temperature": temperature, "style": self.style,
                              "task": run.generator.options.model_dump(mode="json")}
         # every config of the round draws with this seed: the same config gives the same instances
-        self.draw_seed = derived_seed("engineer-score", "draw", settings.seed, run.seed, round)
+        self.draw_seed = derived_seed(tag, "draw", settings.seed, run.seed, round)
         self.group_size = run.group_size or settings.draws
 
     def close(self) -> None:
