@@ -614,3 +614,21 @@ def test_the_checkpoint_engineer_answers_in_every_interface(interface, registry,
     outcome = design(engineer, request, out_dir=tmp_path / "out", reask=0, summarize=False)
     if reply.problem is not None:  # the same reply again (same seed): the step falls back and says why
         assert outcome.fallback and reply.problem in outcome.reason, outcome.reason
+
+
+def test_a_seed_option_sends_each_requests_own_seed(registry, gridwalk, fake_llm, tmp_path):
+    """seed on an OpenAI-style engineer: each request carries seed = sampling_seed(option, the design request's seed),
+    the same for the same request, another for another request (K proposals are K draws); none without the option."""
+    from dataclasses import replace
+
+    from envengineer.plugins.engineers.checkpoint import sampling_seed
+
+    fake_llm.script = [fake_llm.Step(json.dumps(CHANGES))] * 4
+    base = {"structured": True, "interface": "changes", **_fast(), "model": "served", "base_url": fake_llm.url + "/v1"}
+    seeded = registry.create("engineer", "openai-compatible", {**base, "seed": 5})
+    request = _request(gridwalk)
+    for seed in (7, 7, 8):
+        seeded.propose(replace(request, seed=seed))
+    registry.create("engineer", "openai-compatible", base).propose(replace(request, seed=7))
+    sent = [r["body"].get("seed") for r in fake_llm.requests]
+    assert sent == [sampling_seed(5, 7), sampling_seed(5, 7), sampling_seed(5, 8), None] and sent[0] != sent[2]

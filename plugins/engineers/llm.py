@@ -208,6 +208,7 @@ class APIEngineer(Engineer):
     def __init__(self, options: BaseModel | None = None) -> None:
         super().__init__(options)
         self._client: Any = None
+        self._request_seed: int | None = None  # the design request's seed, for a sampled call's ``seed`` (OpenAI-style engineers)
         self.last_summary_calls: list[dict[str, Any]] = []
         if self.sdk is not None:
             module, extra = self.sdk
@@ -273,6 +274,7 @@ class APIEngineer(Engineer):
         return EngineerReply(text=text, usage=usage, latency_s=time.monotonic() - started, model=self.options.model, attempts=len(calls), calls=calls)
 
     def propose(self, request: DesignRequest) -> EngineerReply:
+        self._request_seed = getattr(request, "seed", None)  # the sampling seed's other half (OpenAI-style ``seed``)
         if not self.options.structured:
             return self._run(request.messages)
         from envengineer.api import structured_reply
@@ -286,6 +288,7 @@ class APIEngineer(Engineer):
     def ask(self, request: DesignRequest, messages: list[dict[str, str]], schema: dict[str, Any] | None = None) -> EngineerReply:
         """Another question on the request's context (the engineer benchmark's self-prediction); with ``schema`` the
         whole answer is JSON under it (the API's structured output)."""
+        self._request_seed = getattr(request, "seed", None)
         return self._run(messages, schema)
 
     def summarize(self, request: DesignRequest, outcome: DesignOutcome) -> str | None:
@@ -313,6 +316,11 @@ class OpenAIOptions(LLMOptions):
     max_tokens_field: TokenField | None = Field(
         None, description="the request field that carries max_tokens (null: max_completion_tokens for OpenAI's endpoint and reasoning models, else max_tokens)"
     )
+    seed: int | None = Field(
+        None, description="sent as each request's `seed`, mixed with the design request's seed (the run's seed and round; one per proposal "
+        "in the engineer benchmark), so a sampled reply is the same on a rerun and K proposals are K draws; a server that honours it "
+        "(llama.cpp, vLLM) then samples reproducibly, OpenAI on a best-effort basis. null: none sent (the service picks)",
+    )
 
 
 class OpenAIEngineer(APIEngineer):
@@ -337,10 +345,15 @@ class OpenAIEngineer(APIEngineer):
 
     def request_params(self) -> dict[str, Any]:
         o = self.options
-        return chat_sampling(
+        params = chat_sampling(
             o.model, o.base_url, temperature=o.temperature, max_tokens=o.max_tokens,
             send_temperature=o.send_temperature, max_tokens_field=o.max_tokens_field,
         )
+        if o.seed is not None:
+            from envengineer.plugins.engineers.checkpoint import sampling_seed
+
+            params["seed"] = sampling_seed(o.seed, self._request_seed)
+        return params
 
     def extra_body(self) -> dict[str, Any]:
         return dict(self.options.extra_body)
