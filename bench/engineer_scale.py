@@ -1,0 +1,265 @@
+#!/usr/bin/env python
+"""The engineer scale curve (issue 46, point 3): the engineer benchmark's figures for LLM engineers of three sizes,
+each served by llama.cpp, crossed with the reply interface and the decoding, beside the rule engineers, all on the
+same recorded rounds; a table and a plot of each figure against parameters.
+
+    python bench/engineer_scale.py --run RUN [--run RUN ...] \\
+        --models smollm2-135m-instruct,qwen2.5-coder-0.5b-instruct,qwen2.5-coder-1.5b-instruct \\
+        --interfaces config,changes,decisions --decodings greedy,sampled,critic --output bench/results/engineer-scale
+    python bench/engineer_scale.py --report bench/results/engineer-scale      # the table and the plot again
+
+A cell is one engineer scored by ``envengineer engineers score``'s code (:func:`envengineer.plugins.engineer_bench.
+scoring.score_runs`: each proposal parsed, projected and scored for the round's checkpoint, the round's own config
+scored as ``fixed``) on every recorded round of the runs given:
+
+- the rule engineers ``fixed``, ``learnability``, ``rlve`` and ``inverted``, one proposal a round (deterministic);
+- per model and interface (``config``, ``changes``, ``decisions``: docs/engineers.md#interfaces), the
+  ``openai-compatible`` engineer against ``envengineer serve MODEL --server llama.cpp`` (started here, one per model),
+  structured, the analysis bounded by ``--analysis-chars``, decoded three ways: ``greedy`` (temperature 0, one
+  proposal a round), ``sampled`` (temperature ``--temperature``, ``--samples`` proposals a round, each request
+  seeded) and ``critic`` (the sampled engineer's ``--samples`` replies, the one the critic scores highest on its own
+  draws applied; one proposal a round).
+
+Per cell: kept/B − fixed (the expected kept prompts per budget against the round's own config) with its cluster-
+bootstrap interval over rounds, the runs above and below fixed, the fallback share, the **restate share** (proposals
+whose applied config equals the round's config), the self-prediction Brier against saying 0.5 and against copying
+the evidence (``--predict N``), and the cost per proposal: wall seconds, this process's CPU seconds and the server's
+(read from /proc). Each cell is written as it finishes (``OUTPUT/cells/<label>.json``; a rerun skips finished cells),
+then ``OUTPUT/scale.md`` and ``OUTPUT/scale.png``. Every budget is a count (rounds, proposals, instances, samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from design_step import start_server  # noqa: E402  (bench/design_step.py, beside this file)
+
+RULES = ("fixed", "learnability", "rlve", "inverted")
+#: parameters of each model (embedding included), for the curve's x axis
+PARAMETERS = {"smollm2-135m-instruct": 134.5e6, "qwen2.5-coder-0.5b-instruct": 494e6, "qwen2.5-coder-1.5b-instruct": 1.54e9}
+
+
+def server_cpu(pid: int) -> float:
+    """CPU seconds (user + system) the server process has used so far, from /proc (0 where unreadable)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def engineer_file(folder: Path, label: str, section: dict[str, Any]) -> str:
+    import yaml
+
+    path = folder / f"{label}.yaml"
+    path.write_text(yaml.safe_dump({"engineer": section}, sort_keys=False))
+    return str(path)
+
+
+def llm_section(model: str, url: str, interface: str, decoding: str, args: argparse.Namespace) -> dict[str, Any]:
+    served = {"name": "openai-compatible", "model": model, "base_url": url + "/v1", "structured": True, "interface": interface,
+              "analysis_chars": args.analysis_chars, "max_tokens": args.max_tokens, "timeout": 1800.0, "max_retries": 0,
+              "temperature": 0.0 if decoding == "greedy" else args.temperature, "seed": 0}
+    if decoding == "critic":
+        return {"name": "critic", "engineer": served, "proposals": args.samples, "instances": args.instances, "draws": args.draws,
+                "seed": 1}
+    return served
+
+
+def restate_share(result: dict[str, Any], label: str) -> float | None:
+    reference = {(l["run"], l["round"]): l["config"] for l in result["lines"] if l["engineer"] == "reference"}
+    mine = [l for l in result["lines"] if l["engineer"] == label]
+    return sum(l["config"] == reference[l["run"], l["round"]] for l in mine) / len(mine) if mine else None
+
+
+def cell_figures(result: dict[str, Any], label: str, seconds: dict[str, float]) -> dict[str, Any]:
+    s = result["summary"][label]
+    proposals = s["proposals"]
+    out = {"label": label, "proposals": proposals, "rounds": s["rounds"], "fallback": s["fallback_rate"],
+           "restate": restate_share(result, label), "vs_fixed": s.get("vs_fixed_kept_per_budget"),
+           "runs_above": s.get("runs_above_fixed"), "runs_below": s.get("runs_below_fixed"),
+           "kept_per_budget": s["kept_per_budget"], "reference": result["summary"]["reference"]["kept_per_budget"],
+           "per_proposal": {k: round(v / proposals, 2) for k, v in seconds.items()}}
+    prediction = (result.get("self_prediction") or {}).get(label)
+    if prediction:
+        out["brier"] = {k: prediction.get(k) for k in ("brier", "brier_half", "brier_evidence")}
+    return out
+
+
+def score_cell(registry: Any, args: argparse.Namespace, label: str, engineers: list[str], proposals: int, server_pid: int | None,
+               cache: Path, predict: int = 0) -> dict[str, Any]:
+    from envengineer.plugins.engineer_bench.recorded import ScoreSettings
+    from envengineer.plugins.engineer_bench.scoring import score_runs
+
+    settings = ScoreSettings(proposals=proposals, instances=args.instances, draws=args.draws, seed=args.seed, predictions=predict)
+    wall, cpu, served = time.monotonic(), time.process_time(), server_cpu(server_pid) if server_pid else 0.0
+    result = score_runs(registry, args.run, engineers, settings, cache)
+    seconds = {"wall_s": time.monotonic() - wall, "cpu_s": time.process_time() - cpu,
+               "server_cpu_s": (server_cpu(server_pid) - served) if server_pid else 0.0}
+    labels = [Path(e).stem if e.endswith(".yaml") else e for e in engineers]
+    return {"label": label, "settings": result["settings"], "runs": result["runs"], "cost": {**result["cost"], **seconds},
+            "cells": [cell_figures(result, lab, seconds if len(labels) == 1 else {}) for lab in labels], "lines": result["lines"]}
+
+
+def run(args: argparse.Namespace, console: Console) -> None:
+    from rich.progress import Progress
+
+    from envengineer.fileio import write_json
+    from envengineer.registry import load_registry
+
+    registry = load_registry()
+    out = Path(args.output)
+    (out / "cells").mkdir(parents=True, exist_ok=True)
+    cache = Path(args.cache or out / "sample-cache")
+    work = Path(tempfile.mkdtemp(prefix="engineer-scale-"))
+    models = [m for m in args.models.split(",") if m]
+    interfaces = [i for i in args.interfaces.split(",") if i]
+    decodings = [d for d in args.decodings.split(",") if d]
+    planned = 1 + len(models) * len(interfaces) * len(decodings)
+    with Progress(console=console) as progress:
+        task = progress.add_task("cells", total=planned)
+        path = out / "cells" / "rules.json"
+        if not path.exists():
+            write_json(path, score_cell(registry, args, "rules", list(RULES), 1, None, cache))
+        progress.advance(task)
+        for model in models:
+            todo = [(i, d) for i in interfaces for d in decodings
+                    if not (out / "cells" / f"{model}--{i}--{d}.json").exists()]
+            if not todo:
+                progress.advance(task, len(interfaces) * len(decodings))
+                continue
+            server, url = start_server(model, args.threads, args.ctx, work / f"{model}.log")
+            try:
+                progress.advance(task, len(interfaces) * len(decodings) - len(todo))
+                for interface, decoding in todo:
+                    label = f"{model}--{interface}--{decoding}"
+                    progress.update(task, description=label)
+                    spec = engineer_file(work, label, llm_section(model, url, interface, decoding, args))
+                    proposals = args.samples if decoding == "sampled" else 1
+                    cell = score_cell(registry, args, label, [spec], proposals, server.pid, cache, args.predict)
+                    cell.update(model=model, parameters=PARAMETERS.get(model), interface=interface, decoding=decoding)
+                    write_json(out / "cells" / f"{label}.json", cell)
+                    progress.advance(task)
+            finally:
+                server.terminate()
+                server.wait(timeout=60)
+    console.print(report(out))
+
+
+def _cells(out: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    rules, llm = [], []
+    for path in sorted((out / "cells").glob("*.json")):
+        data = json.loads(path.read_text())
+        for cell in data["cells"]:
+            entry = {**cell, **{k: data.get(k) for k in ("model", "parameters", "interface", "decoding")}}
+            (rules if data["label"] == "rules" else llm).append(entry)
+    return rules, llm
+
+
+def _interval(value: dict[str, Any] | None) -> str:
+    if not value or value.get("mean") is None:
+        return "—"
+    ci = value.get("ci95")
+    return f"{value['mean']:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "")
+
+
+def report(out: Path) -> Table:
+    rules, llm = _cells(out)
+    table = Table(title=f"{out}: kept/B − fixed per engineer (the same recorded rounds), restate and fallback shares, cost a proposal",
+                  title_justify="left")
+    for column in ("engineer", "params", "interface", "decoding", "proposals", "kept/B − fixed [95%]", "runs + / −", "restated",
+                   "fell back", "Brier (0.5; evidence)", "s / proposal (wall, server CPU)"):
+        table.add_column(column)
+    rows = []
+    for cell in rules + llm:
+        params = f"{cell['parameters'] / 1e6:.0f}M" if cell.get("parameters") else ""
+        brier = cell.get("brier") or {}
+        b = (f"{brier['brier']:.3f} ({brier['brier_half']:.3f}; {brier['brier_evidence']:.3f})"
+             if brier.get("brier") is not None and brier.get("brier_evidence") is not None else "—")
+        cost = cell.get("per_proposal") or {}
+        row = [cell.get("model") or cell["label"], params, cell.get("interface") or "", cell.get("decoding") or "", str(cell["proposals"]),
+               _interval(cell.get("vs_fixed")) if cell["label"] != "fixed" else "0 (the reference)",
+               f"{cell.get('runs_above') or 0} / {cell.get('runs_below') or 0}",
+               f"{100 * cell['restate']:.0f}%" if cell.get("restate") is not None else "—", f"{100 * cell['fallback']:.0f}%", b,
+               f"{cost['wall_s']:.0f}, {cost['server_cpu_s']:.0f}" if cost else "—"]
+        table.add_row(*row)
+        rows.append(row)
+    header = "| " + " | ".join(c.header for c in table.columns) + " |\n|" + "---|" * len(table.columns) + "\n"
+    (out / "scale.md").write_text(header + "".join("| " + " | ".join(r) + " |\n" for r in rows))
+    if llm:
+        plot(rules, llm, out / "scale.png")
+    return table
+
+
+def plot(rules: list[dict[str, Any]], llm: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures = (("vs_fixed", "kept/B − fixed"), ("restate", "restated share"), ("fallback", "fallback share"))
+    fig, axes = plt.subplots(1, len(figures), figsize=(15, 4.2))
+    for axis, (key, title) in zip(axes, figures):
+        for series in sorted({(c["interface"], c["decoding"]) for c in llm}):
+            points = sorted((c["parameters"], c[key]["mean"] if isinstance(c[key], dict) else c[key]) for c in llm
+                            if (c["interface"], c["decoding"]) == series and c.get("parameters") and c.get(key) is not None
+                            and (not isinstance(c[key], dict) or c[key].get("mean") is not None))
+            if points:
+                axis.plot([p for p, _ in points], [v for _, v in points], marker="o", label=f"{series[0]}, {series[1]}")
+        if key == "vs_fixed":
+            for rule in rules:
+                if rule["label"] != "fixed" and rule.get("vs_fixed"):
+                    axis.axhline(rule["vs_fixed"]["mean"], linestyle=":", color="grey")
+                    axis.annotate(rule["label"], (axes[0].get_xlim()[0], rule["vs_fixed"]["mean"]), fontsize=7, color="grey")
+            axis.axhline(0.0, color="black", linewidth=0.8)
+        axis.set_xscale("log")
+        axis.set_xlabel("parameters")
+        axis.set_title(title)
+    axes[-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", action="append", default=[], help="a recorded run (the same for every engineer); repeat")
+    parser.add_argument("--models", default="smollm2-135m-instruct,qwen2.5-coder-0.5b-instruct,qwen2.5-coder-1.5b-instruct")
+    parser.add_argument("--interfaces", default="config,changes,decisions")
+    parser.add_argument("--decodings", default="greedy,sampled,critic", help="greedy, sampled (--samples proposals) and/or critic")
+    parser.add_argument("--samples", type=int, default=2, help="K: proposals a round when sampled; replies the critic chooses among")
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--instances", type=int, default=32, help="instances drawn per scored config")
+    parser.add_argument("--draws", type=int, default=4, help="answers per instance")
+    parser.add_argument("--predict", type=int, default=0, help="self-predictions asked per round of each LLM cell (Brier)")
+    parser.add_argument("--analysis-chars", type=int, default=400)
+    parser.add_argument("--max-tokens", type=int, default=1024)
+    parser.add_argument("--threads", type=int, default=2, help="llama-server's threads")
+    parser.add_argument("--ctx", type=int, default=8192, help="llama-server's context")
+    parser.add_argument("--seed", type=int, default=0, help="the benchmark's draws")
+    parser.add_argument("--cache", default=None, help="the sample cache (default OUTPUT/sample-cache)")
+    parser.add_argument("--output", default="bench/results/engineer-scale")
+    parser.add_argument("--report", default=None, help="print the table of a finished OUTPUT and write its markdown and plot")
+    args = parser.parse_args()
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    if args.report:
+        console.print(report(Path(args.report)))
+        return
+    if not args.run:
+        parser.error("give at least one --run")
+    run(args, console)
+
+
+if __name__ == "__main__":
+    main()
