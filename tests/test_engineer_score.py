@@ -66,6 +66,23 @@ class AlternatingReversed(Alternating):
     seeds: list = []
 
 
+class FailsFirst(Alternating):
+    """Its first call fails for good (an API error after its retries), the next answers as learnability (test only)."""
+
+    name = "fails-first"
+    seeds: list = []
+
+    def propose(self, request):
+        from envengineer.api import EngineerCallError
+        from envengineer.plugins.engineers.baselines import LearnabilityEngineer
+
+        type(self).seeds.append(request.seed)
+        if len(type(self).seeds) % 2 == 1:
+            raise EngineerCallError("HTTP 503 after 4 retries", [{"model": "m", "attempt": 1, "error": "HTTP 503"}])
+        return LearnabilityEngineer(LearnabilityEngineer.Options()).propose(request)
+
+
+
 class TestEngineers:
     @hookimpl
     def register_engineers(self, register):
@@ -73,6 +90,7 @@ class TestEngineers:
         register(HalfPredictor)
         register(Alternating)
         register(AlternatingReversed)
+        register(FailsFirst)
 
 
 @pytest.fixture(scope="module")
@@ -382,3 +400,18 @@ def test_the_critic_without_a_run_to_score_falls_back_and_says_why(registry, tmp
         registry.create("engineer", "critic", {"engineer": {"name": "critic"}})
     outcome = design(critic, replace(request), out_dir=tmp_path / "d", reask=0, summarize=False)
     assert outcome.fallback and "names no run directory" in outcome.reason
+
+
+def test_a_failed_call_costs_the_critic_that_proposal_not_the_step(registry, sim_runs, tmp_path):
+    from envengineer.design.step import design
+    from envengineer.loop.replay import offline_request, run_config
+
+    critic = registry.create("engineer", "critic", {"engineer": {"name": "fails-first"}, "instances": 16, "draws": 4,
+                                                    "cache_dir": str(tmp_path / "cache")})
+    request = offline_request(registry, sim_runs[0], 1, critic, run_config(sim_runs[0]))
+    outcome = design(critic, request, out_dir=tmp_path / "design", reask=0, summarize=False)
+    assert not outcome.fallback, outcome.reason
+    calls = [json.loads(line) for line in (tmp_path / "design" / "calls.jsonl").read_text().splitlines()]
+    record = next(c["critic"] for c in calls if "critic" in c)
+    assert record["chosen"] == 2 and "the call failed: HTTP 503" in record["unscored"]["1"]
+    assert any(c.get("error") == "HTTP 503" for c in calls)  # the failed call is on record

@@ -6,8 +6,9 @@ scored for the round's checkpoint by the engineer benchmark's measure (:class:`.
 instances drawn from the proposed config, each answered ``draws`` times by the checkpoint at the trainer's
 temperature; the figure is the expected kept prompts per budget, kept/B). The reply of the highest kept/B is
 returned (ties: the earliest), its text led by a line that names the choice; the design step then applies it as it
-applies any reply. A proposal that cannot be parsed is not scored; when none can be, the first reply is returned,
-so the design step re-asks or falls back exactly as without the critic.
+applies any reply. A proposal that cannot be parsed, or whose call failed for good, is not scored; when none can be,
+the first reply is returned (when every call failed, the first failure is raised), so the design step re-asks or
+falls back exactly as without the critic.
 
 The critic's instances and samples are its own: its draws are seeded under the tag ``critic`` and cached apart from
 the benchmark's, so ``envengineer engineers score`` scoring a critic scores its choice on other instances (out of
@@ -126,24 +127,39 @@ class CriticEngineer(Engineer):
         if not request.run_dir:  # before any reply is asked for: nothing to score them with
             raise EngineerCallError("engineer.critic: the design request names no run directory, so there is no checkpoint to score "
                                     "proposals for (the loop, `envengineer propose` and `engineers score` pass it)")
-        replies, scored = [], []
+        replies: list[EngineerReply | None] = []
+        scored: list[tuple[int, float, dict[str, Any]]] = []
         calls: list[dict[str, Any]] = []
+        failures: list[EngineerCallError] = []
+        reasons: dict[int, str] = {}
         inner = self._part()
         for k in range(self.options.proposals):
-            reply = inner.propose(replace(request, seed=_seed(request.seed, k)))
+            try:
+                reply = inner.propose(replace(request, seed=_seed(request.seed, k)))
+            except EngineerCallError as exc:  # one failed call costs that proposal, not the step
+                failures.append(exc)
+                calls.extend(exc.calls)
+                replies.append(None)
+                reasons[k] = f"the call failed: {exc}"
+                continue
             replies.append(reply)
             calls.extend(reply.calls)
+        if not any(r is not None for r in replies):
+            raise EngineerCallError(str(failures[0]), calls)
         configs: dict[int, Any] = {}
-        reasons: dict[int, str] = {}
+        parsed: dict[int, EngineerReply] = {}
         for k, reply in enumerate(replies):
+            if reply is None:
+                continue
             try:
                 proposal = proposal_of(reply)
             except UnusableProposal as exc:
                 reasons[k] = str(exc)
                 continue
             configs[k] = request.generator.project(proposal, request.current_config).config
+            parsed[k] = reply
         if not configs:
-            return replies[0]
+            return next(r for r in replies if r is not None)
         scorer = self._scorer(request)
         try:
             for k, config in configs.items():
@@ -152,7 +168,7 @@ class CriticEngineer(Engineer):
         finally:
             scorer.close()
         best = max(scored, key=lambda item: (item[1], -item[0]))
-        chosen = replies[best[0]]
+        chosen = parsed[best[0]]
         lines = [f"proposal {k + 1}: kept/B {value:.2f}" for k, value, _ in scored]
         lines += [f"proposal {k + 1}: not scored ({reason})" for k, reason in sorted(reasons.items())]
         note = (f"critic: proposal {best[0] + 1} of {len(replies)} applied, the highest expected kept prompts per budget for this "
@@ -161,7 +177,8 @@ class CriticEngineer(Engineer):
                                                                  "mixed": f.get("mixed")} for k, value, f in scored],
                              "unscored": {str(k + 1): r for k, r in reasons.items()}}}
         return replace(chosen, text=f"{note}\n\n{chosen.text}", calls=[*calls, record],
-                       latency_s=sum(r.latency_s for r in replies), attempts=sum(r.attempts for r in replies))
+                       latency_s=sum(r.latency_s for r in replies if r is not None),
+                       attempts=sum(r.attempts for r in replies if r is not None))
 
 
 ENGINEERS = (CriticEngineer,)
