@@ -239,7 +239,7 @@ def test_plugins_options_of_a_name_several_kinds_share(plugins_cli):
 def test_plugins_options_of_an_unknown_name_exits_2_listing_the_names(plugins_cli):
     code, out = plugins_cli("--options", "nope")
     assert code == 2 and "--options nope: no component is called 'nope'; registered: generator: grid-walk, mapf-frozenlake, reasoning-gym, verifiers;" in out
-    assert "engineer: base, checkpoint, curriculum," in out and "policy: openai-compatible, simulated, tiny, transformers, vllm" in out
+    assert "engineer: base, checkpoint, critic, curriculum," in out and "policy: openai-compatible, simulated, tiny, transformers, vllm" in out
     code, out = plugins_cli("--options", "tiny", "--kind", "engineer")
     assert code == 2 and "no engineer is called 'tiny' (registered as policy: pass --kind policy); registered: engineer: base," in out
     code, out = plugins_cli("--options", "tiny", "--kind", "nope")
