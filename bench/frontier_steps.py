@@ -169,13 +169,6 @@ def analyse(output: Path, baselines: list[str], beyond: set[str], console: Conso
     return result
 
 
-def composition(where: str) -> dict[str, dict[str, int]]:
-    """The target set's composition: how many instances at each grid size and at each walk length."""
-    records = read_jsonl(_bench_path(where))
-    return {field: {str(v): sum(1 for r in records if r.get(field) == v) for v in sorted({r.get(field) for r in records})}
-            for field, _ in PARTS}
-
-
 def parts_table(where: str, outcomes: dict[str, dict[int, dict[str, dict[str, bool]]]],
                 tests: list[dict[str, Any]]) -> tuple[Table, dict[str, Any]]:
     """The target by its parts: each arm's greedy valid rate per grid size and per walk length (mean over seeds, each
@@ -184,41 +177,51 @@ def parts_table(where: str, outcomes: dict[str, dict[int, dict[str, dict[str, bo
     from envengineer.plugins.suite.arms.stats import seed_test
 
     records = {r["id"]: r for r in read_jsonl(_bench_path(where))}
-    counts = composition(where)
-    columns = [(field, str(value)) for field, _ in PARTS for value in counts[field]]
+    counts = {field: {str(v): sum(1 for r in records.values() if r.get(field) == v)
+                      for v in sorted({r.get(field) for r in records.values()})} for field, _ in PARTS}
+    columns = [f"{field}={value}" for field, _ in PARTS for value in counts[field]]
     label = {"size": lambda v: f"{v}x{v}", "k": lambda v: f"k{v}"}
     name = where.split(":", 1)[1]
     table = Table(title=f"{name} by its parts (greedy valid %, mean over seeds); the set: "
                         + ", ".join(f"{' / '.join(f'{label[f](v)} {n}' for v, n in counts[f].items())} by {title}"
                                     for f, title in PARTS), title_justify="left")
     table.add_column("arm or A − B")
-    for field, value in columns:
+    for column in columns:
+        field, value = column.split("=", 1)
         table.add_column(label[field](value), justify="right")
 
-    def part_rate(verdicts_: dict[str, dict[str, bool]], field: str, value: str) -> float | None:
-        hits = [v["valid"] for i, v in verdicts_.items() if str(records.get(i, {}).get(field)) == value]
-        return sum(hits) / len(hits) if hits else None
+    def part_rates(verdicts_: dict[str, dict[str, bool]]) -> dict[str, float | None]:
+        """One seed's rate in every part, its verdicts read once."""
+        hits: dict[str, list[bool]] = {column: [] for column in columns}
+        for instance, verdict in verdicts_.items():
+            record = records.get(instance, {})
+            for field, _ in PARTS:
+                column = f"{field}={record.get(field)}"
+                if column in hits:
+                    hits[column].append(verdict["valid"])
+        return {column: sum(v) / len(v) if v else None for column, v in hits.items()}
 
     result: dict[str, Any] = {"composition": counts, "arms": {}, "tests": []}
     for arm, seeds in outcomes.items():
-        per = {f"{field}={value}": {s: part_rate(v, field, value) for s, v in seeds.items()} for field, value in columns}
+        by_seed = {s: part_rates(v) for s, v in seeds.items()}
+        per = {column: {s: rates[column] for s, rates in by_seed.items()} for column in columns}
         result["arms"][arm] = per
         cells = []
-        for field, value in columns:
-            values = [x for x in per[f"{field}={value}"].values() if x is not None]
+        for column in columns:
+            values = [x for x in per[column].values() if x is not None]
             cells.append(f"{100 * statistics.fmean(values):.1f}" if values else "")
         table.add_row(arm, *cells)
     for row in tests:
-        if row["family"] != _family_label(where):
+        if row["family"] != _family_label(where) or row["a"] not in result["arms"] or row["b"] not in result["arms"]:
             continue
-        a, b = outcomes.get(row["a"], {}), outcomes.get(row["b"], {})
+        a, b = result["arms"][row["a"]], result["arms"][row["b"]]
         entry, cells = {"a": row["a"], "b": row["b"], "parts": {}}, []
-        for field, value in columns:
-            diffs = [part_rate(a[s], field, value) - part_rate(b[s], field, value) for s in sorted(set(a) & set(b))
-                     if part_rate(a[s], field, value) is not None and part_rate(b[s], field, value) is not None]
+        for column in columns:
+            diffs = [a[column][s] - b[column][s] for s in sorted(set(a[column]) & set(b[column]))
+                     if a[column][s] is not None and b[column][s] is not None]
             test = seed_test(diffs)
-            entry["parts"][f"{field}={value}"] = {"diffs": diffs, "mean": test.mean if test else None, "p_seeds": test.p if test else None}
-            cells.append(f"{100 * test.mean:+.1f}" + (f" (p {test.p:.2g})" if test and test.p is not None else "") if test else "")
+            entry["parts"][column] = {"diffs": diffs, "mean": test.mean if test else None, "p_seeds": test.p if test else None}
+            cells.append(f"{100 * test.mean:+.1f}" + (f" (p {test.p:.2g})" if test.p is not None else "") if test else "")
         result["tests"].append(entry)
         table.add_row(f"{row['a']} − {row['b']}", *cells)
     return table, result

@@ -101,7 +101,6 @@ def family(name: str, pairs: list[tuple[str, str]], outcomes: dict[str, dict[int
         test = seed_test([s["diff"] for s in row["per_seed"]])
         row["mean_diff"] = test.mean if test else None
         row["p_seeds"] = test.p if test else None
-        row["seeds_smallest_p"] = test.smallest if test else None
         if test and test.low is not None:
             row["interval"] = [test.low, test.high]
     for key in ("p", "p_seeds"):

@@ -360,20 +360,25 @@ def test_self_prediction_through_an_openai_compatible_server(registry, sim_runs,
     assert not fake_llm.schema_errors
 
 
+def _critic_step(registry, run, tmp_path, inner, **options):
+    """One design step of a critic over ``inner`` on round 1 of ``run``, checked applied: the request, the outcome, the
+    step's calls and the critic's record among them."""
+    from envengineer.design.step import design
+    from envengineer.loop.replay import offline_request, run_config
+
+    critic = registry.create("engineer", "critic", {"engineer": inner, "cache_dir": str(tmp_path / "critic-cache"), **options})
+    request = offline_request(registry, run, 1, critic, run_config(run))
+    outcome = design(critic, request, out_dir=tmp_path / "design", reask=0, summarize=False)
+    assert not outcome.fallback, outcome.reason
+    calls = [json.loads(line) for line in (tmp_path / "design" / "calls.jsonl").read_text().splitlines()]
+    return request, outcome, calls, next(c["critic"] for c in calls if "critic" in c)
+
+
 @pytest.mark.parametrize("inner, chosen", [("alternating", 2), ("alternating-reversed", 1)])
 def test_the_critic_applies_the_proposal_the_instrument_scores_highest(registry, sim_runs, tmp_path, inner, chosen):
     """The critic asks its engineer K = 2 times (two sampling seeds), scores both configs for the round's checkpoint
     on its own draws, and applies learnability's over inverted's whichever came first; the design step applies it."""
-    from envengineer.design.step import design
-    from envengineer.loop.replay import offline_request, run_config
-
-    critic = registry.create("engineer", "critic", {"engineer": {"name": inner}, "proposals": 2, "instances": 48, "draws": 8,
-                                                    "cache_dir": str(tmp_path / "critic-cache")})
-    request = offline_request(registry, sim_runs[0], 1, critic, run_config(sim_runs[0]))
-    outcome = design(critic, request, out_dir=tmp_path / "design", reask=0, summarize=False)
-    assert not outcome.fallback, outcome.reason
-    calls = [json.loads(line) for line in (tmp_path / "design" / "calls.jsonl").read_text().splitlines()]
-    record = next(c["critic"] for c in calls if "critic" in c)
+    request, outcome, calls, record = _critic_step(registry, sim_runs[0], tmp_path, {"name": inner}, proposals=2, instances=48, draws=8)
     scores = {s["proposal"]: s["kept_per_budget"] for s in record["scores"]}
     assert record["chosen"] == chosen and scores[chosen] > scores[3 - chosen]
     assert f"critic: proposal {chosen} of 2 applied" in (tmp_path / "design" / "response.md").read_text()
@@ -403,15 +408,6 @@ def test_the_critic_without_a_run_to_score_falls_back_and_says_why(registry, tmp
 
 
 def test_a_failed_call_costs_the_critic_that_proposal_not_the_step(registry, sim_runs, tmp_path):
-    from envengineer.design.step import design
-    from envengineer.loop.replay import offline_request, run_config
-
-    critic = registry.create("engineer", "critic", {"engineer": {"name": "fails-first"}, "instances": 16, "draws": 4,
-                                                    "cache_dir": str(tmp_path / "cache")})
-    request = offline_request(registry, sim_runs[0], 1, critic, run_config(sim_runs[0]))
-    outcome = design(critic, request, out_dir=tmp_path / "design", reask=0, summarize=False)
-    assert not outcome.fallback, outcome.reason
-    calls = [json.loads(line) for line in (tmp_path / "design" / "calls.jsonl").read_text().splitlines()]
-    record = next(c["critic"] for c in calls if "critic" in c)
+    _, _, calls, record = _critic_step(registry, sim_runs[0], tmp_path, {"name": "fails-first"}, instances=16, draws=4)
     assert record["chosen"] == 2 and "the call failed: HTTP 503" in record["unscored"]["1"]
     assert any(c.get("error") == "HTTP 503" for c in calls)  # the failed call is on record

@@ -26,6 +26,7 @@ step reports (and quotes in its re-ask).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -101,8 +102,6 @@ class InterfaceOptions(BaseModel):
         """The whole reply's schema under ``interface``, the request's conversation with its instruction, and the rule that
         makes a ``decisions`` reply a config (:func:`decided_config` bound to the request); ``analysis_chars``: the bound
         to use where the option is null. Raises ValueError for a task the interface cannot serve."""
-        import functools
-
         schema, instruction = interface_schema(self.interface, request.generator, request.current_config,
                                                self.analysis_chars or analysis_chars)
         decide = functools.partial(decided_config, generator=request.generator, current=request.current_config,

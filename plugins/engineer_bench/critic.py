@@ -18,7 +18,6 @@ samples of the checkpoint a design step (docs/engineers.md#critic).
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -112,6 +111,7 @@ class CriticEngineer(Engineer):
         return self._part().ask(request, messages, schema)
 
     def _scorer(self, request: DesignRequest) -> Any:
+        from envengineer.fileio import cache_root
         from envengineer.plugins.engineer_bench.recorded import ScoreSettings, load_recorded_run
         from envengineer.plugins.engineer_bench.scoring import RoundScorer, SampleCache
 
@@ -119,7 +119,7 @@ class CriticEngineer(Engineer):
         run = load_recorded_run(self.registry, request.run_dir)
         if request.evidence.round not in run.rounds:
             raise EngineerCallError(f"engineer.critic: {request.run_dir} has no checkpoint and evidence for round {request.evidence.round}")
-        cache = Path(o.cache_dir) if o.cache_dir else Path(os.environ.get("ENVENGINEER_CACHE") or Path.home() / ".cache" / "envengineer") / "critic"
+        cache = Path(o.cache_dir) if o.cache_dir else cache_root() / "critic"
         settings = ScoreSettings(proposals=o.proposals, instances=o.instances, draws=o.draws, seed=o.seed)
         return RoundScorer(run, request.evidence.round, settings, SampleCache(cache), tag="critic")
 

@@ -12,7 +12,6 @@ test suite runs it against a stand-in of vLLM's API (``tests/fake_vllm``).
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import time
 from typing import Any, ClassVar, Literal
@@ -115,20 +114,20 @@ class CheckpointEngineer(Engineer):
 
     def generate(
         self, path: str, conversations: list[list[dict[str, str]]], chat_template_kwargs: dict[str, Any] | None = None,
-        schema: dict[str, Any] | None = None, seed: int | None = None, whole: bool = False, free_analysis: bool = True,
+        schema: dict[str, Any] | None = None, seed: int | None = None, whole: bool = False, bare: bool = False,
     ) -> list[tuple[str, dict[str, int]]]:
         """One reply per conversation; ``chat_template_kwargs`` None: the policy's defaults; ``schema``: the
         config block's JSON schema (structured replies: vLLM then returns the whole reply as JSON under
         ``{analysis, config}``, transformers free analysis and the block forced under ``schema``); ``whole``:
         ``schema`` is the whole reply's (vLLM decodes the reply under it as it is; transformers still lets the
-        analysis come first, unless ``free_analysis`` is false); ``seed``: the sampling seed (default: the ``seed`` option)."""
+        analysis come first, unless ``bare``: then the reply is the JSON alone, as vLLM's whole reply is); ``seed``: the sampling seed (default: the ``seed`` option)."""
         from envengineer.plugins.policies.transformers_policy import DEFAULT_CHAT_TEMPLATE_KWARGS
 
         kwargs = dict(DEFAULT_CHAT_TEMPLATE_KWARGS if chat_template_kwargs is None else chat_template_kwargs)
         seed = self.options.seed if seed is None else int(seed)
         if self.backend() == "vllm":
             return self._vllm(path, conversations, kwargs, schema, seed, whole)
-        return self._transformers(path, conversations, kwargs, schema, seed, free_analysis)
+        return self._transformers(path, conversations, kwargs, schema, seed, bare)
 
     # -- backends ------------------------------------------------------------------
     def _vllm(self, path: str, conversations: list[list[dict[str, str]]], chat_kwargs: dict[str, Any],
@@ -157,7 +156,7 @@ class CheckpointEngineer(Engineer):
         return [(out["texts"][0], {"prompt_tokens": out["prompt_tokens"], "completion_tokens": out["completion_tokens"][0]}) for out in outputs]
 
     def _transformers(self, path: str, conversations: list[list[dict[str, str]]], chat_kwargs: dict[str, Any],
-                      schema: dict[str, Any] | None = None, seed: int = 0, free_analysis: bool = True) -> list[tuple[str, dict[str, int]]]:
+                      schema: dict[str, Any] | None = None, seed: int = 0, bare: bool = False) -> list[tuple[str, dict[str, int]]]:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -182,7 +181,7 @@ class CheckpointEngineer(Engineer):
                 inputs = _fit_context(model, inputs, o.max_new_tokens)
                 torch.manual_seed(seed)
                 if schema is not None:
-                    results.append(_forced_block(model, tokenizer, text, inputs, schema, o, not templated, device, free_analysis))
+                    results.append(_forced_block(model, tokenizer, text, inputs, schema, o, not templated, device, bare))
                     continue
                 with torch.no_grad():
                     out = model.generate(**inputs, max_new_tokens=o.max_new_tokens, **_sampling(o, tokenizer))
@@ -209,13 +208,13 @@ class CheckpointEngineer(Engineer):
         return f"the tokenizer of {path}", lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _run(self, request: DesignRequest, messages: list[dict[str, str]], schema: dict[str, Any] | None = None,
-             whole: bool = False, free_analysis: bool = True) -> EngineerReply:
+             whole: bool = False, bare: bool = False) -> EngineerReply:
         path = self.model_path(request)
         started = time.monotonic()
         try:
             [(text, usage)] = self.generate(path, [messages], request.chat_template_kwargs, schema,
                                             seed=sampling_seed(self.options.seed, getattr(request, "seed", None)), whole=whole,
-                                            free_analysis=free_analysis)
+                                            bare=bare)
         except EngineerCallError:
             raise
         except Exception as exc:
@@ -237,10 +236,7 @@ class CheckpointEngineer(Engineer):
                 schema, messages, decide = self.options.reply_shape(request, WHOLE_ANALYSIS_CHARS)
             except ValueError as exc:
                 raise EngineerCallError(f"engineer.{self.name}.structured: {exc}") from None
-            reply = self._run(request, messages, schema, whole=True, free_analysis=False)
-            if self.backend() != "vllm":  # transformers wrote the JSON as the forced block: the reply is that block
-                reply = dataclasses.replace(reply, text=_forced_block_text(reply.text))
-            return structured_reply(reply, request.generator.knob_table, decide)
+            return structured_reply(self._run(request, messages, schema, whole=True, bare=True), request.generator.knob_table, decide)
 
         try:
             schema = config_schema(request.generator, request.current_config)
@@ -303,12 +299,6 @@ BLOCK_OPEN, BLOCK_CLOSE = "\n\n```yaml\n", "\n```\n"
 WHOLE_ANALYSIS_CHARS = 400
 
 
-def _forced_block_text(reply: str) -> str:
-    """The forced block of a transformers reply (what ``BLOCK_OPEN`` opened), the whole-JSON reply an interface asked for;
-    the reply as it is when it holds no such block."""
-    head, sep, block = reply.rpartition(BLOCK_OPEN.lstrip("\n"))
-    return block.rsplit(BLOCK_CLOSE.strip("\n"), 1)[0].strip() if sep else reply
-
 
 def _fit_context(model: Any, inputs: Any, new_tokens: int) -> Any:
     """``inputs`` cut from the front so that they and ``new_tokens`` fit the model's context (the end holds the
@@ -321,11 +311,11 @@ def _fit_context(model: Any, inputs: Any, new_tokens: int) -> Any:
 
 
 def _forced_block(model: Any, tokenizer: Any, text: str, inputs: Any, schema: dict[str, Any], o: CheckpointOptions,
-                  special: bool, device: str, free_analysis: bool = True) -> tuple[str, dict[str, int]]:
+                  special: bool, device: str, bare: bool = False) -> tuple[str, dict[str, int]]:
     """Free analysis (at most ``analysis_tokens``, ended early by a fence), then the fenced block decoded
     under ``schema`` by an xgrammar grammar: the block is JSON (which YAML parses) that the schema allows,
     given :func:`envengineer.design.structured.block_token_limit` new tokens (the longest block the grammar
-    allows), so it always closes."""
+    allows), so it always closes. ``bare``: no free analysis, and the reply is the block alone (the whole reply's JSON)."""
     import json
 
     import torch
@@ -339,7 +329,7 @@ def _forced_block(model: Any, tokenizer: Any, text: str, inputs: Any, schema: di
         raise RuntimeError('structured replies on the transformers backend need xgrammar: pip install "envengineer[smollm2]" (or xgrammar)') from None
     prompt_tokens = int(inputs["input_ids"].shape[1])
     analysis, spent = "", 0
-    if o.analysis_tokens > 0 and free_analysis:
+    if o.analysis_tokens > 0 and not bare:
         with torch.no_grad():
             out = model.generate(**inputs, max_new_tokens=o.analysis_tokens, stop_strings=["```"], tokenizer=tokenizer, **_sampling(o, tokenizer))
         new = out[0, prompt_tokens:]
@@ -356,7 +346,7 @@ def _forced_block(model: Any, tokenizer: Any, text: str, inputs: Any, schema: di
         out = model.generate(**forced, max_new_tokens=block_limit, logits_processor=[LogitsProcessor(compiled)], **_sampling(o, tokenizer))
     new = out[0, forced["input_ids"].shape[1]:]
     block = tokenizer.decode(new, skip_special_tokens=True).strip()
-    reply = f"{analysis}{BLOCK_OPEN}{block}{BLOCK_CLOSE}".lstrip()
+    reply = block if bare else f"{analysis}{BLOCK_OPEN}{block}{BLOCK_CLOSE}".lstrip()
     return reply, {"prompt_tokens": prompt_tokens, "completion_tokens": spent + int(new.shape[0]), "analysis_tokens": spent,
                    "block_tokens": int(new.shape[0]), "block_token_limit": block_limit}
 
