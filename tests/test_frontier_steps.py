@@ -125,3 +125,67 @@ def test_the_check_reads_every_training_record_and_fails_on_a_never_trained_walk
     done = subprocess.run(script, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
     assert done.returncode == 1 and "never-trained check failed" in done.stdout, done.stdout + done.stderr
     assert json.loads((out / "steps.json").read_text())["untrained"]["learnability"]["4"]["in_never_trained"] == 1
+
+
+def _steps_report(diffs: dict[tuple[str, str, str], list[float]], beyond_means: dict[str, float],
+                  sizes: dict[str, float]) -> dict:
+    """A steps.json as bench/frontier_steps.py writes it with --primary seeds, from per-seed differences: the
+    family's rows tested by the real seed-level test and Holm, and rlve − fixed's per-size differences."""
+    from envengineer.plugins.suite.arms.stats import seed_test
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from llm_engineer_claims import holm
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    tests = []
+    for family in ("k9-k10 target", "k11-k12 never trained"):
+        rows = []
+        for (fam, a, b), d in diffs.items():
+            if fam == family:
+                t = seed_test(d)
+                rows.append({"family": family, "a": a, "b": b, "mean_diff": t.mean, "p_seeds": t.p, "interval": [t.low, t.high],
+                             "primary": "seeds", "strongest_baseline": "rlve"})
+        for row, adjusted in zip(rows, holm([r["p_seeds"] for r in rows])):
+            row["p_seeds_holm"] = adjusted
+        tests += rows
+    arms = {arm: {"beyond": {str(s): mean / 100 for s in range(8)}} for arm, mean in beyond_means.items()}
+    parts = {"bench:grid-walk-target": {"tests": [{"a": "rlve", "b": "fixed", "parts": {k: {"mean": v / 100} for k, v in sizes.items()}}]}}
+    return {"tests": tests, "arms": arms, "parts": parts}
+
+
+def test_the_registered_predictions_are_read_by_their_falsification_rules(tmp_path):
+    strong = [0.08, 0.10, 0.09, 0.12, 0.07, 0.11, 0.10, 0.09]  # every seed + : the smallest sign-flip p, 2/256
+    null = [0.01, -0.02, 0.0, 0.02, -0.01, 0.01, -0.01, 0.0]
+    diffs = {("k9-k10 target", "learnability", "fixed"): null, ("k9-k10 target", "learnability", "rlve"): [-d for d in strong],
+             ("k9-k10 target", "rlve", "fixed"): strong, ("k9-k10 target", "learnability", "learnability-instances"): strong,
+             ("k11-k12 never trained", "learnability", "fixed"): null, ("k11-k12 never trained", "rlve", "fixed"): null}
+    sizes = {"size=3": 10.0, "size=4": 10.0, "size=5": 8.0, "size=6": 10.0, "size=7": 10.0}  # 3x3 + 4x4: 20 of 48 points
+    script = [sys.executable, str(REPO / "bench/frontier_seeds_verdicts.py")]
+
+    def run(report: dict) -> tuple[dict[str, str], str]:
+        path = tmp_path / "steps.json"
+        path.write_text(json.dumps(report))
+        done = subprocess.run(script + [str(path)], capture_output=True, text=True, env={**os.environ, "COLUMNS": "300"})
+        assert done.returncode == 0, done.stdout + done.stderr
+        held = {line.split("│")[1].strip(): line.split("│")[3].strip() for line in done.stdout.splitlines()
+                if line.startswith("│ P")}
+        return held, done.stdout
+
+    held, out = run(_steps_report(diffs, {"fixed": 0.5, "rlve": 1.5, "learnability": 0.0}, sizes))
+    assert held == {"P1": "held", "P2": "held", "P3": "held", "P4": "held", "P5": "held"}, out
+    assert "3x3+4x4 share 42%" in out
+    # rlve's difference from the small grids (3x3 + 4x4 = 40 of 48 points > two thirds): P3 falsified by its second clause
+    held, out = run(_steps_report(diffs, {"fixed": 0.5}, {**sizes, "size=3": 30.0, "size=4": 10.0, "size=5": 0.0, "size=6": 4.0, "size=7": 4.0}))
+    assert held["P3"] == "FALSIFIED" and "3x3+4x4 share 83%" in out
+    # an arm above 2% on the never-trained lengths, and B beating A there, each falsify P5; learnability beating fixed, P1
+    held, _ = run(_steps_report({**diffs, ("k11-k12 never trained", "rlve", "fixed"): [-d for d in strong]}, {"fixed": 0.5}, sizes))
+    assert held["P5"] == "FALSIFIED" and held["P1"] == "held"
+    held, _ = run(_steps_report({**diffs, ("k9-k10 target", "learnability", "fixed"): strong}, {"fixed": 2.5}, sizes))
+    assert held["P5"] == "FALSIFIED" and held["P1"] == "FALSIFIED"
+    # the walk-level analysis (--primary instances) is refused: the registered test is the seed-level one
+    report = _steps_report(diffs, {"fixed": 0.5}, sizes)
+    report["tests"][0]["primary"] = "instances"
+    (tmp_path / "steps.json").write_text(json.dumps(report))
+    done = subprocess.run(script + [str(tmp_path / "steps.json")], capture_output=True, text=True)
+    assert done.returncode != 0 and "--primary seeds" in done.stderr
