@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).parent))
-from llm_engineer_claims import arm_runs, family, rate, tests_table, verdicts  # noqa: E402
+from llm_engineer_claims import LAST_ROUND_KEPT, arm_runs, export_runs, family, rate, tests_table, verdicts  # noqa: E402
 
 from envengineer.fileio import read_jsonl, write_text  # noqa: E402
 from envengineer.store.rundir import RunDir, Step  # noqa: E402
@@ -41,7 +41,6 @@ TARGET, BEYOND, VALIDATION = "bench:grid-walk-target", "bench:grid-walk-beyond",
 #: what --export keeps of a finished run: what this script reads, without checkpoints and training records
 KEPT = ("run.yaml", "history.jsonl", "round-*/config.yaml", "round-*/eval/summary.json", "round-*/bench/*/summary.json",
         "round-*/train/signal.json")
-LAST_ROUND_KEPT = ("eval/verdicts.jsonl", "bench/*/verdicts.jsonl", "bench/*/responses.jsonl")
 CHECKED = "never-trained-check.json"  # an exported run's never-trained counts, made from its training records
 ENGINEER, SHARES, FIXED = "learnability", "learnability-shares", "fixed"
 STRONGEST = "strongest"  # in --tests: the strongest baseline on that target
@@ -313,28 +312,16 @@ def plot(results: list[dict[str, Any]], folder: Path) -> list[Path]:
 
 
 def export(output: Path, folder: Path, beyond: set[str]) -> int:
-    """Copy each finished run of ``output`` (every round through round_end) into ``folder``/<arm>/seed-N with what this
-    script reads (KEPT, and the last round's verdicts and answers), and its never-trained counts (CHECKED): a chunk of
-    the comparison kept in the repository, small enough to commit. Returns the runs exported."""
-    import shutil
+    """Copy each finished run of ``output`` into ``folder``/<arm>/seed-N with what this script reads (KEPT, and the
+    last round's verdicts and answers) and its never-trained counts (CHECKED), made from the training records left
+    out: a chunk of the comparison kept in the repository. Returns the runs exported."""
+    from envengineer.fileio import write_json
 
-    from envengineer.fileio import read_yaml, write_json
+    def counts(run: Path, target: Path) -> None:
+        read, hits, groups = untrained(run, beyond)
+        write_json(target / CHECKED, {"records": read, "in_never_trained": hits, "groups": groups})
 
-    count = 0
-    for arm, seeds in arm_runs(output).items():
-        for seed, run in seeds.items():
-            rounds = int(read_yaml(run / "run.yaml")["rounds"])
-            if not RunDir(run).done(Step.ROUND_END, rounds - 1):
-                continue
-            target = folder / arm / f"seed-{seed}"
-            for pattern in KEPT + tuple(f"round-{rounds - 1:02d}/{p}" for p in LAST_ROUND_KEPT):
-                for path in run.glob(pattern):
-                    (target / path.relative_to(run)).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(path, target / path.relative_to(run))
-            read, hits, groups = untrained(run, beyond)
-            write_json(target / CHECKED, {"records": read, "in_never_trained": hits, "groups": groups})
-            count += 1
-    return count
+    return export_runs(output, folder, KEPT, LAST_ROUND_KEPT, extra=counts)
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 from rich.table import Table
@@ -68,6 +68,43 @@ def arm_runs(output: Path) -> dict[str, dict[int, Path]]:
         if seeds:
             arms[arm.name] = dict(sorted(seeds.items()))
     return arms
+
+
+#: what --export keeps of a finished run: its config, history, each round's config, evaluation summaries and
+#: engineer folder (prompt, reply, proposal, projection, calls), not its checkpoints or training records
+KEPT = ("run.yaml", "history.jsonl", "round-*/config.yaml", "round-*/eval/summary.json", "round-*/bench/*/summary.json",
+        "round-*/train/signal.json", "round-*/engineer/*")
+#: and of its last round, the verdicts and answers the tests read
+LAST_ROUND_KEPT = ("eval/verdicts.jsonl", "bench/*/verdicts.jsonl", "bench/*/responses.jsonl")
+
+
+def export_runs(output: Path, folder: Path, kept: tuple[str, ...] = KEPT, last_round_kept: tuple[str, ...] = LAST_ROUND_KEPT,
+                extra: Callable[[Path, Path], None] | None = None) -> int:
+    """Copy each finished run of ``output`` (every round through round_end) into ``folder``/<arm>/seed-N with the
+    files ``kept`` names (globs under the run) and ``last_round_kept`` names under its last round; ``extra(run,
+    target)`` adds what a caller derives from what is left out. A suite's results kept in the repository, small
+    enough to commit (``tar -cJf``), from which this script and bench/frontier_steps.py remake every table. Returns
+    the runs exported."""
+    import shutil
+
+    from envengineer.fileio import read_yaml
+
+    count = 0
+    for arm, seeds in arm_runs(output).items():
+        for seed, run in seeds.items():
+            rounds = int(read_yaml(run / "run.yaml")["rounds"])
+            if not RunDir(run).done(Step.ROUND_END, rounds - 1):
+                continue
+            target = folder / arm / f"seed-{seed}"
+            for pattern in kept + tuple(f"round-{rounds - 1:02d}/{p}" for p in last_round_kept):
+                for path in run.glob(pattern):
+                    if path.is_file():
+                        (target / path.relative_to(run)).parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copyfile(path, target / path.relative_to(run))
+            if extra is not None:
+                extra(run, target)
+            count += 1
+    return count
 
 
 def compare(a: dict[int, dict[str, dict[str, bool]]], b: dict[int, dict[str, dict[str, bool]]]) -> dict[str, Any]:
@@ -147,6 +184,8 @@ def main() -> None:
     parser.add_argument("--primary", default="eval", help="eval (validation) or bench:NAME")
     parser.add_argument("--secondary", default=None, help="another outcome reported the same way, not tested")
     parser.add_argument("--rule-arms", nargs="+", default=["learnability", "heuristic"], help="the rule-based arms")
+    parser.add_argument("--export", type=Path, default=None, help="also copy the finished runs' figures and engineer folders (no "
+                        "checkpoints, no training records) into EXPORT/<suite folder name>/, for an archive the tables are remade from")
     args = parser.parse_args()
     console = Console(width=None if sys.stdout.isatty() else 150)
     runs = arm_runs(args.output)
@@ -183,6 +222,9 @@ def main() -> None:
     console.print(tests_table(rows, "pre-registered tests: paired sign test over instances, pooled over seeds, Holm within the family"))
     write_text(args.output / "claims.json", json.dumps(result, indent=2, default=str) + "\n")
     console.print(f"wrote {args.output / 'claims.json'}")
+    if args.export:
+        n = export_runs(args.output, args.export / args.output.name)
+        console.print(f"exported {n} finished runs of {args.output} to {args.export / args.output.name}")
 
 
 if __name__ == "__main__":

@@ -117,6 +117,16 @@ def test_the_check_reads_every_training_record_and_fails_on_a_never_trained_walk
     again = json.loads((exported / "out/steps.json").read_text())
     assert done.returncode == 0 and again["untrained"] == report["untrained"] and again["tests"] == report["tests"]
     assert {a: e["target"] for a, e in again["arms"].items()} == {a: e["target"] for a, e in report["arms"].items()}
+    # the claims bench keeps the engineer folders too (the LLM pages' restate and fallback counts are read from them)
+    claims = [sys.executable, str(REPO / "bench/llm_engineer_claims.py"), "--primary", "bench:grid-walk-target", "--export"]
+    done = subprocess.run(claims + [str(tmp_path / "claims"), str(out)], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0 and "exported 2 finished runs" in done.stdout, done.stdout + done.stderr
+    kept = tmp_path / "claims" / "out" / "learnability" / "seed-4"
+    assert (kept / "round-00/engineer/response.md").read_text() == (out / "learnability/seed-4/round-00/engineer/response.md").read_text()
+    assert not list(kept.rglob("train.jsonl")) and not list(kept.rglob("*.safetensors")) and (kept / "round-01/eval/verdicts.jsonl").is_file()
+    done = subprocess.run(claims[:-1] + [str(tmp_path / "claims" / "out")], capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads((tmp_path / "claims/out/claims.json").read_text())["arms"] == json.loads((out / "claims.json").read_text())["arms"]
     # a walk of a never-trained length in any round's training records fails the check
     from envengineer.tasks.gridwalk.walk import make_record
 
