@@ -13,7 +13,8 @@ scoring.score_runs`: each proposal parsed, projected and scored for the round's 
 scored as ``fixed``) on every recorded round of the runs given:
 
 - the rule engineers ``fixed``, ``learnability``, ``rlve`` and ``inverted``, one proposal a round (deterministic);
-- per model and interface (``config``, ``changes``, ``decisions``: docs/engineers.md#interfaces), the
+- per model and interface (``config``, ``changes``, ``decisions``, ``decisions-read`` for decisions with
+  ``read_first``: docs/engineers.md#interfaces), the
   ``openai-compatible`` engineer against ``envengineer serve MODEL --server llama.cpp`` (started here, one per model),
   structured, the analysis bounded by ``--analysis-chars``, decoded three ways: ``greedy`` (temperature 0, one
   proposal a round), ``sampled`` (temperature ``--temperature``, ``--samples`` proposals a round, each request
@@ -44,6 +45,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from design_step import start_server  # noqa: E402  (bench/design_step.py, beside this file)
+from served_replies import interface_options  # noqa: E402  (decisions-read: the decisions interface with read_first)
 
 RULES = ("fixed", "learnability", "rlve", "inverted")
 #: parameters of each model (embedding included), for the curve's x axis
@@ -68,7 +70,7 @@ def engineer_file(folder: Path, label: str, section: dict[str, Any]) -> str:
 
 
 def llm_section(model: str, url: str, interface: str, decoding: str, args: argparse.Namespace) -> dict[str, Any]:
-    served = {"name": "openai-compatible", "model": model, "base_url": url + "/v1", "structured": True, "interface": interface,
+    served = {"name": "openai-compatible", "model": model, "base_url": url + "/v1", "structured": True, **interface_options(interface),
               "analysis_chars": args.analysis_chars, "max_tokens": args.max_tokens, "timeout": 1800.0, "max_retries": 0,
               "temperature": 0.0 if decoding == "greedy" else args.temperature, "seed": 0}
     if decoding == "critic":
@@ -236,7 +238,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", action="append", default=[], help="a recorded run (the same for every engineer); repeat")
     parser.add_argument("--models", default="smollm2-135m-instruct,qwen2.5-coder-0.5b-instruct,qwen2.5-coder-1.5b-instruct")
-    parser.add_argument("--interfaces", default="config,changes,decisions")
+    parser.add_argument("--interfaces", default="config,changes,decisions",
+                        help="config, changes, decisions and/or decisions-read (decisions with read_first)")
     parser.add_argument("--decodings", default="greedy,sampled,critic", help="greedy, sampled (--samples proposals) and/or critic")
     parser.add_argument("--samples", type=int, default=2, help="K: proposals a round when sampled; replies the critic chooses among")
     parser.add_argument("--temperature", type=float, default=0.7)

@@ -19,7 +19,7 @@ Results go line by line to a JSONL file (resumable: cells already there are skip
 (model, task, preset, interface).
 
     python bench/served_replies.py --model qwen2.5-coder-0.5b-instruct --run /tmp/sim-gw --run /tmp/sim-run \\
-        --rounds 0,1,2 --presets V1,V4,V6 --interfaces config,changes,decisions --output bench/results/served_replies.jsonl
+        --rounds 0,1,2 --presets V1,V4,V6 --interfaces config,changes,decisions,decisions-read --output bench/results/served_replies.jsonl
     python bench/served_replies.py --report bench/results/served_replies.jsonl --markdown out.md
 """
 
@@ -37,6 +37,28 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from design_step import start_server  # noqa: E402  (bench/design_step.py, beside this file)
+
+
+#: the bench's interface names: the engineer's ``interface`` values, and ``decisions-read`` for the decisions
+#: interface with ``read_first`` (each group's success read off the evidence before its words)
+READ_FIRST = "decisions-read"
+
+
+def interface_options(name: str) -> dict[str, Any]:
+    """The engineer options of one of the bench's interface names."""
+    return {"interface": "decisions", "read_first": True} if name == READ_FIRST else {"interface": name}
+
+
+def readings(text: str) -> dict[str, int]:
+    """Each group's success as the model read it off the evidence (``read_first``: "k3 (read 98%): harder, ...";
+    ``all`` for a task without groups)."""
+    import re
+
+    decided = (text.rsplit("Decisions:", 1)[-1] if "Decisions:" in text else "").lstrip(" ").split("\n")[0]
+    whole = re.fullmatch(r"\w+ \(read (\d+)%\)", decided)  # a task without groups: one decision
+    if whole:
+        return {"all": int(whole.group(1))}
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"(?:^|; )([^;:()\s]+) \(read (\d+)%\): ", decided)}
 
 
 def directions(request: Any, config: Any, low: float, high: float) -> dict[str, dict[str, Any]]:
@@ -100,7 +122,7 @@ def run(args: argparse.Namespace) -> None:
                 evidence = load_evidence(run_dir, rnd, registry)
                 request = build_request(evidence, registry, {"preset": preset, "order": args.order})
                 engineer = registry.create("engineer", "openai-compatible", {
-                    "model": args.model, "base_url": url + "/v1", "structured": True, "interface": interface,
+                    "model": args.model, "base_url": url + "/v1", "structured": True, **interface_options(interface),
                     "max_tokens": args.max_tokens, "analysis_chars": args.analysis_chars, "temperature": 0.0, "timeout": 1800.0, "max_retries": 0, "api_key_env": None,
                 })
                 step_dir = Path(args.steps) / f"{args.model}-{Path(run_dir).name}-r{rnd}-{preset}-{interface}-{args.order}"
@@ -118,6 +140,10 @@ def run(args: argparse.Namespace) -> None:
                     "groups": {} if outcome.fallback else directions(request, outcome.config, args.low, args.high),
                     "replies": [r.text for r in outcome.replies],
                 }
+                read = {} if outcome.fallback else readings(outcome.replies[-1].text)
+                for group, pct in read.items():  # the reading beside the evidence's p (read_first)
+                    if group in record["groups"]:
+                        record["groups"][group]["read_pct"] = pct
                 with out.open("a") as handle:
                     handle.write(json.dumps(record) + "\n")
                 verdicts = defaultdict(int)
@@ -140,8 +166,8 @@ def report(path: str, markdown: str | None) -> str:
         rows[(r["model"], r["task"], r["preset"], r["interface"])].append(r)
         rows[(r["model"], "all", "", r["interface"])].append(r)
     head = ["model", "task", "preset", "interface", "steps", "applied", "re-asked, applied", "fallback", "restated",
-            "to move: toward", "to move: against", "to move: still", "frontier: kept", "frontier: moved", "prompt tok",
-            "new tok", "s/step"]
+            "to move: toward", "to move: against", "to move: still", "frontier: kept", "frontier: moved",
+            "|read − p| (points)", "prompt tok", "new tok", "s/step"]
     table = Table(*head, title=f"served engineers' design steps ({len(records)} steps)")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in sorted(rows, key=lambda k: (k[0], k[1] == "all", k)):
@@ -152,9 +178,10 @@ def report(path: str, markdown: str | None) -> str:
                 verdicts[verdict(g["wanted"], g["moved"])] += 1
         calls = [c for r in rs for c in r["calls"]]
         mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
+        misread = [abs(g["read_pct"] - 100 * g["p"]) for r in rs for g in r["groups"].values() if "read_pct" in g]
         cells = [*key, len(rs), sum(r["outcome"] == "applied" for r in rs), sum(r["outcome"] == "re-asked, then applied" for r in rs),
                  sum(r["outcome"] == "fallback" for r in rs), sum(r["restated"] for r in rs), verdicts["toward"], verdicts["against"],
-                 verdicts["still"], verdicts["kept"], verdicts["moved"], round(mean([(c["usage"] or {}).get("prompt_tokens", 0) for c in calls])),
+                 verdicts["still"], verdicts["kept"], verdicts["moved"], f"{mean(misread):.1f}" if misread else "—", round(mean([(c["usage"] or {}).get("prompt_tokens", 0) for c in calls])),
                  round(mean([(c["usage"] or {}).get("completion_tokens", 0) for c in calls])), round(mean([r["seconds"] for r in rs]), 1)]
         lines.append("| " + " | ".join(str(x) for x in cells) + " |")
         table.add_row(*(str(x) for x in cells))
@@ -171,7 +198,8 @@ def main() -> None:
     p.add_argument("--run", action="append", default=None, help="a recorded run directory (repeatable)")
     p.add_argument("--rounds", default="0,1,2", type=lambda s: [int(x) for x in s.split(",")])
     p.add_argument("--presets", default="V6", type=lambda s: s.split(","))
-    p.add_argument("--interfaces", default="config,changes,decisions", type=lambda s: s.split(","))
+    p.add_argument("--interfaces", default="config,changes,decisions", type=lambda s: s.split(","),
+                   help=f"config, changes, decisions and/or {READ_FIRST} (decisions with read_first)")
     p.add_argument("--order", default="stable-first", choices=("paper", "stable-first"))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--ctx", type=int, default=8192)

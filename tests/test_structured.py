@@ -372,6 +372,54 @@ def test_the_decisions_interface_turns_words_into_knob_moves(name, registry, gri
     assert "Decisions: k9: easier, budget more; k3: harder, budget less" in (tmp_path / "response.md").read_text()
 
 
+@pytest.mark.parametrize("name", ["openai-compatible", "gemini"])
+def test_read_first_decisions_hold_every_group_with_its_reading_before_its_words(name, registry, gridwalk, fake_llm, monkeypatch,
+                                                                                  tmp_path):
+    """read_first: "decisions" is an object with every group in the config's order, each its success rate read off
+    the evidence (success_pct, 0-100) before difficulty and budget; required, so keep/same is written, not left out.
+    The server checks the reply against that schema (strict), the words move the knobs as the list form's do, and
+    response.md records each reading beside its decision."""
+    groups = [f"k{k}" for k in range(3, 11)]
+    words = {"k3": ("harder", "less"), "k9": ("easier", "more")}
+    reply = {"analysis": "k3 is solved, k9 never succeeds.",
+             "decisions": {g: {"success_pct": {"k3": 98, "k9": 0}.get(g, 40), "difficulty": words.get(g, ("keep", "same"))[0],
+                               "budget": words.get(g, ("keep", "same"))[1]} for g in groups}}
+    fake_llm.script = [fake_llm.Step(json.dumps(reply))]
+    if name == "gemini":
+        monkeypatch.setenv("GEMINI_API_KEY", KEY)
+    request, outcome = _interface_step(name, registry, gridwalk, fake_llm, tmp_path, interface="decisions", read_first=True,
+                                       decision_step=0.25)
+    body = fake_llm.requests[0]["body"]
+    schema = (body["response_format"]["json_schema"]["schema"] if name == "openai-compatible"
+              else body["generationConfig"]["responseJsonSchema"])
+    decided = schema["properties"]["decisions"]
+    assert list(decided["properties"]) == groups and decided["required"] == groups
+    assert list(decided["properties"]["k5"]["properties"]) == ["success_pct", "difficulty", "budget"]
+    assert decided["properties"]["k5"]["properties"]["success_pct"] == {
+        "type": "integer", "minimum": 0, "maximum": 100, "description": "this group's success rate in percent, as the evidence shows it"}
+    sent = json.dumps(body)
+    assert "first its success rate in percent as the evidence above shows it" in sent
+    before, after = request.current_config.groups, outcome.config.groups
+    assert after["k9"].size < before["k9"].size and after["k3"].size > before["k3"].size
+    assert after["k9"].ratio > before["k9"].ratio and after["k3"].ratio < before["k3"].ratio
+    assert all(after[g].size == before[g].size for g in before if g not in ("k3", "k9"))
+    assert "Decisions: k3 (read 98%): harder, budget less; k4 (read 40%): keep, budget same" in (tmp_path / "response.md").read_text()
+
+
+def test_read_first_is_the_decisions_interfaces_option(registry, flat_arith):
+    """read_first with another interface is refused by name; on a task without a knob table the reply is one object,
+    its reading then its word."""
+    from envengineer.design.structured import decided_config, decisions_schema
+
+    with pytest.raises(ConfigError, match="read_first: the decisions interface's option"):
+        registry.create("engineer", "openai-compatible", {"model": "served", "base_url": "http://127.0.0.1:1/v1", "structured": True,
+                                                          "interface": "changes", "read_first": True})
+    schema = decisions_schema(flat_arith, flat_arith.default_config(), read_first=True)
+    assert list(schema["properties"]["decisions"]["properties"]) == ["success_pct", "difficulty"]
+    config, problem, lines = decided_config({"success_pct": 95, "difficulty": "harder"}, flat_arith, flat_arith.config_model(terms=4))
+    assert problem is None and config == {"terms": 5} and lines == ["harder (read 95%)"]
+
+
 def test_decisions_schema_offers_the_words_the_task_can_act_on(registry, gridwalk):
     from envengineer.design.structured import decisions_schema
 
@@ -397,7 +445,8 @@ def test_decisions_on_a_task_without_groups_move_its_one_set_of_knobs(flat_arith
 
 
 @pytest.mark.parametrize("decisions, problem", [
-    ({"k9": "harder"}, "must be a list"),
+    ({"k9": "harder"}, "the decision of k9 must be an object"),
+    ("harder", "must be a list"),
     ([{"group": "k99", "difficulty": "harder"}], "decision 1 names no group"),
     ([{"group": "k9", "difficulty": "harder"}, {"group": "k9", "budget": "more"}], "decides on k9 twice"),
     ([{"group": "k9", "difficulty": "much harder"}], "difficulty is one of"),
@@ -583,7 +632,7 @@ def test_the_checkpoint_engineer_samples_by_the_requests_seed_and_answers_a_forc
     assert reply.calls[0]["structured"].startswith("fenced block grammar")
 
 
-@pytest.mark.parametrize("interface", ["changes", "decisions"])
+@pytest.mark.parametrize("interface", ["changes", "decisions", "decisions-read-first"])
 def test_the_checkpoint_engineer_answers_in_every_interface(interface, registry, gridwalk, tiny_models, tmp_path):
     """interface changes/decisions on the in-process engineers: transformers forces the whole reply as JSON under the
     interface's schema (no free analysis first; the analysis bounded at 400 characters when analysis_chars is null), so
@@ -596,15 +645,17 @@ def test_the_checkpoint_engineer_answers_in_every_interface(interface, registry,
                                    chars='abcdefghijklmnopqrstuvwxyz0123456789{}[]":,.-_ `\n')
     from envengineer.api import ConfigError
 
+    read_first = interface == "decisions-read-first"
+    interface = "decisions" if read_first else interface
     with pytest.raises(ConfigError, match="set structured: true"):
         registry.create("engineer", "checkpoint", {"interface": interface})
     engineer = registry.create("engineer", "checkpoint", {"backend": "transformers", "structured": True, "interface": interface,
-                                                          "temperature": 1.0, "model_path": str(model)})
+                                                          "temperature": 1.0, "model_path": str(model), "read_first": read_first})
     request = _request(gridwalk)
     reply = engineer.propose(request)
     raw = reply.calls[0]
     assert raw["structured"].startswith("fenced block grammar") and raw["usage"]["analysis_tokens"] == 0
-    schema, _ = interface_schema(interface, gridwalk, request.current_config, WHOLE_ANALYSIS_CHARS)
+    schema, _ = interface_schema(interface, gridwalk, request.current_config, WHOLE_ANALYSIS_CHARS, read_first=read_first)
     assert raw["usage"]["block_token_limit"] == block_token_limit(schema)
     # the reply is the free-text form of that interface's object, or says why the object could not be used
     if reply.problem is None:

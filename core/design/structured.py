@@ -61,6 +61,12 @@ DECISIONS_INSTRUCTION = (
     "groups you change: for each, whether its instances get harder or easier, and whether it gets more or less of the "
     "training budget; a group you leave out stays as it is, and an empty list keeps the configuration."
 )
+#: The ``decisions`` interface with ``read_first``: every group, its success read off the evidence before its words.
+DECISIONS_READ_INSTRUCTION = (
+    "Answer with one JSON object under the given schema: \"analysis\" holds your analysis, \"decisions\" holds every "
+    "group in order: first its success rate in percent as the evidence above shows it, then whether its instances get "
+    "harder or easier (or keep), and whether it gets more or less of the training budget (or the same)."
+)
 #: The reply shapes a structured engineer asks for (the LLM engineers' ``interface`` option): ``config``, the whole
 #: next configuration (every knob of every group, required); ``changes``, a list of (group, knob, new value);
 #: ``decisions``, a list of (group, harder/easier/keep, more/less/same) that :func:`decided_config` turns into moves.
@@ -90,12 +96,19 @@ class InterfaceOptions(BaseModel):
                                  "difficulty knob, as a fraction of its declared range (at least one of its steps)")
     decision_factor: float = Field(1.5, gt=1, le=10, description="interface decisions: more/less multiplies/divides the "
                                    "group's budget share by this (then the shares are renormalised)")
+    read_first: bool = Field(False, description="interface decisions: the reply holds every group, in the config's order, "
+                             "each with its success rate in percent read off the evidence (success_pct) before its words, "
+                             "so a small model decides right after the figure it decides on; the readings are recorded "
+                             "beside the decisions")
 
     @model_validator(mode="after")
     def _interface_is_structured(self) -> "InterfaceOptions":
         if self.interface != "config" and not getattr(self, "structured", False):
             raise ValueError(f"interface: {self.interface} is a structured reply shape; set structured: true (free text "
                              "already asks for only the fields that change)")
+        if self.read_first and self.interface != "decisions":
+            raise ValueError(f"read_first: the decisions interface's option (each group's reading before its words); "
+                             f"interface is {self.interface}")
         return self
 
     def reply_shape(self, request: Any, analysis_chars: int | None = None) -> tuple[dict[str, Any], list[dict[str, str]], Any]:
@@ -103,7 +116,7 @@ class InterfaceOptions(BaseModel):
         makes a ``decisions`` reply a config (:func:`decided_config` bound to the request); ``analysis_chars``: the bound
         to use where the option is null. Raises ValueError for a task the interface cannot serve."""
         schema, instruction = interface_schema(self.interface, request.generator, request.current_config,
-                                               self.analysis_chars or analysis_chars)
+                                               self.analysis_chars or analysis_chars, read_first=self.read_first)
         decide = functools.partial(decided_config, generator=request.generator, current=request.current_config,
                                    step=self.decision_step, factor=self.decision_factor)
         return schema, with_instruction(request.messages, instruction), decide
@@ -303,18 +316,31 @@ def _decision_fields(generator: Any) -> dict[str, dict[str, Any]]:
     return fields
 
 
-def decisions_schema(generator: Any, current: Any = None, analysis_chars: int | None = None) -> dict[str, Any]:
+def decisions_schema(generator: Any, current: Any = None, analysis_chars: int | None = None, *,
+                     read_first: bool = False) -> dict[str, Any]:
     """The ``decisions`` interface's reply schema: ``{"analysis": str, "decisions": [{"group": g, "difficulty":
     harder|easier|keep, "budget": more|less|same}, ...]}`` over the groups :func:`config_schema` lists (a task without
     a knob table: at most one decision, without ``group`` and ``budget``). Words a small model can choose among;
-    :func:`decided_config` makes them knob moves. Raises ``ValueError`` when the task declares no difficulty or share
-    knob (nothing a word could move)."""
+    :func:`decided_config` makes them knob moves. ``read_first``: ``"decisions"`` is an object holding every group in
+    the config's order, each ``{"success_pct": 0-100, "difficulty": ..., "budget": ...}`` (a task without a knob table:
+    one such object), the reading of the evidence before the words. Raises ``ValueError`` when the task declares no
+    difficulty or share knob (nothing a word could move)."""
     fields = _decision_fields(generator)
     name = getattr(generator, "name", type(generator).__name__)
     if not fields:
         raise ValueError(f"task {name!r} declares no difficulty knob (harder up or down) and no share, so a decision "
                          "has nothing to move")
     table = generator.knob_table
+    if read_first:
+        read = {"success_pct": {"type": "integer", "minimum": 0, "maximum": 100,
+                                "description": "this group's success rate in percent, as the evidence shows it"}}
+        if table is None:
+            decided = _closed({**read, **fields}, "the success rate read off the evidence, then the decision")
+        else:
+            groups = list(config_schema(generator, current)["properties"][table]["properties"])
+            decided = _closed({g: _closed({**read, **fields}) for g in groups},
+                              "every group in order: its success rate read off the evidence, then its decision")
+        return _closed({"analysis": analysis_field(analysis_chars), "decisions": decided})
     if table is None:
         item, most = _closed(fields), 1
     else:
@@ -334,9 +360,22 @@ def decided_config(decisions: Any, generator: Any, current: Any, *, step: float 
     ``factor`` (the projection renormalises the shares); ``keep``/``same`` and groups left out move nothing."""
     from envengineer.components.knobs import WHOLE, snap, toward
 
+    table = generator.knob_table
+    readings: dict[int, Any] = {}
+    if isinstance(decisions, dict):  # read_first: every group (or the one decision) with its reading first
+        if table is None:
+            decisions = [decisions]
+        else:
+            items = []
+            for group, decision in decisions.items():
+                if not isinstance(decision, dict):
+                    return None, f"the decision of {group} must be an object", []
+                items.append({"group": group, **decision})
+            decisions = items
+        for i, decision in enumerate(decisions):
+            readings[i] = decision.get("success_pct") if isinstance(decision, dict) else None
     if not isinstance(decisions, list):
         return None, "the structured reply's \"decisions\" must be a list", []
-    table = generator.knob_table
     rows = generator.knob_rows(current)
     knobs = {k.name: k for k in generator.knobs}
     values: dict[str, dict[str, Any]] = {}
@@ -362,19 +401,21 @@ def decided_config(decisions: Any, generator: Any, current: Any, *, step: float 
             elif not knob.share and knob.harder != "none" and difficulty != "keep":
                 moved[name] = toward(knob, float(value), difficulty == "harder", max(step * (knob.high - knob.low), knob.step))
         values[group] = moved
-        lines.append(f"{group}: {difficulty}, budget {budget}" if table is not None else f"{difficulty}")
+        read = f" (read {readings[i]}%)" if readings.get(i) is not None else ""
+        lines.append(f"{group}{read}: {difficulty}, budget {budget}" if table is not None else f"{difficulty}{read}")
     proposal = generator.knob_proposal({g: v for g, v in values.items() if v})
     return proposal, None, lines
 
 
-def interface_schema(interface: str, generator: Any, current: Any = None, analysis_chars: int | None = None,
-                     ) -> tuple[dict[str, Any], str]:
+def interface_schema(interface: str, generator: Any, current: Any = None, analysis_chars: int | None = None, *,
+                     read_first: bool = False) -> tuple[dict[str, Any], str]:
     """The reply schema and the instruction of ``interface`` (:data:`INTERFACES`); ``analysis_chars``: the
-    analysis's ``maxLength`` (None: unbounded)."""
+    analysis's ``maxLength`` (None: unbounded); ``read_first``: the decisions' form with each group's reading first."""
     if interface == "changes":
         return changes_schema(generator, current, analysis_chars), CHANGES_INSTRUCTION
     if interface == "decisions":
-        return decisions_schema(generator, current, analysis_chars), DECISIONS_INSTRUCTION
+        return (decisions_schema(generator, current, analysis_chars, read_first=read_first),
+                DECISIONS_READ_INSTRUCTION if read_first else DECISIONS_INSTRUCTION)
     if interface == "config":
         return reply_schema(generator, current, analysis_chars), JSON_INSTRUCTION
     raise ValueError(f"unknown interface {interface!r}; known: {', '.join(INTERFACES)}")
