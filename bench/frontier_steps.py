@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).parent))
-from llm_engineer_claims import LAST_ROUND_KEPT, arm_runs, export_runs, family, rate, tests_table, verdicts  # noqa: E402
+from llm_engineer_claims import LAST_ROUND_KEPT, arm_runs, export_runs, family, markdown, rate, tests_table, verdicts  # noqa: E402
 
 from envengineer.fileio import read_jsonl, write_text  # noqa: E402
 from envengineer.store.rundir import RunDir, Step  # noqa: E402
@@ -98,6 +98,15 @@ def pct(values: list[float]) -> str:
     return " ".join(f"{100 * v:.1f}" for v in values)
 
 
+#: every table printed, in order, for --markdown
+SHOWN: list[Table] = []
+
+
+def show(console: Console, table: Table) -> None:
+    console.print(table)
+    SHOWN.append(table)
+
+
 def analyse(output: Path, baselines: list[str], beyond: set[str], console: Console, equal_steps: bool = True,
             tests: list[tuple[str, str]] | None = None, primary: str = "instances") -> dict[str, Any]:
     """The tables and tests of one suite; ``beyond``: the never-trained set's groups; ``tests``: the pairs (A, B) of
@@ -129,8 +138,8 @@ def analyse(output: Path, baselines: list[str], beyond: set[str], console: Conso
         table.add_row(arm, " ".join(map(str, seeds)), pct(list(rates[TARGET].values())), f"{100 * statistics.fmean(rates[TARGET].values()):.1f}",
                       pct(list(rates[BEYOND].values())), f"{100 * statistics.fmean(rates[BEYOND].values()):.1f}", pct(list(val.values())),
                       " ".join(str(k) for k in kept.values()), " ".join(f"{c:.0f}" for c in cpu.values()))
-    console.print(table)
-    console.print(kept_table(result["arms"], output, marks=equal_steps))
+    show(console, table)
+    show(console, kept_table(result["arms"], output, marks=equal_steps))
     check = Table(title="never-trained check: training records read per run, and how many were walks of the never-trained "
                         f"lengths ({', '.join(sorted(beyond))}); passes at 0", title_justify="left")
     for column in ("arm", "records read (per seed)", "in never-trained groups", "groups trained on"):
@@ -138,7 +147,7 @@ def analyse(output: Path, baselines: list[str], beyond: set[str], console: Conso
     for arm, per_seed in result["untrained"].items():
         check.add_row(arm, " ".join(str(c["records"]) for c in per_seed.values()), " ".join(str(c["in_never_trained"]) for c in per_seed.values()),
                       ", ".join(sorted({g for c in per_seed.values() for g in c["groups"]}, key=lambda g: (len(g), g))))
-    console.print(check)
+    show(console, check)
     result["untrained_passes"] = all(c["in_never_trained"] == 0 for per_seed in result["untrained"].values() for c in per_seed.values())
     result["tests"] = []
     for where in (TARGET, BEYOND):
@@ -157,12 +166,12 @@ def analyse(output: Path, baselines: list[str], beyond: set[str], console: Conso
     title = ("pre-registered tests: the sign-flip permutation test over seeds (primary) and the walk-level sign test pooled over "
              "seeds (secondary), Holm within each target's family" if primary == "seeds" else
              "pre-registered tests: paired sign test over instances, pooled over seeds, Holm within each target's family")
-    console.print(tests_table(result["tests"], title, family_column="target"))
+    show(console, tests_table(result["tests"], title, family_column="target"))
     result["parts"] = {}
     for where in (TARGET, BEYOND):
         table, parts = parts_table(where, outcomes[where], result["tests"])
         result["parts"][where] = parts
-        console.print(table)
+        show(console, table)
     write_text(output / "steps.json", json.dumps(result, indent=2, default=str) + "\n")
     console.print(f"wrote {output / 'steps.json'}")
     return result
@@ -338,6 +347,7 @@ def main() -> None:
                         "every seed; the first pre-registration) or seeds (the sign-flip permutation test over the per-seed "
                         "differences, a positive mean; the second)")
     parser.add_argument("--plots", type=Path, default=None, help="write the cost plots into this folder")
+    parser.add_argument("--markdown", type=Path, default=None, help="also write every table, in order, as markdown to this file")
     parser.add_argument("--export", type=Path, default=None, help="copy the finished runs' figures (no checkpoints, no training records; "
                         "their never-trained counts instead) into EXPORT/<suite folder name>/, e.g. bench/results/frontier-steps")
     args = parser.parse_args()
@@ -354,11 +364,14 @@ def main() -> None:
         results.append(analyse(args.secondary, args.baselines, beyond, console, equal_steps=False, tests=tests, primary=args.primary))
     if len(results) == 2:
         table, rows = gap_table(*results)
-        console.print(table)
+        show(console, table)
         if rows:
             console.print(f"P5 holds at every seed: {'yes' if all(r['larger'] for r in rows.values()) else 'no'}")
     if not all(r["untrained_passes"] for r in results):
         console.print("[bold red]the never-trained check failed: a run trained on the never-trained lengths[/]")
+    if args.markdown:
+        write_text(args.markdown, "\n".join(markdown(t) for t in SHOWN))
+        console.print(f"wrote {args.markdown}")
     if args.plots:
         for path in plot(results, args.plots):
             console.print(f"wrote {path}")

@@ -153,6 +153,21 @@ def family(name: str, pairs: list[tuple[str, str]], outcomes: dict[str, dict[int
     return rows
 
 
+def markdown(table: Table) -> str:
+    """A rich table as a markdown table under its title in bold (for a docs page; the cells' markup dropped)."""
+    from rich.text import Text
+
+    def cell(value: Any) -> str:
+        text = value.plain if isinstance(value, Text) else Text.from_markup(str(value)).plain
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    columns = table.columns
+    lines = [f"**{cell(table.title)}**", ""] if table.title else []
+    lines += ["| " + " | ".join(cell(c.header) for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in zip(*(list(c.cells) for c in columns))]
+    return "\n".join(lines) + "\n"
+
+
 def _p(value: float | None) -> str:
     return "—" if value is None else f"{value:.3g}"
 

@@ -94,9 +94,13 @@ def test_the_check_reads_every_training_record_and_fails_on_a_never_trained_walk
     assert [(t["a"], t["b"]) for t in parts["tests"]] == [("learnability", "fixed")]
     assert "grid-walk-target by its parts" in done.stdout and "learnability − fixed" in done.stdout
     # the second pre-registration's family and primary test: the seed-level sign-flip test decides
-    done = subprocess.run(script + ["--primary", "seeds", "--tests", "rlve:fixed", "learnability:strongest", "learnability:fixed"],
+    done = subprocess.run(script + ["--primary", "seeds", "--tests", "rlve:fixed", "learnability:strongest", "learnability:fixed",
+                                    "--markdown", str(tmp_path / "tables.md")],
                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
     assert done.returncode == 0, done.stdout + done.stderr
+    tables = (tmp_path / "tables.md").read_text()  # every printed table, as markdown under its bold title
+    assert tables.count("**") >= 2 * 6 and "| learnability vs fixed |" in tables and "grid-walk-target by its parts" in tables
+    assert "| learnability − fixed |" in tables and "[" not in tables.split("| arm |", 1)[1].split("\n", 1)[0]
     seeds = json.loads((out / "steps.json").read_text())["tests"]
     assert [(t["a"], t["b"], t["primary"]) for t in seeds][:1] == [("learnability", "fixed", "seeds")]  # rlve absent, strongest = fixed
     assert all(t["p_seeds"] is None and "p_seeds_holm" in t for t in seeds)  # one seed: no seed-level test, and no "beats"
