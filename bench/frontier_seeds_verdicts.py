@@ -103,6 +103,7 @@ def verdicts(report: dict[str, Any]) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("steps", type=Path, help="the steps.json bench/frontier_steps.py wrote (run with --primary seeds)")
+    parser.add_argument("--markdown", type=Path, default=None, help="also write the table as markdown here")
     args = parser.parse_args()
     if not args.steps.is_file():
         raise SystemExit(f"{args.steps}: no such file (run bench/frontier_steps.py first)")
@@ -113,6 +114,13 @@ def main() -> None:
     for row in rows:
         table.add_row(row["prediction"], row["claim"], "held" if row["held"] else "FALSIFIED", row["figures"])
     Console(soft_wrap=False).print(table)
+    if args.markdown:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from llm_engineer_claims import markdown
+
+        from envengineer.fileio import write_text
+
+        write_text(args.markdown, markdown(table))
     sys.exit(0)
 
 

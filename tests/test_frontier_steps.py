@@ -189,6 +189,8 @@ def test_the_registered_predictions_are_read_by_their_falsification_rules(tmp_pa
     held, out = run(_steps_report(diffs, {"fixed": 0.5, "rlve": 1.5, "learnability": 0.0}, sizes))
     assert held == {"P1": "held", "P2": "held", "P3": "held", "P4": "held", "P5": "held"}, out
     assert "3x3+4x4 share 42%" in out
+    done = subprocess.run(script + [str(tmp_path / "steps.json"), "--markdown", str(tmp_path / "verdicts.md")], capture_output=True, text=True)
+    assert done.returncode == 0 and "| P3 | rlve beats fixed" in (tmp_path / "verdicts.md").read_text()
     # rlve's difference from the small grids (3x3 + 4x4 = 40 of 48 points > two thirds): P3 falsified by its second clause
     held, out = run(_steps_report(diffs, {"fixed": 0.5}, {**sizes, "size=3": 30.0, "size=4": 10.0, "size=5": 0.0, "size=6": 4.0, "size=7": 4.0}))
     assert held["P3"] == "FALSIFIED" and "3x3+4x4 share 83%" in out
