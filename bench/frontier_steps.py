@@ -285,7 +285,8 @@ def _bench_path(where: str) -> Path:
 
 
 def plot(results: list[dict[str, Any]], folder: Path) -> list[Path]:
-    """The target after each round against cumulative kept prompts and CPU seconds, per arm (mean over seeds)."""
+    """The target after each round against cumulative kept prompts and CPU seconds, per arm (mean over seeds); and
+    each seed's outcome on both targets in every arm, joined across the arms."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -313,6 +314,27 @@ def plot(results: list[dict[str, Any]], folder: Path) -> list[Path]:
         fig.tight_layout()
         path = folder / f"steps-{name}.png"
         folder.mkdir(parents=True, exist_ok=True)
+        with atomic_open(path, "wb", encoding=None) as handle:
+            fig.savefig(handle, format="png", dpi=110)
+        plt.close(fig)
+        written.append(path)
+        # each seed's outcome in every arm, joined across the arms (the pairing the seed-level test uses), both targets
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+        arms = list(result["arms"])
+        for axis, (key, title) in zip(axes, (("target", "grid-walk-target (k9-k10)"), ("beyond", "grid-walk-beyond (k11-k12, never trained)"))):
+            seeds = sorted({s for entry in result["arms"].values() for s in entry[key]}, key=int)
+            for seed in seeds:
+                axis.plot(range(len(arms)), [100 * result["arms"][a][key].get(seed, float("nan")) for a in arms], color="grey",
+                          alpha=0.45, linewidth=0.8, marker="o", markersize=3)
+            means = [100 * statistics.fmean(result["arms"][a][key].values()) for a in arms]
+            axis.scatter(range(len(arms)), means, color="black", marker="_", s=400, zorder=3, label="mean over seeds")
+            axis.set_xticks(range(len(arms)), arms, rotation=25, ha="right", fontsize=8)
+            axis.set_ylabel("greedy valid %")
+            axis.set_title(f"{title}: each seed a line", fontsize=10)
+        axes[0].legend(fontsize=8)
+        fig.suptitle(f"{name}: after the last round, per seed")
+        fig.tight_layout()
+        path = folder / f"seeds-{name}.png"
         with atomic_open(path, "wb", encoding=None) as handle:
             fig.savefig(handle, format="png", dpi=110)
         plt.close(fig)

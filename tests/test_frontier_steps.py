@@ -95,9 +95,10 @@ def test_the_check_reads_every_training_record_and_fails_on_a_never_trained_walk
     assert "grid-walk-target by its parts" in done.stdout and "learnability − fixed" in done.stdout
     # the second pre-registration's family and primary test: the seed-level sign-flip test decides
     done = subprocess.run(script + ["--primary", "seeds", "--tests", "rlve:fixed", "learnability:strongest", "learnability:fixed",
-                                    "--markdown", str(tmp_path / "tables.md")],
+                                    "--markdown", str(tmp_path / "tables.md"), "--plots", str(tmp_path / "plots")],
                           capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
     assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["seeds-out.png", "steps-out.png"]
     tables = (tmp_path / "tables.md").read_text()  # every printed table, as markdown under its bold title
     assert tables.count("**") >= 2 * 6 and "| learnability vs fixed |" in tables and "grid-walk-target by its parts" in tables
     assert "| learnability − fixed |" in tables and "[" not in tables.split("| arm |", 1)[1].split("\n", 1)[0]
