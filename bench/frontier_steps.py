@@ -235,6 +235,22 @@ def parts_table(where: str, outcomes: dict[str, dict[int, dict[str, dict[str, bo
     return table, result
 
 
+def parts_csv(result: dict[str, Any]) -> str:
+    """Every arm's greedy valid rate per seed in every part of both targets (grid size, walk length), one row each."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["target", "arm", "seed", "part", "valid_rate"])
+    for where, parts in result["parts"].items():
+        for arm, per in parts["arms"].items():
+            for part, seeds in per.items():
+                for seed, value in seeds.items():
+                    writer.writerow([where.split(":", 1)[1], arm, seed, part, "" if value is None else f"{value:.4f}"])
+    return out.getvalue()
+
+
 def _family_label(where: str) -> str:
     return {TARGET: "k9-k10 target", BEYOND: "k11-k12 never trained"}[where]
 
@@ -393,7 +409,9 @@ def main() -> None:
         console.print("[bold red]the never-trained check failed: a run trained on the never-trained lengths[/]")
     if args.markdown:
         write_text(args.markdown, "\n".join(markdown(t) for t in SHOWN))
-        console.print(f"wrote {args.markdown}")
+        parts = args.markdown.with_name(args.markdown.stem + "-parts-per-seed.csv")
+        write_text(parts, parts_csv(results[0]))
+        console.print(f"wrote {args.markdown} and {parts}")
     if args.plots:
         for path in plot(results, args.plots):
             console.print(f"wrote {path}")

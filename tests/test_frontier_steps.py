@@ -101,6 +101,8 @@ def test_the_check_reads_every_training_record_and_fails_on_a_never_trained_walk
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["seeds-out.png", "steps-out.png"]
     tables = (tmp_path / "tables.md").read_text()  # every printed table, as markdown under its bold title
     assert tables.count("**") >= 2 * 6 and "| learnability vs fixed |" in tables and "grid-walk-target by its parts" in tables
+    per_seed = (tmp_path / "tables-parts-per-seed.csv").read_text().splitlines()  # each arm, seed and part of both targets
+    assert per_seed[0] == "target,arm,seed,part,valid_rate" and len(per_seed) == 1 + 2 * 2 * 7 and "grid-walk-beyond,learnability,4,k=11," in "\n".join(per_seed)
     assert "| learnability − fixed |" in tables and "[" not in tables.split("| arm |", 1)[1].split("\n", 1)[0]
     seeds = json.loads((out / "steps.json").read_text())["tests"]
     assert [(t["a"], t["b"], t["primary"]) for t in seeds][:1] == [("learnability", "fixed", "seeds")]  # rlve absent, strongest = fixed
