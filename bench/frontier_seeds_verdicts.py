@@ -29,6 +29,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from llm_engineer_claims import markdown  # noqa: E402  (bench/llm_engineer_claims.py, beside this file)
+
+from envengineer.fileio import write_text  # noqa: E402
+
 TARGET, BEYOND = "k9-k10 target", "k11-k12 never trained"
 TARGET_PARTS = "bench:grid-walk-target"
 SMALL_SIZES = ("size=3", "size=4")
@@ -115,11 +120,6 @@ def main() -> None:
         table.add_row(row["prediction"], row["claim"], "held" if row["held"] else "FALSIFIED", row["figures"])
     Console(soft_wrap=False).print(table)
     if args.markdown:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from llm_engineer_claims import markdown
-
-        from envengineer.fileio import write_text
-
         write_text(args.markdown, markdown(table))
     sys.exit(0)
 

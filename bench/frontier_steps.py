@@ -32,15 +32,12 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).parent))
-from llm_engineer_claims import LAST_ROUND_KEPT, arm_runs, export_runs, family, markdown, rate, tests_table, verdicts  # noqa: E402
+from llm_engineer_claims import FIGURES, LAST_ROUND_KEPT, arm_runs, export_runs, family, markdown, rate, tests_table, verdicts  # noqa: E402
 
 from envengineer.fileio import read_jsonl, write_text  # noqa: E402
 from envengineer.store.rundir import RunDir, Step  # noqa: E402
 
 TARGET, BEYOND, VALIDATION = "bench:grid-walk-target", "bench:grid-walk-beyond", "eval"
-#: what --export keeps of a finished run: what this script reads, without checkpoints and training records
-KEPT = ("run.yaml", "history.jsonl", "round-*/config.yaml", "round-*/eval/summary.json", "round-*/bench/*/summary.json",
-        "round-*/train/signal.json")
 CHECKED = "never-trained-check.json"  # an exported run's never-trained counts, made from its training records
 ENGINEER, SHARES, FIXED = "learnability", "learnability-shares", "fixed"
 STRONGEST = "strongest"  # in --tests: the strongest baseline on that target
@@ -359,7 +356,7 @@ def plot(results: list[dict[str, Any]], folder: Path) -> list[Path]:
 
 
 def export(output: Path, folder: Path, beyond: set[str]) -> int:
-    """Copy each finished run of ``output`` into ``folder``/<arm>/seed-N with what this script reads (KEPT, and the
+    """Copy each finished run of ``output`` into ``folder``/<arm>/seed-N with what this script reads (FIGURES, and the
     last round's verdicts and answers) and its never-trained counts (CHECKED), made from the training records left
     out: a chunk of the comparison kept in the repository. Returns the runs exported."""
     from envengineer.fileio import write_json
@@ -368,7 +365,7 @@ def export(output: Path, folder: Path, beyond: set[str]) -> int:
         read, hits, groups = untrained(run, beyond)
         write_json(target / CHECKED, {"records": read, "in_never_trained": hits, "groups": groups})
 
-    return export_runs(output, folder, KEPT, LAST_ROUND_KEPT, extra=counts)
+    return export_runs(output, folder, FIGURES, LAST_ROUND_KEPT, extra=counts)
 
 
 def main() -> None:

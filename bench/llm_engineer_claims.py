@@ -70,40 +70,48 @@ def arm_runs(output: Path) -> dict[str, dict[int, Path]]:
     return arms
 
 
-#: what --export keeps of a finished run: its config, history, each round's config, evaluation summaries and
-#: engineer folder (prompt, reply, proposal, projection, calls), not its checkpoints or training records
-KEPT = ("run.yaml", "history.jsonl", "round-*/config.yaml", "round-*/eval/summary.json", "round-*/bench/*/summary.json",
-        "round-*/train/signal.json", "round-*/engineer/*")
+#: the figures of a finished run an archive keeps: its config, history, each round's config, evaluation summaries and
+#: training signal, not its checkpoints or training records
+FIGURES = ("run.yaml", "history.jsonl", "round-*/config.yaml", "round-*/eval/summary.json", "round-*/bench/*/summary.json",
+           "round-*/train/signal.json")
+#: what --export keeps: the figures and each round's engineer folder (prompt, reply, proposal, projection, calls)
+KEPT = FIGURES + ("round-*/engineer/*",)
 #: and of its last round, the verdicts and answers the tests read
 LAST_ROUND_KEPT = ("eval/verdicts.jsonl", "bench/*/verdicts.jsonl", "bench/*/responses.jsonl")
 
 
-def export_runs(output: Path, folder: Path, kept: tuple[str, ...] = KEPT, last_round_kept: tuple[str, ...] = LAST_ROUND_KEPT,
-                extra: Callable[[Path, Path], None] | None = None) -> int:
-    """Copy each finished run of ``output`` (every round through round_end) into ``folder``/<arm>/seed-N with the
-    files ``kept`` names (globs under the run) and ``last_round_kept`` names under its last round; ``extra(run,
-    target)`` adds what a caller derives from what is left out. A suite's results kept in the repository, small
-    enough to commit (``tar -cJf``), from which this script and bench/frontier_steps.py remake every table. Returns
-    the runs exported."""
+def export_run(run: Path, target: Path, kept: tuple[str, ...] = KEPT, last_round_kept: tuple[str, ...] = LAST_ROUND_KEPT) -> bool:
+    """Copy the files of one run that ``kept`` names (globs under the run) and ``last_round_kept`` names under its
+    last round into ``target``, if the run finished (every round through round_end); True when it was copied."""
     import shutil
 
     from envengineer.fileio import read_yaml
 
+    rounds = int(read_yaml(run / "run.yaml")["rounds"])
+    if not RunDir(run).done(Step.ROUND_END, rounds - 1):
+        return False
+    for pattern in kept + tuple(f"round-{rounds - 1:02d}/{p}" for p in last_round_kept):
+        for path in run.glob(pattern):
+            if path.is_file():
+                (target / path.relative_to(run)).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target / path.relative_to(run))
+    return True
+
+
+def export_runs(output: Path, folder: Path, kept: tuple[str, ...] = KEPT, last_round_kept: tuple[str, ...] = LAST_ROUND_KEPT,
+                extra: Callable[[Path, Path], None] | None = None) -> int:
+    """:func:`export_run` for each run of the suite ``output`` into ``folder``/<arm>/seed-N; ``extra(run, target)``
+    adds what a caller derives from what is left out. A suite's results kept in the repository, small enough to
+    commit (``tar -cJf``), from which this script and bench/frontier_steps.py remake every table. Returns the runs
+    exported."""
     count = 0
     for arm, seeds in arm_runs(output).items():
         for seed, run in seeds.items():
-            rounds = int(read_yaml(run / "run.yaml")["rounds"])
-            if not RunDir(run).done(Step.ROUND_END, rounds - 1):
-                continue
             target = folder / arm / f"seed-{seed}"
-            for pattern in kept + tuple(f"round-{rounds - 1:02d}/{p}" for p in last_round_kept):
-                for path in run.glob(pattern):
-                    if path.is_file():
-                        (target / path.relative_to(run)).parent.mkdir(parents=True, exist_ok=True)
-                        shutil.copyfile(path, target / path.relative_to(run))
-            if extra is not None:
-                extra(run, target)
-            count += 1
+            if export_run(run, target, kept, last_round_kept):
+                if extra is not None:
+                    extra(run, target)
+                count += 1
     return count
 
 

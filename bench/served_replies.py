@@ -49,16 +49,18 @@ def interface_options(name: str) -> dict[str, Any]:
     return {"interface": "decisions", "read_first": True} if name == READ_FIRST else {"interface": name}
 
 
-def readings(text: str) -> dict[str, int]:
-    """Each group's success as the model read it off the evidence (``read_first``: "k3 (read 98%): harder, ...";
-    ``all`` for a task without groups)."""
-    import re
-
-    decided = (text.rsplit("Decisions:", 1)[-1] if "Decisions:" in text else "").lstrip(" ").split("\n")[0]
-    whole = re.fullmatch(r"\w+ \(read (\d+)%\)", decided)  # a task without groups: one decision
-    if whole:
-        return {"all": int(whole.group(1))}
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"(?:^|; )([^;:()\s]+) \(read (\d+)%\): ", decided)}
+def readings(raw: str | None) -> dict[str, int]:
+    """Each group's success as the model read it off the evidence: the ``success_pct`` of a ``read_first`` reply's
+    decisions (``raw``: the structured reply as decoded; ``all`` for a task without groups); none for another form."""
+    try:
+        decided = json.loads(raw or "").get("decisions")
+    except (ValueError, AttributeError):
+        return {}
+    if not isinstance(decided, dict):
+        return {}
+    if "success_pct" in decided:  # a task without groups: one decision
+        decided = {"all": decided}
+    return {g: d["success_pct"] for g, d in decided.items() if isinstance(d, dict) and isinstance(d.get("success_pct"), int)}
 
 
 def directions(request: Any, config: Any, low: float, high: float) -> dict[str, dict[str, Any]]:
@@ -140,7 +142,7 @@ def run(args: argparse.Namespace) -> None:
                     "groups": {} if outcome.fallback else directions(request, outcome.config, args.low, args.high),
                     "replies": [r.text for r in outcome.replies],
                 }
-                read = {} if outcome.fallback else readings(outcome.replies[-1].text)
+                read = {} if outcome.fallback else readings(getattr(outcome.replies[-1], "raw", None))
                 for group, pct in read.items():  # the reading beside the evidence's p (read_first)
                     if group in record["groups"]:
                         record["groups"][group]["read_pct"] = pct

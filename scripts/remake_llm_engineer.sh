@@ -32,10 +32,11 @@ if [ ! -f "$archive/claim-c.tar.xz" ]; then
         --samples 8 --instances 32 --draws 4 --predict 2 --output runs/t2t/claim-c
     mkdir -p "$export_dir/claim-c"
     cp runs/t2t/claim-c/score.json runs/t2t/claim-c/proposals.jsonl "$export_dir/claim-c/"
-    for seed in 0 1; do  # each run's configs, history, summaries and engineer folders, no checkpoints
-        (cd runs/t2t && find "seed-$seed" \( -name run.yaml -o -name history.jsonl -o -name config.yaml -o -name summary.json \
-            -o -path "*/engineer/*" \) -type f -exec cp --parents {} "$export_dir/claim-c/" \;)
-    done
+    # each run as the suites' runs are kept (configs, history, summaries, engineer folders; no checkpoints)
+    python -c 'import sys; from pathlib import Path; sys.path.insert(0, "bench"); from llm_engineer_claims import export_run
+for seed in (0, 1):
+    assert export_run(Path(f"runs/t2t/seed-{seed}"), Path(sys.argv[1]) / f"seed-{seed}"), f"runs/t2t/seed-{seed} did not finish"' \
+        "$export_dir/claim-c"
     tar -cJf "$archive/claim-c.tar.xz" -C "$export_dir" claim-c
 fi
 echo "archived: $(ls "$archive")"

@@ -20,13 +20,16 @@ def _bench():
     return served_replies
 
 
-def test_readings_are_read_from_the_decisions_line_only():
+def test_readings_are_read_from_the_decisions_only():
     bench = _bench()
-    text = ("k3 is solved (read 12%) here.\n\nDecisions: k3 (read 98%): harder, budget less; k10 (read 0%): keep, budget same"
-            "\n\n```yaml\n{\"groups\": {}}\n```\n")
-    assert bench.readings(text) == {"k3": 98, "k10": 0}  # the analysis's own "(read 12%)" is not a reading
-    assert bench.readings("x\n\nDecisions: k3: harder, budget less") == {}  # the list form reads nothing
-    assert bench.readings("x\n\nDecisions: easier (read 5%)\n") == {"all": 5}  # a task without groups
+    raw = json.dumps({"analysis": "k3 is solved (read 12%) here.",
+                      "decisions": {"k3": {"success_pct": 98, "difficulty": "harder", "budget": "less"},
+                                    "k10": {"success_pct": 0, "difficulty": "keep", "budget": "same"}}})
+    assert bench.readings(raw) == {"k3": 98, "k10": 0}  # the analysis's own "(read 12%)" is not a reading
+    listed = json.dumps({"analysis": "", "decisions": [{"group": "k3", "difficulty": "harder", "budget": "less"}]})
+    assert bench.readings(listed) == {}  # the list form reads nothing
+    assert bench.readings(json.dumps({"analysis": "", "decisions": {"success_pct": 5, "difficulty": "easier"}})) == {"all": 5}  # no groups
+    assert bench.readings(None) == {} and bench.readings("not json") == {}
     assert bench.interface_options("decisions-read") == {"interface": "decisions", "read_first": True}
     assert bench.interface_options("changes") == {"interface": "changes"}
 

@@ -124,9 +124,11 @@ class InterfaceOptions(BaseModel):
 
 @dataclass
 class StructuredReply(EngineerReply):
-    """A reply decoded under a schema; ``problem`` says why it holds no proposal (None: it does)."""
+    """A reply decoded under a schema; ``problem`` says why it holds no proposal (None: it does); ``raw``: the reply
+    as decoded, the JSON object ``text`` renders in free-text form."""
 
     problem: str | None = None
+    raw: str | None = None
 
 
 def _knob_fields(generator: Any) -> dict[str, dict[str, Any]]:
@@ -331,20 +333,17 @@ def decisions_schema(generator: Any, current: Any = None, analysis_chars: int | 
         raise ValueError(f"task {name!r} declares no difficulty knob (harder up or down) and no share, so a decision "
                          "has nothing to move")
     table = generator.knob_table
+    groups = list(config_schema(generator, current)["properties"][table]["properties"]) if table is not None else []
     if read_first:
         read = {"success_pct": {"type": "integer", "minimum": 0, "maximum": 100,
                                 "description": "this group's success rate in percent, as the evidence shows it"}}
-        if table is None:
-            decided = _closed({**read, **fields}, "the success rate read off the evidence, then the decision")
-        else:
-            groups = list(config_schema(generator, current)["properties"][table]["properties"])
-            decided = _closed({g: _closed({**read, **fields}) for g in groups},
-                              "every group in order: its success rate read off the evidence, then its decision")
+        decided = (_closed({g: _closed({**read, **fields}) for g in groups},
+                           "every group in order: its success rate read off the evidence, then its decision") if groups
+                   else _closed({**read, **fields}, "the success rate read off the evidence, then the decision"))
         return _closed({"analysis": analysis_field(analysis_chars), "decisions": decided})
     if table is None:
         item, most = _closed(fields), 1
     else:
-        groups = list(config_schema(generator, current)["properties"][table]["properties"])
         item, most = _closed({"group": {"type": "string", "enum": groups}, **fields}), len(groups)
     decisions = {"type": "array", "items": item, "maxItems": most,
                  "description": "only the groups you change, each once; [] keeps the configuration"}
@@ -361,19 +360,14 @@ def decided_config(decisions: Any, generator: Any, current: Any, *, step: float 
     from envengineer.components.knobs import WHOLE, snap, toward
 
     table = generator.knob_table
-    readings: dict[int, Any] = {}
     if isinstance(decisions, dict):  # read_first: every group (or the one decision) with its reading first
         if table is None:
             decisions = [decisions]
         else:
-            items = []
             for group, decision in decisions.items():
                 if not isinstance(decision, dict):
                     return None, f"the decision of {group} must be an object", []
-                items.append({"group": group, **decision})
-            decisions = items
-        for i, decision in enumerate(decisions):
-            readings[i] = decision.get("success_pct") if isinstance(decision, dict) else None
+            decisions = [{"group": group, **decision} for group, decision in decisions.items()]
     if not isinstance(decisions, list):
         return None, "the structured reply's \"decisions\" must be a list", []
     rows = generator.knob_rows(current)
@@ -401,7 +395,7 @@ def decided_config(decisions: Any, generator: Any, current: Any, *, step: float 
             elif not knob.share and knob.harder != "none" and difficulty != "keep":
                 moved[name] = toward(knob, float(value), difficulty == "harder", max(step * (knob.high - knob.low), knob.step))
         values[group] = moved
-        read = f" (read {readings[i]}%)" if readings.get(i) is not None else ""
+        read = f" (read {decision['success_pct']}%)" if decision.get("success_pct") is not None else ""
         lines.append(f"{group}{read}: {difficulty}, budget {budget}" if table is not None else f"{difficulty}{read}")
     proposal = generator.knob_proposal({g: v for g, v in values.items() if v})
     return proposal, None, lines
@@ -524,7 +518,7 @@ def structured_reply(reply: EngineerReply, table: str | None = None, decide: Any
     text, problem = reply_text(reply.text, table, decide)
     return StructuredReply(
         text=text, usage=reply.usage, latency_s=reply.latency_s, model=reply.model, attempts=reply.attempts,
-        proposal=None, calls=reply.calls, problem=problem,
+        proposal=None, calls=reply.calls, problem=problem, raw=reply.text,
     )
 
 
