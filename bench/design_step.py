@@ -25,12 +25,10 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -84,12 +82,6 @@ def matrix_parameters(gguf: Path) -> tuple[int, int]:
     return params, weight_bytes
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 #: The simulated student's run per task: (task section, validation set) in place of sim-base.yaml's MAPF ones.
 SIM_TASKS = {"mapf-frozenlake": ({"name": "mapf-frozenlake", "agents": 2}, "mapf-2agents-val"),
              "grid-walk": ({"name": "grid-walk"}, "grid-walk-val")}
@@ -111,27 +103,16 @@ def recorded_run(path: str | None, task: str, work: Path) -> Path:
     return out
 
 
-def start_server(model: str, threads: int, ctx: int, log: Path) -> tuple[subprocess.Popen, str]:
-    from envengineer.plugins.serve.llama_server import llama_serve_command
+def start_server(model: str, threads: int, ctx: int, log: Path) -> Any:
+    """llama-server for ``model`` on a free port, answering /health (``envengineer.plugins.serve.llama_server.LlamaServer``:
+    in this process's group, so a bench killed with its group takes its server along); its log at ``log``."""
+    from envengineer.api import ConfigError
+    from envengineer.plugins.serve.llama_server import LlamaServer
 
-    port = free_port()
-    argv = llama_serve_command(model, port=port, threads=threads, ctx_size=ctx)
-    # in the caller's process group: a bench killed with its group (a timeout's killpg) takes its server along
-    proc = subprocess.Popen(argv, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"llama-server exited with {proc.returncode}; log {log}:\n" + log.read_text()[-2000:])
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as response:
-                if json.loads(response.read()).get("status") == "ok":
-                    return proc, url
-        except OSError:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    raise SystemExit(f"llama-server did not answer /health in 600 s; log {log}")
+    try:
+        return LlamaServer(model, threads=threads, ctx_size=ctx, log=log).start()
+    except ConfigError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def server_timings(log: Path, seen: int) -> tuple[dict[str, Any], int]:
@@ -212,7 +193,8 @@ def main() -> None:
         steps = Path(args.out) if args.out else work
         log = work / "llama-server.log"
         started = time.monotonic()
-        proc, url = start_server(args.model, args.threads, args.ctx, log)
+        server = start_server(args.model, args.threads, args.ctx, log)
+        url = server.url
         load_s = time.monotonic() - started
         seen = 0
         try:
@@ -226,8 +208,7 @@ def main() -> None:
                     rows.append(row)
                     console.print(row)
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            server.stop()
     table = Table(title=f"design step: {args.model}, llama-server on {args.threads} thread(s), {args.preset} ({args.order} "
                         f"order), structured ({args.interface}, analysis ≤ {args.analysis_chars or '∞'} chars), greedy (server load {load_s:.1f} s)")
     for column in ("round", "prompt cache", "prompt tok", "reused", "prefilled", "prefill tok/s", "matmul limit tok/s",

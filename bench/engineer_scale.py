@@ -141,7 +141,8 @@ def run(args: argparse.Namespace, console: Console) -> None:
             if not todo:
                 progress.advance(task, len(interfaces) * len(decodings))
                 continue
-            server, url = start_server(model, args.threads, args.ctx, work / f"{model}.log")
+            server = start_server(model, args.threads, args.ctx, work / f"{model}.log")
+            url = server.url
             try:
                 progress.advance(task, len(interfaces) * len(decodings) - len(todo))
                 for interface, decoding in todo:
@@ -149,13 +150,12 @@ def run(args: argparse.Namespace, console: Console) -> None:
                     progress.update(task, description=label)
                     spec = engineer_file(work, label, llm_section(model, url, interface, decoding, args))
                     proposals = args.samples if decoding == "sampled" else 1
-                    cell = score_cell(registry, args, label, [spec], proposals, server.pid, cache, args.predict)
+                    cell = score_cell(registry, args, label, [spec], proposals, server.proc.pid, cache, args.predict)
                     cell.update(model=model, parameters=PARAMETERS.get(model), interface=interface, decoding=decoding)
                     write_json(out / "cells" / f"{label}.json", cell)
                     progress.advance(task)
             finally:
-                server.terminate()
-                server.wait(timeout=60)
+                server.stop()
     console.print(report(out))
 
 

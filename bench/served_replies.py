@@ -118,7 +118,8 @@ def run(args: argparse.Namespace) -> None:
         return
     with tempfile.TemporaryDirectory(prefix="served-replies-") as tmp:
         log = Path(tmp) / "llama-server.log"
-        proc, url = start_server(args.model, args.threads, args.ctx, log)
+        server = start_server(args.model, args.threads, args.ctx, log)
+        url = server.url
         try:
             for i, (run_dir, rnd, preset, interface) in enumerate(todo, 1):
                 evidence = load_evidence(run_dir, rnd, registry)
@@ -154,8 +155,7 @@ def run(args: argparse.Namespace) -> None:
                 print(f"{time.strftime('%H:%M:%S')} {i}/{len(todo)} {Path(run_dir).name} r{rnd} {preset} {interface}: "
                       f"{record['outcome']}{' (restated)' if restated else ''} {dict(verdicts)} {seconds:.0f}s", flush=True)
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            server.stop()
 
 
 def report(path: str, markdown: str | None) -> str:

@@ -264,3 +264,70 @@ def test_qwen_05b_designs_through_llama_server_and_its_reply_is_applied(llama_ex
     assert outcomes[0].config == outcomes[1].config  # greedy, same prompt: the same design
     raw = (tmp_path / "step1" / "response.md").read_text(encoding="utf-8")
     assert len(raw.split("```")[0].replace("<!-- attempt 1 -->", "").strip()) <= 400  # the server enforced maxLength
+
+
+# -- the llama-server engineer: starts its own server, keeps it across steps, stops it ----------------------
+def test_the_llama_server_engineer_refuses_a_url_a_key_an_unknown_model_and_a_missing_server(registry, tmp_path, monkeypatch):
+    """Checked when the engineer is made, so a run stops before its first round, naming the field."""
+    pytest.importorskip("openai")
+    monkeypatch.setenv(llama_server.ENV, str(_fake_binary(tmp_path / "llama-server")))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    for field, value in (("base_url", "http://127.0.0.1:8000/v1"), ("api_key_env", "KEY")):
+        with pytest.raises(ConfigError, match=f"engineer.llama-server.{field}: .*openai-compatible"):
+            registry.create("engineer", "llama-server", {"model": str(gguf), field: value})
+    with pytest.raises(ConfigError, match="engineer.llama-server.model: .*'nowhere.bin'"):
+        registry.create("engineer", "llama-server", {"model": "nowhere.bin"})
+    monkeypatch.delenv(llama_server.ENV)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(llama_server, "cached_build", lambda cache=None: None)
+    with pytest.raises(ConfigError, match=f"engineer.llama-server: no llama.cpp server: build it once with `{llama_server.BUILD_COMMAND}`"):
+        registry.create("engineer", "llama-server", {"model": str(gguf)})
+
+
+def test_a_server_that_dies_while_starting_names_its_log(tmp_path):
+    exe = tmp_path / "llama-server"
+    exe.write_text("#!/bin/sh\necho 'error: model file is not a GGUF' >&2\nexit 3\n")
+    exe.chmod(0o755)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    server = llama_server.LlamaServer(str(gguf), threads=1, exe=exe, startup_timeout=30)
+    with pytest.raises(ConfigError, match="(?s)exited with 3 while starting; its log: .*model file is not a GGUF"):
+        server.start()
+    assert not server.alive and server.log.is_file()  # a failed start keeps its log
+    server.log.unlink()
+
+
+@pytest.mark.slow
+def test_the_llama_server_engineer_designs_reuses_its_server_restarts_a_dead_one_and_stops(llama_exe, recorded_run, registry, tmp_path):
+    """SmolLM2 by name: the engineer starts llama-server at its first design step (applied, structured), the second
+    step reuses the same server and its prompt cache, a killed server is started again at the next step, and
+    close() ends the process and removes its temporary log."""
+    pytest.importorskip("openai")
+    _packaged_gguf()
+    evidence = load_evidence(recorded_run, 1, registry)
+    request = build_request(evidence, registry, {"preset": "V1"})
+    engineer = registry.create("engineer", "llama-server", {
+        "model": MODEL, "structured": True, "max_tokens": 512, "temperature": 0.0, "threads": 1, "max_retries": 1,
+        "backoff_initial": 0.0,
+    })
+    assert engineer.server is None  # nothing started by making it
+    outcomes = [design(engineer, request, out_dir=tmp_path / "s1", reask=0, summarize=False)]
+    server = engineer.server
+    first_pid = server.proc.pid
+    outcomes.append(design(engineer, request, out_dir=tmp_path / "s2", reask=0, summarize=False))
+    assert server.starts == 1 and server.proc.pid == first_pid
+    calls = [json.loads((tmp_path / s / "calls.jsonl").read_text().splitlines()[0]) for s in ("s1", "s2")]
+    assert calls[0]["params"]["structured"] == "json_schema" and calls[0]["params"]["max_tokens"] == 512
+    assert calls[1]["usage"].get("cached_tokens", 0) >= calls[0]["usage"]["prompt_tokens"] - 8  # the same server's cache
+    os.kill(first_pid, signal.SIGKILL)
+    server.proc.wait()
+    outcomes.append(design(engineer, request, out_dir=tmp_path / "s3", reask=0, summarize=False))
+    assert server.starts == 2 and server.alive and server.proc.pid != first_pid
+    for outcome in outcomes:
+        assert not outcome.fallback, outcome.reason
+        assert request.generator.config_model.model_validate(outcome.config.model_dump())
+    assert outcomes[0].config == outcomes[1].config == outcomes[2].config  # greedy, the same prompt
+    log, proc = server.log, server.proc
+    engineer.close()
+    assert proc.poll() is not None and not log.exists()

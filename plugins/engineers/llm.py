@@ -343,10 +343,14 @@ class OpenAIEngineer(APIEngineer):
             )
         return self._client
 
+    def endpoint(self) -> str | None:
+        """The base URL the request's fields are chosen for (None: OpenAI's own)."""
+        return self.options.base_url
+
     def request_params(self) -> dict[str, Any]:
         o = self.options
         params = chat_sampling(
-            o.model, o.base_url, temperature=o.temperature, max_tokens=o.max_tokens,
+            o.model, self.endpoint(), temperature=o.temperature, max_tokens=o.max_tokens,
             send_temperature=o.send_temperature, max_tokens_field=o.max_tokens_field,
         )
         if o.seed is not None:
@@ -432,6 +436,82 @@ class CompatibleEngineer(OpenAIEngineer):
         if name and not os.environ.get(name):
             raise ConfigError(f"engineer.{self.name}: the environment variable {name} is empty")
         return os.environ.get(name) if name else None
+
+
+class LlamaServerOptions(OpenAIOptions):
+    model: str = Field(..., description="the model to serve: a model name of `envengineer models` (fetched once) or a .gguf file")
+    base_url: None = Field(None, description="none: the engineer starts its own server (a running server: the openai-compatible engineer)")  # type: ignore[assignment]
+    api_key_env: None = Field(None, description="none: the engineer's own loopback server takes no key")  # type: ignore[assignment]
+    max_tokens: int = Field(4096, ge=16, description="most tokens in one answer (within ctx_size, with the prompt)")
+    timeout: float = Field(1200.0, gt=0, description="seconds before one call times out (a CPU decodes a few to tens of tokens a second)")
+    threads: int | None = Field(None, ge=1, description="the server's threads (null: every core); greedy replies can differ in the last "
+                                "digits of a logit between thread counts, so keep it fixed across a comparison")
+    ctx_size: int = Field(8192, ge=512, description="the server's context length in tokens (prompt and reply)")
+    startup_timeout: float = Field(600.0, gt=0, description="seconds the server may take to load the model and answer /health")
+
+    @field_validator("base_url", "api_key_env", mode="before")
+    @classmethod
+    def _own_server(cls, value: Any, info: ValidationInfo) -> None:
+        if value is not None:
+            raise ValueError(f"the llama-server engineer starts its own server on the loopback, so {info.field_name} is not set; "
+                             "for a server already running use the openai-compatible engineer")
+        return None
+
+
+class LlamaServerEngineer(OpenAIEngineer):
+    """A model by name (or a GGUF file) served by llama.cpp's server, which this engineer starts on a free loopback port
+    at its first call and keeps for the process's life, so consecutive design steps share the server's prompt cache
+    (``cache_prompt``; the ``order: stable-first`` context puts what rounds share first). The server enforces
+    ``response_format`` (``structured: true``). It stops with the process, or when the engineer is collected; one that
+    died is started again at the next call. Made once with ``envengineer serve --server llama.cpp --build``."""
+
+    name: ClassVar[str] = "llama-server"
+    description: ClassVar[str] = "a model by name served by llama.cpp's server, which the engineer starts and stops itself"
+    Options: ClassVar[type[BaseModel]] = LlamaServerOptions
+    default_key_env: ClassVar[str | None] = None
+    key_required: ClassVar[bool] = False
+    options: LlamaServerOptions
+
+    def __init__(self, options: BaseModel | None = None) -> None:
+        super().__init__(options)
+        from envengineer.plugins.serve.llama_server import gguf_file, require_llama_server
+
+        # both checked now, so a run without them stops before its first round with the command that makes them
+        try:
+            gguf_file(self.options.model)
+        except ConfigError as exc:
+            raise ConfigError(f"engineer.{self.name}.model: {exc}") from None
+        try:
+            require_llama_server()
+        except ConfigError as exc:
+            raise ConfigError(f"engineer.{self.name}: {exc}") from None
+        self.server: Any = None
+
+    def api_key(self) -> str | None:
+        return None
+
+    def client(self) -> Any:
+        from envengineer.plugins.serve.llama_server import LlamaServer
+
+        if self.server is None:
+            o = self.options
+            self.server = LlamaServer(o.model, threads=o.threads, ctx_size=o.ctx_size, seed=o.seed or 0, startup_timeout=o.startup_timeout)
+        if not self.server.alive:  # first call, or the server died: a new one (and a client for its port)
+            self._client = None
+            self.server.start()
+        if self._client is None:
+            import openai
+
+            self._client = openai.OpenAI(api_key="none", base_url=self.server.url + "/v1", timeout=self.options.timeout, max_retries=0)
+        return self._client
+
+    def endpoint(self) -> str:
+        return "http://127.0.0.1"  # a local server's fields (max_tokens), before the server and its port exist
+
+    def close(self) -> None:
+        """Stop the server now (it also stops with the process)."""
+        if self.server is not None:
+            self.server.stop()
 
 
 # --------------------------------------------------------------------- Gemini API
@@ -565,4 +645,4 @@ def empty_answer_message(model: str, finish: Any, usage: dict[str, int], max_tok
     return message
 
 
-ENGINEERS = (OpenAIEngineer, KimiEngineer, CompatibleEngineer, GeminiEngineer)
+ENGINEERS = (OpenAIEngineer, KimiEngineer, CompatibleEngineer, LlamaServerEngineer, GeminiEngineer)

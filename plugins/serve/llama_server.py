@@ -233,3 +233,125 @@ def llama_serve_command(
         "--host", host, "--port", str(port), "--threads", str(threads), "--ctx-size", str(ctx_size),
         "--parallel", "1", "--seed", str(seed),
     ]
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _stop(proc: subprocess.Popen, log: Path | None, keep_log: bool) -> None:
+    """End ``proc`` (SIGTERM, then SIGKILL after 15 s); the log goes with it unless kept."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if log is not None and not keep_log:
+        log.unlink(missing_ok=True)
+
+
+class LlamaServer:
+    """One ``llama-server`` process serving ``model`` on a free loopback port, for as long as its owner needs it.
+
+    :meth:`start` runs :func:`llama_serve_command` and waits until ``/health`` answers ok (a port taken between
+    choosing and binding is retried on another); :meth:`stop` ends it, and so does the interpreter's exit or the
+    object's collection (``weakref.finalize``), so a run that ends any ordinary way leaves no server behind. The
+    process stays in its starter's process group: a run killed with its group (a suite's cancel, a timeout's
+    ``killpg``) takes its server along. ``log``: where the server writes (kept; its timings are what the benches
+    read); None: a temporary file, removed when the server stops unless it failed to start."""
+
+    def __init__(self, model: str, *, threads: int | None = None, ctx_size: int = 8192, seed: int = 0, host: str = "127.0.0.1",
+                 log: str | Path | None = None, startup_timeout: float = 600.0, exe: Path | None = None) -> None:
+        self.model = model
+        self.threads = threads or os.cpu_count() or 1
+        self.ctx_size = ctx_size
+        self.seed = seed
+        self.host = host
+        self.startup_timeout = startup_timeout
+        self.exe = exe
+        self.log = Path(log) if log is not None else None
+        self._own_log = log is None
+        self.proc: subprocess.Popen | None = None
+        self.port: int | None = None
+        self._finalizer: Any = None
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        """The server's root (``/v1`` under it is the OpenAI-compatible API)."""
+        if self.port is None:
+            raise RuntimeError("the server is not started")
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _log_tail(self) -> str:
+        try:
+            return "\n".join(self.log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]) if self.log else ""
+        except OSError:
+            return ""
+
+    def start(self) -> "LlamaServer":
+        """Start the server (a running one is left as it is); raises :class:`ConfigError` naming the log when it exits
+        or does not answer ``/health`` within ``startup_timeout`` seconds."""
+        import json
+        import urllib.request
+        import weakref
+
+        if self.alive:
+            return self
+        self.stop()
+        if self._own_log:
+            handle, name = tempfile.mkstemp(prefix=f"envengineer-llama-server-{Path(self.model).stem}-", suffix=".log")
+            os.close(handle)
+            self.log = Path(name)
+        assert self.log is not None
+        for _ in range(3):  # a port another process took between choosing it and the server's bind: another port
+            self.port = _free_port(self.host)
+            argv = llama_serve_command(self.model, port=self.port, host=self.host, threads=self.threads, ctx_size=self.ctx_size,
+                                       seed=self.seed, exe=self.exe)
+            with open(self.log, "a", encoding="utf-8") as out:
+                self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self._finalizer = weakref.finalize(self, _stop, self.proc, self.log, not self._own_log)
+            self.starts += 1
+            deadline = time.monotonic() + self.startup_timeout
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    break
+                try:
+                    with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
+                        if json.loads(response.read()).get("status") == "ok":
+                            return self
+                except (OSError, ValueError):
+                    pass
+                time.sleep(0.25)
+            else:
+                self._finalizer.detach()
+                _stop(self.proc, None, True)
+                raise ConfigError(f"llama-server for {self.model} did not answer /health within {self.startup_timeout:g} s; "
+                                  f"its log: {self.log}\n{self._log_tail()}")
+            self._finalizer.detach()  # exited: keep its log
+            if "bind" not in self._log_tail().lower():
+                break
+        raise ConfigError(f"llama-server for {self.model} exited with {self.proc.returncode if self.proc else '?'} while starting; "
+                          f"its log: {self.log}\n{self._log_tail()}")
+
+    def stop(self) -> None:
+        """End the server (nothing if none runs)."""
+        if self._finalizer is not None:
+            self._finalizer()
+            self._finalizer = None
+
+    def __enter__(self) -> "LlamaServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
