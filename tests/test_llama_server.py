@@ -298,7 +298,20 @@ def test_a_server_that_dies_while_starting_names_its_log(tmp_path):
     server.log.unlink()
 
 
-@pytest.mark.slow
+def test_a_llama_server_starts_answers_under_the_model_name_and_stops(llama_exe):
+    """The process class the engineer and the benches share: a free port, /health ok, the model listed under its
+    name; stop() ends the process and removes its temporary log; a context manager does the same."""
+    _packaged_gguf()
+    with llama_server.LlamaServer(MODEL, threads=1) as server:
+        with urllib.request.urlopen(server.url + "/v1/models", timeout=10) as response:
+            assert [m["id"] for m in json.loads(response.read())["data"]] == [MODEL]
+        proc, log = server.proc, server.log
+        assert server.alive and log.is_file() and server.starts == 1
+    assert proc.poll() is not None and not log.exists() and not server.alive
+    server.stop()  # nothing left to stop
+
+
+@pytest.mark.long  # the long tier: three design steps and a restart, ~1 minute on one thread
 def test_the_llama_server_engineer_designs_reuses_its_server_restarts_a_dead_one_and_stops(llama_exe, recorded_run, registry, tmp_path):
     """SmolLM2 by name: the engineer starts llama-server at its first design step (applied, structured), the second
     step reuses the same server and its prompt cache, a killed server is started again at the next step, and
