@@ -93,6 +93,10 @@ def cell_figures(result: dict[str, Any], label: str, seconds: dict[str, float]) 
            "runs_above": s.get("runs_above_fixed"), "runs_below": s.get("runs_below_fixed"),
            "kept_per_budget": s["kept_per_budget"], "reference": result["summary"]["reference"]["kept_per_budget"],
            "per_proposal": {k: round(v / proposals, 2) for k, v in seconds.items()}}
+    spent = [l["usage"] for l in result["lines"] if l["engineer"] == label and l.get("usage")]
+    if spent:  # tokens a proposal: what the machine's load cannot change (the seconds above it can)
+        out["tokens"] = {k: round(sum(u.get(f, 0) for u in spent) / proposals, 1)
+                         for k, f in (("prompt", "prompt_tokens"), ("new", "completion_tokens"), ("cached", "cached_tokens"))}
     prediction = (result.get("self_prediction") or {}).get(label)
     if prediction:
         out["brier"] = {k: prediction.get(k) for k in ("brier", "brier_half", "brier_evidence")}
@@ -181,7 +185,7 @@ def report(out: Path) -> Table:
     table = Table(title=f"{out}: kept/B − fixed per engineer (the same recorded rounds), restate and fallback shares, cost a proposal",
                   title_justify="left")
     for column in ("engineer", "params", "interface", "decoding", "proposals", "kept/B − fixed [95%]", "runs + / −", "restated",
-                   "fell back", "Brier (0.5; evidence)", "s / proposal (wall, server CPU)"):
+                   "fell back", "Brier (0.5; evidence)", "tokens / proposal (prompt, cached, new)", "s / proposal (wall, server CPU)"):
         table.add_column(column)
     rows = []
     for cell in rules + llm:
@@ -194,6 +198,7 @@ def report(out: Path) -> Table:
                _interval(cell.get("vs_fixed")) if cell["label"] != "fixed" else "0 (the reference)",
                f"{cell.get('runs_above') or 0} / {cell.get('runs_below') or 0}",
                f"{100 * cell['restate']:.0f}%" if cell.get("restate") is not None else "—", f"{100 * cell['fallback']:.0f}%", b,
+               "{prompt:.0f}, {cached:.0f}, {new:.0f}".format(**cell["tokens"]) if cell.get("tokens") else "—",
                f"{cost['wall_s']:.0f}, {cost['server_cpu_s']:.0f}" if cost else "—"]
         table.add_row(*row)
         rows.append(row)

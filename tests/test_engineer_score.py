@@ -411,3 +411,22 @@ def test_a_failed_call_costs_the_critic_that_proposal_not_the_step(registry, sim
     _, _, calls, record = _critic_step(registry, sim_runs[0], tmp_path, {"name": "fails-first"}, instances=16, draws=4)
     assert record["chosen"] == 2 and "the call failed: HTTP 503" in record["unscored"]["1"]
     assert any(c.get("error") == "HTTP 503" for c in calls)  # the failed call is on record
+
+
+def test_an_llm_proposal_records_its_tokens_and_seconds_and_a_rule_none(registry, sim_runs, tmp_path, fake_llm):
+    """Each LLM proposal's line carries what its calls cost (usage summed over re-asks and failed calls, seconds): the figures a
+    busy machine cannot change; a rule engineer's line carries none."""
+    import yaml
+
+    options = tmp_path / "served.yaml"
+    options.write_text(yaml.safe_dump({"engineer": {"name": "openai-compatible", "model": "served", "base_url": fake_llm.url + "/v1",
+                                                    "max_retries": 0}}))
+    result = _score(registry, sim_runs[:1], [str(options), "fixed"], tmp_path / "cache", proposals=1)
+    served = [l for l in result["lines"] if l["engineer"] == "served"]
+    assert served  # their replies fail here (the server's default answer is empty): failed calls cost tokens too
+    assert all(l["usage"]["prompt_tokens"] > 0 and l["latency_s"] >= 0 for l in served)
+    from fake_llm_server import PROMPT_TOKENS
+
+    chats = [r for r in fake_llm.requests if r["path"].endswith("/chat/completions")]
+    assert sum(l["usage"]["prompt_tokens"] for l in served) == PROMPT_TOKENS * len(chats)  # every call, re-asks included
+    assert all("usage" not in l for l in result["lines"] if l["engineer"] == "fixed")

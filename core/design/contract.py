@@ -64,3 +64,4 @@ class DesignOutcome:
     replies: list[EngineerReply] = field(default_factory=list)
     summary: str | None = None
     proposal: dict[str, Any] | None = None
+    calls: list[dict[str, Any]] = field(default_factory=list)  # every API call of the step, failed ones too (calls.jsonl's records)

@@ -96,10 +96,12 @@ def design(
         except Exception as exc:  # a task's projection must never raise; be safe anyway
             reason = f"projection raised {type(exc).__name__}: {one_line(str(exc))}"
             continue
-        outcome = DesignOutcome(config=projection.config, projection=projection, fallback=False, reason="", replies=replies, proposal=proposal)
+        outcome = DesignOutcome(config=projection.config, projection=projection, fallback=False, reason="", replies=replies, proposal=proposal,
+                                calls=calls)
         break
     if outcome is None:
-        outcome = DesignOutcome(config=current, projection=None, fallback=True, reason=reason or "no usable proposal", replies=replies, proposal=proposal)
+        outcome = DesignOutcome(config=current, projection=None, fallback=True, reason=reason or "no usable proposal", replies=replies,
+                                proposal=proposal, calls=calls)
 
     if summarize:
         try:

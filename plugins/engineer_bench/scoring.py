@@ -157,6 +157,20 @@ def _plain_config(config: Any) -> Any:
     return config.model_dump(mode="json") if hasattr(config, "model_dump") else config
 
 
+def call_cost(calls: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What an LLM engineer's calls in one design step cost: each usage field summed over every call (re-asks and
+    failed calls included) and their seconds. Tokens do not depend on the machine's load, so they compare engineers
+    measured on a busy machine; the seconds do not."""
+    if not calls:
+        return {}
+    usage: dict[str, int] = {}
+    for call in calls:
+        for key, value in (call.get("usage") or {}).items():
+            if isinstance(value, int):
+                usage[key] = usage.get(key, 0) + value
+    return {"usage": usage, "latency_s": round(sum(float(c.get("latency_s") or 0.0) for c in calls), 3)}
+
+
 def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequence[str], settings: ScoreSettings,
                cache_dir: str | Path, *, recorded: bool = False, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Score every engineer's proposals on every recorded round of ``run_dirs``; the result holds one line per
@@ -222,6 +236,7 @@ def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequenc
                             "changes": len(outcome.projection.changes) if outcome.projection is not None else 0,
                             "config": _plain_config(outcome.config), **figures,
                             "vs_fixed": {k: round(figures[k] - reference[k], 6) for k in ("kept_per_budget", "learnability", "mixed")},
+                            **(call_cost(outcome.calls) if instance.uses_llm else {}),
                         })
             finally:
                 scorer.close()
