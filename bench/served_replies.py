@@ -18,7 +18,7 @@ restates the current one, and the **direction** of its moves against the evidenc
 Results go line by line to a JSONL file (resumable: cells already there are skipped) and to a table per
 (model, task, preset, interface).
 
-    python bench/served_replies.py --model qwen2.5-coder-0.5b-instruct --run /tmp/sim-gw --run /tmp/sim-run \\
+    python bench/served_replies.py --model qwen2.5-coder-0.5b-instruct --run runs/scale/sim-gw --run runs/scale/sim-mapf \\
         --rounds 0,1,2 --presets V1,V4,V6 --interfaces config,changes,decisions,decisions-read --output bench/results/served_replies.jsonl
     python bench/served_replies.py --report bench/results/served_replies.jsonl --markdown out.md
 """
