@@ -344,3 +344,39 @@ def test_the_llama_server_engineer_designs_reuses_its_server_restarts_a_dead_one
     log, proc = server.log, server.proc
     engineer.close()
     assert proc.poll() is not None and not log.exists()
+
+
+def test_a_server_goes_when_its_starter_is_killed_outright(llama_exe, tmp_path):
+    """A starter killed by SIGKILL runs no exit handler; the kernel ends its server (PR_SET_PDEATHSIG)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    _packaged_gguf()
+    pid_file = tmp_path / "server.pid"
+    script = (f"import time; from envengineer.plugins.serve.llama_server import LlamaServer\n"
+              f"s = LlamaServer({MODEL!r}, threads=1).start()\n"
+              f"open({str(pid_file)!r}, 'w').write(str(s.proc.pid))\n"
+              f"time.sleep(600)\n")
+    starter = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 120
+        while not pid_file.exists() or not pid_file.read_text():
+            assert starter.poll() is None and time.monotonic() < deadline, "the starter did not start its server"
+            time.sleep(0.2)
+        server_pid = int(pid_file.read_text())
+        starter.kill()
+        starter.wait()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                state = open(f"/proc/{server_pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            except (FileNotFoundError, ProcessLookupError):
+                break
+            if state in ("Z", "X"):  # ended, not yet reaped (by whoever adopted it)
+                break
+            time.sleep(0.2)
+        else:
+            os.kill(server_pid, signal.SIGKILL)
+            pytest.fail("the server outlived its starter's SIGKILL")
+    finally:
+        if starter.poll() is None:
+            starter.kill()

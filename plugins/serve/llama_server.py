@@ -243,6 +243,16 @@ def _free_port(host: str) -> int:
         return sock.getsockname()[1]
 
 
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): the kernel sends it SIGTERM when the thread that started it ends, so a
+    starter killed by a signal that skips its exit handlers (SIGTERM, SIGKILL) leaves no server behind."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+
 def _stop(proc: subprocess.Popen, log: Path | None, keep_log: bool) -> None:
     """End ``proc`` (SIGTERM, then SIGKILL after 15 s); the log goes with it unless kept."""
     if proc.poll() is None:
@@ -261,9 +271,11 @@ class LlamaServer:
 
     :meth:`start` runs :func:`llama_serve_command` and waits until ``/health`` answers ok (a port taken between
     choosing and binding is retried on another); :meth:`stop` ends it, and so does the interpreter's exit or the
-    object's collection (``weakref.finalize``), so a run that ends any ordinary way leaves no server behind. The
-    process stays in its starter's process group: a run killed with its group (a suite's cancel, a timeout's
-    ``killpg``) takes its server along. ``log``: where the server writes (kept; its timings are what the benches
+    object's collection (``weakref.finalize``), so a run that ends any ordinary way leaves no server behind; on
+    Linux the server also gets SIGTERM when the thread that started it ends (``PR_SET_PDEATHSIG``), so a starter
+    killed outright leaves none either (a server started from a worker thread that ends is started again at the
+    next call). The process stays in its starter's process group: a run killed with its group (a suite's cancel, a
+    timeout's ``killpg``) takes its server along. ``log``: where the server writes (kept; its timings are what the benches
     read); None: a temporary file, removed when the server stops unless it failed to start."""
 
     def __init__(self, model: str, *, threads: int | None = None, ctx_size: int = 8192, seed: int = 0, host: str = "127.0.0.1",
@@ -319,7 +331,8 @@ class LlamaServer:
             argv = llama_serve_command(self.model, port=self.port, host=self.host, threads=self.threads, ctx_size=self.ctx_size,
                                        seed=self.seed, exe=self.exe)
             with open(self.log, "a", encoding="utf-8") as out:
-                self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             preexec_fn=_die_with_parent)
             self._finalizer = weakref.finalize(self, _stop, self.proc, self.log, not self._own_log)
             self.starts += 1
             deadline = time.monotonic() + self.startup_timeout
