@@ -108,7 +108,8 @@ def score_cell(registry: Any, args: argparse.Namespace, label: str, engineers: l
     from envengineer.plugins.engineer_bench.recorded import ScoreSettings
     from envengineer.plugins.engineer_bench.scoring import score_runs
 
-    settings = ScoreSettings(proposals=proposals, instances=args.instances, draws=args.draws, seed=args.seed, predictions=predict)
+    settings = ScoreSettings(proposals=proposals, instances=args.instances, draws=args.draws, seed=args.seed, predictions=predict,
+                             context={"order": args.order} if args.order else None)
     wall, cpu, served = time.monotonic(), time.process_time(), server_cpu(server_pid) if server_pid else 0.0
     result = score_runs(registry, args.run, engineers, settings, cache)
     seconds = {"wall_s": time.monotonic() - wall, "cpu_s": time.process_time() - cpu,
@@ -253,6 +254,9 @@ def main() -> None:
     parser.add_argument("--predict", type=int, default=0, help="self-predictions asked per round of each LLM cell (Brier)")
     parser.add_argument("--analysis-chars", type=int, default=400)
     parser.add_argument("--max-tokens", type=int, default=1024)
+    parser.add_argument("--order", default="stable-first",
+                        help="the context's order for every engineer's request (stable-first: what rounds share first, for the "
+                             "server's prompt cache); empty: each run's own")
     parser.add_argument("--threads", type=int, default=2, help="llama-server's threads")
     parser.add_argument("--ctx", type=int, default=8192, help="llama-server's context")
     parser.add_argument("--seed", type=int, default=0, help="the benchmark's draws")

@@ -430,3 +430,29 @@ def test_an_llm_proposal_records_its_tokens_and_seconds_and_a_rule_none(registry
     chats = [r for r in fake_llm.requests if r["path"].endswith("/chat/completions")]
     assert sum(l["usage"]["prompt_tokens"] for l in served) == PROMPT_TOKENS * len(chats)  # every call, re-asks included
     assert all("usage" not in l for l in result["lines"] if l["engineer"] == "fixed")
+
+
+def test_context_options_laid_over_the_runs_reach_every_engineers_prompt(registry, sim_runs, tmp_path, fake_llm):
+    """ScoreSettings.context lays options over each run's own context (the scale curve's order: stable-first): the
+    prompt an engineer is sent is the one the loop would build with them, and the run's own options stay."""
+    import yaml
+
+    from envengineer.design.evidence import load_evidence
+    from envengineer.design.prompts import build_request
+    from envengineer.loop.replay import run_config
+
+    options = tmp_path / "served.yaml"
+    options.write_text(yaml.safe_dump({"engineer": {"name": "openai-compatible", "model": "served", "base_url": fake_llm.url + "/v1",
+                                                    "max_retries": 0}}))
+    sent = {}
+    for order in (None, "stable-first"):
+        fake_llm.requests.clear()
+        result = _score(registry, sim_runs[:1], [str(options)], tmp_path / f"cache-{order}", proposals=1,
+                        context={"order": order} if order else None)
+        first = next(r["body"] for r in fake_llm.requests if r["path"].endswith("/chat/completions"))
+        sent[order] = next(m["content"] for m in first["messages"] if m["role"] == "user")
+        assert result["settings"].get("context") == ({"order": order} if order else None)
+    own = run_config(sim_runs[0]).get("context") or {}
+    expected = build_request(load_evidence(sim_runs[0], 0, registry), registry, {**own, "order": "stable-first"})
+    assert sent["stable-first"] == next(m["content"] for m in expected.messages if m["role"] == "user")
+    assert sent["stable-first"] != sent[None]

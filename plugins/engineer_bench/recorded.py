@@ -33,6 +33,9 @@ class ScoreSettings:
     draws: int = 8  # S: answers sampled per instance
     seed: int = 0
     predictions: int = 0  # self-predictions asked of each engineer with a model per round (0: none)
+    #: context options laid over each run's own ``context`` section for the engineers' requests (e.g. ``{"order":
+    #: "stable-first"}`` for a server's prompt cache); None: the run's context as it ran
+    context: dict[str, Any] | None = None
 
 
 @dataclass

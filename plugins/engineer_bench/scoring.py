@@ -171,6 +171,14 @@ def call_cost(calls: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {"usage": usage, "latency_s": round(sum(float(c.get("latency_s") or 0.0) for c in calls), 3)}
 
 
+def with_context(config: Mapping[str, Any], context: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """A run's config with ``context`` laid over its ``context`` section (the run's own when None)."""
+    if not context:
+        return config
+    own = config.get("context")
+    return {**config, "context": {**(own if isinstance(own, Mapping) else {}), **context}}
+
+
 def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequence[str], settings: ScoreSettings,
                cache_dir: str | Path, *, recorded: bool = False, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Score every engineer's proposals on every recorded round of ``run_dirs``; the result holds one line per
@@ -219,7 +227,7 @@ def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequenc
                                   "next_gain": gain, "next_mixed": next_mixed(run, number), "arm": arm_name(run)})
                 for spec in specs:
                     instance = registry.create("engineer", spec.name, spec.options, where=f"engineer.{spec.name}")
-                    request = offline_request(registry, run.path, number, instance, run.config)
+                    request = offline_request(registry, run.path, number, instance, with_context(run.config, settings.context))
                     if settings.predictions:
                         if progress:
                             progress(f"{run.path.name} round {number}: {spec.label} predicts its success per group")
@@ -244,7 +252,7 @@ def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequenc
             "samples_drawn": cache.drawn, "instances_sampled": cache.sampled_instances, "instances_from_cache": cache.hits}
     return {
         "settings": {"proposals": settings.proposals, "instances": settings.instances, "draws": settings.draws, "seed": settings.seed,
-                     "predictions": settings.predictions, "cache": str(cache_dir)},
+                     "predictions": settings.predictions, "cache": str(cache_dir), **({"context": settings.context} if settings.context else {})},
         "runs": [{"path": str(r.path), "seed": r.seed, "rounds": r.rounds, "budget": r.budget, "temperature": r.temperature,
                   "group_size": r.group_size or settings.draws} for r in runs],
         "engineers": (labels := [REFERENCE, *([RECORDED] if recorded else []), *(s.label for s in specs)]),
