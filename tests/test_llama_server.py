@@ -312,7 +312,7 @@ def test_a_llama_server_starts_answers_under_the_model_name_and_stops(llama_exe)
 
 
 @pytest.mark.long  # the long tier: three design steps and a restart, ~1 minute on one thread
-def test_the_llama_server_engineer_designs_reuses_its_server_restarts_a_dead_one_and_stops(llama_exe, recorded_run, registry, tmp_path):
+def test_the_llama_server_engineer_designs_reuses_its_server_restarts_a_dead_one_and_stops(llama_exe, recorded_run, registry, tmp_path, caplog):
     """SmolLM2 by name: the engineer starts llama-server at its first design step (applied, structured), the second
     step reuses the same server and its prompt cache, a killed server is started again at the next step, and
     close() ends the process and removes its temporary log."""
@@ -333,10 +333,14 @@ def test_the_llama_server_engineer_designs_reuses_its_server_restarts_a_dead_one
     calls = [json.loads((tmp_path / s / "calls.jsonl").read_text().splitlines()[0]) for s in ("s1", "s2")]
     assert calls[0]["params"]["structured"] == "json_schema" and calls[0]["params"]["max_tokens"] == 512
     assert calls[1]["usage"].get("cached_tokens", 0) >= calls[0]["usage"]["prompt_tokens"] - 8  # the same server's cache
+    first_log = server.log
     os.kill(first_pid, signal.SIGKILL)
     server.proc.wait()
-    outcomes.append(design(engineer, request, out_dir=tmp_path / "s3", reask=0, summarize=False))
+    with caplog.at_level("WARNING"):
+        outcomes.append(design(engineer, request, out_dir=tmp_path / "s3", reask=0, summarize=False))
     assert server.starts == 2 and server.alive and server.proc.pid != first_pid
+    assert first_log.is_file() and server.log != first_log and str(first_log) in caplog.text  # the dead one's log kept, named
+    first_log.unlink()
     for outcome in outcomes:
         assert not outcome.fallback, outcome.reason
         assert request.generator.config_model.model_validate(outcome.config.model_dump())

@@ -320,7 +320,13 @@ class LlamaServer:
 
         if self.alive:
             return self
-        self.stop()
+        if self.proc is not None and self._finalizer is not None:  # it died: keep its log, say where, start anew
+            self._finalizer.detach()
+            self._finalizer = None
+            import logging
+
+            logging.getLogger(__name__).warning("llama-server for %s exited with %s; starting it again (its log: %s)",
+                                                self.model, self.proc.returncode, self.log)
         if self._own_log:
             handle, name = tempfile.mkstemp(prefix=f"envengineer-llama-server-{Path(self.model).stem}-", suffix=".log")
             os.close(handle)
