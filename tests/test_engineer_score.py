@@ -456,3 +456,18 @@ def test_context_options_laid_over_the_runs_reach_every_engineers_prompt(registr
     expected = build_request(load_evidence(sim_runs[0], 0, registry), registry, {**own, "order": "stable-first"})
     assert sent["stable-first"] == next(m["content"] for m in expected.messages if m["role"] == "user")
     assert sent["stable-first"] != sent[None]
+
+
+def test_the_command_lays_context_options_over_the_runs_and_refuses_a_bad_one(sim_runs, tmp_path, capsys):
+    from envengineer.cli.commands import main
+
+    out = tmp_path / "out"
+    main(["engineers", "score", str(sim_runs[0]), "--engineer", "fixed", "--samples", "1", "--instances", "8", "--draws", "2",
+          "--context", "order=stable-first", "--output", str(out)])
+    assert json.loads((out / "score.json").read_text())["settings"]["context"] == {"order": "stable-first"}
+    for bad, said in (("order", "expected KEY=VALUE"), ("colour=red", "colour")):
+        with pytest.raises(SystemExit) as exited:
+            main(["engineers", "score", str(sim_runs[0]), "--engineer", "fixed", "--samples", "1", "--instances", "8", "--draws", "2",
+                  "--context", bad, "--output", str(tmp_path / "other")])
+        assert exited.value.code == 2
+        assert said in " ".join(capsys.readouterr().err.split())

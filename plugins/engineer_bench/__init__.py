@@ -28,6 +28,24 @@ def _interval(cell: Any, digits: int = 1, sign: bool = False) -> str:
     return f"{cell['mean']:{form}}" + (f"\n[dim]{ci[0]:{form}}…{ci[1]:{form}}[/]" if ci else "")
 
 
+def _context_options(items: list[str]) -> dict[str, Any] | None:
+    """``--context KEY=VALUE`` items as a mapping (each value read as YAML); None when none is given."""
+    import yaml
+
+    from envengineer.api import ConfigError
+
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"engineers score --context {item!r}: expected KEY=VALUE (e.g. order=stable-first)")
+        try:
+            options[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"engineers score --context {key.strip()}: {value!r} is not a YAML value ({exc})") from None
+    return options or None
+
+
 def engineers_score(
     state: CommandState,
     runs: list[Path] = typer.Argument(..., help="recorded run directories: every round with a checkpoint and evidence is scored"),
@@ -45,6 +63,8 @@ def engineers_score(
                                   "with the gain that round then measured (validation, sampled pass@1, benchmarks)"),
     predict: int = typer.Option(0, "--predict", min=0, help="also ask each engineer with a model this many times per round to predict the "
                                 "checkpoint's sampled success per group, scored by Brier against what the reference then measured"),
+    context: Optional[list[str]] = typer.Option(None, "--context", help="KEY=VALUE laid over each run's context section for the "
+                                                "engineers' requests (repeatable), e.g. order=stable-first or preset=V4"),
 ) -> None:
     """Score engineers' proposals for each recorded round's checkpoint, without training (docs/engineer-score.md)."""
     from rich.table import Table
@@ -57,7 +77,8 @@ def engineers_score(
     console, err_console = state.console, state.err_console
     cache_dir = cache if cache is not None else (output / "cache" if output is not None else cache_root() / "engineer-score")
     output = output if output is not None else Path("engineer-score")
-    settings = ScoreSettings(proposals=samples, instances=instances, draws=draws, seed=seed, predictions=predict)
+    settings = ScoreSettings(proposals=samples, instances=instances, draws=draws, seed=seed, predictions=predict,
+                             context=_context_options(context or []))
     with err_console.status("scoring") as status:
         result = score_runs(state.registry, runs, engineer or [], settings, cache_dir, recorded=recorded,
                             progress=lambda text: status.update(escape(text)))
