@@ -65,7 +65,7 @@ from envengineer.fileio import (
     write_text,
     write_yaml,
 )
-from envengineer.processes import cpu_features, cpu_model
+from envengineer.processes import cpu_features, cpu_model, free_port
 from envengineer.components.gpus import Gpu, GpuProcess, driver_problem, read_gpus, read_processes, visible_gpus
 from envengineer.hookspecs import hookimpl
 from envengineer.components.knobs import WHOLE, number, split_budget, toward
@@ -209,7 +209,7 @@ __all__ = [
     "Fix", "GB", "MemoryEstimate", "ModelShape", "folder_problem", "missing_files",
     # machine checks (envengineer doctor) and GPUs
     "Check", "Gpu", "GpuProcess", "driver_problem", "package_check", "read_gpus", "read_processes", "torch_check",
-    "version", "visible_gpus", "cpu_model", "cpu_features",
+    "version", "visible_gpus", "cpu_model", "cpu_features", "free_port",
     # trackers' helpers (docs/trackers.md)
     "benchmark_scalars", "benchmark_step", "curve_points", "design_scalars", "display_name", "group_name",
     "hyperparameters", "missing_package", "needs_curves", "notes_text", "read_state", "redact", "redacted",

@@ -73,6 +73,15 @@ def cpu_features() -> str:
     return hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:16]
 
 
+def free_port(host: str = "") -> int:
+    """A TCP port nothing listens on at ``host`` now ("": every interface), for a child to bind next."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
 def start(command: list[str], **popen: Any) -> subprocess.Popen:
     """``subprocess.Popen(command, **popen)`` in a new session: the child leads a process group of its own."""
     return subprocess.Popen(command, start_new_session=True, **popen)

@@ -28,24 +28,6 @@ def _interval(cell: Any, digits: int = 1, sign: bool = False) -> str:
     return f"{cell['mean']:{form}}" + (f"\n[dim]{ci[0]:{form}}…{ci[1]:{form}}[/]" if ci else "")
 
 
-def _context_options(items: list[str]) -> dict[str, Any] | None:
-    """``--context KEY=VALUE`` items as a mapping (each value read as YAML); None when none is given."""
-    import yaml
-
-    from envengineer.api import ConfigError
-
-    options: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"engineers score --context {item!r}: expected KEY=VALUE (e.g. order=stable-first)")
-        try:
-            options[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"engineers score --context {key.strip()}: {value!r} is not a YAML value ({exc})") from None
-    return options or None
-
-
 def engineers_score(
     state: CommandState,
     runs: list[Path] = typer.Argument(..., help="recorded run directories: every round with a checkpoint and evidence is scored"),
@@ -73,12 +55,14 @@ def engineers_score(
     from envengineer.plugins.engineer_bench.recorded import REFERENCE, ScoreSettings
     from envengineer.plugins.engineer_bench.scoring import score_runs
     from envengineer.fileio import cache_root
+    from envengineer.loop.runconfig import apply_overrides
 
     console, err_console = state.console, state.err_console
     cache_dir = cache if cache is not None else (output / "cache" if output is not None else cache_root() / "engineer-score")
     output = output if output is not None else Path("engineer-score")
+    # KEY=VALUE read as a run config's overrides are (values as YAML; dotted keys go into the section)
     settings = ScoreSettings(proposals=samples, instances=instances, draws=draws, seed=seed, predictions=predict,
-                             context=_context_options(context or []))
+                             context=apply_overrides({}, context) if context else None)
     with err_console.status("scoring") as status:
         result = score_runs(state.registry, runs, engineer or [], settings, cache_dir, recorded=recorded,
                             progress=lambda text: status.update(escape(text)))

@@ -172,11 +172,14 @@ def call_cost(calls: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def with_context(config: Mapping[str, Any], context: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """A run's config with ``context`` laid over its ``context`` section (the run's own when None)."""
-    if not context:
-        return config
-    own = config.get("context")
-    return {**config, "context": {**(own if isinstance(own, Mapping) else {}), **context}}
+    """A run's config with ``context`` laid over its ``context`` section, mapping into mapping (``{"F": {"donor": ...}}``
+    changes that one option of F); the run's own when None."""
+    def lay(own: Any, over: Any) -> Any:
+        if not (isinstance(own, Mapping) and isinstance(over, Mapping)):
+            return over
+        return {**own, **{key: lay(own.get(key), value) for key, value in over.items()}}
+
+    return {**config, "context": lay(config.get("context") or {}, context)} if context else config
 
 
 def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequence[str], settings: ScoreSettings,

@@ -24,6 +24,8 @@ else the cached build, else ``llama-server`` on ``PATH``.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import platform
 import shutil
@@ -32,11 +34,13 @@ import sys
 import tarfile
 import tempfile
 import time
+import urllib.request
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envengineer.api import ConfigError, cache_root, cpu_features, cpu_model, replace_folder, sha256_file, write_json
+from envengineer.api import ConfigError, cache_root, cpu_features, cpu_model, free_port, replace_folder, sha256_file, write_json
 
 ENV = "ENVENGINEER_LLAMA_SERVER"
 BINARY = "llama-server"
@@ -85,8 +89,6 @@ def build_dir(cache: str | Path | None = None) -> Path:
 
 def cached_build(cache: str | Path | None = None) -> Path | None:
     """The cached ``llama-server`` if it was built from :data:`SOURCE` for this CPU, else None."""
-    import json
-
     folder = build_dir(cache)
     exe = folder / BINARY
     try:
@@ -235,22 +237,17 @@ def llama_serve_command(
     ]
 
 
-def _free_port(host: str) -> int:
-    import socket
+def _die_with_parent() -> Any:
+    """A ``preexec_fn`` for the server (Linux; None elsewhere): the kernel sends the child SIGTERM when the thread that
+    started it ends, so a starter killed by a signal that skips its exit handlers (SIGTERM, SIGKILL) leaves no server
+    behind. ``prctl`` is looked up here, in the parent: the child between fork and exec only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import signal
 
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-def _die_with_parent() -> None:
-    """In the child before exec (Linux): the kernel sends it SIGTERM when the thread that started it ends, so a
-    starter killed by a signal that skips its exit handlers (SIGTERM, SIGKILL) leaves no server behind."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    prctl, sigterm = ctypes.CDLL(None, use_errno=True).prctl, int(signal.SIGTERM)
+    return lambda: prctl(1, sigterm)  # PR_SET_PDEATHSIG
 
 
 def _stop(proc: subprocess.Popen, log: Path | None, keep_log: bool) -> None:
@@ -314,17 +311,11 @@ class LlamaServer:
     def start(self) -> "LlamaServer":
         """Start the server (a running one is left as it is); raises :class:`ConfigError` naming the log when it exits
         or does not answer ``/health`` within ``startup_timeout`` seconds."""
-        import json
-        import urllib.request
-        import weakref
-
         if self.alive:
             return self
         if self.proc is not None and self._finalizer is not None:  # it died: keep its log, say where, start anew
             self._finalizer.detach()
             self._finalizer = None
-            import logging
-
             logging.getLogger(__name__).warning("llama-server for %s exited with %s; starting it again (its log: %s)",
                                                 self.model, self.proc.returncode, self.log)
         if self._own_log:
@@ -333,12 +324,12 @@ class LlamaServer:
             self.log = Path(name)
         assert self.log is not None
         for _ in range(3):  # a port another process took between choosing it and the server's bind: another port
-            self.port = _free_port(self.host)
+            self.port = free_port(self.host)
             argv = llama_serve_command(self.model, port=self.port, host=self.host, threads=self.threads, ctx_size=self.ctx_size,
                                        seed=self.seed, exe=self.exe)
             with open(self.log, "a", encoding="utf-8") as out:
                 self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                             preexec_fn=_die_with_parent)
+                                             preexec_fn=_die_with_parent())
             self._finalizer = weakref.finalize(self, _stop, self.proc, self.log, not self._own_log)
             self.starts += 1
             deadline = time.monotonic() + self.startup_timeout

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envengineer.api import free_port
 from envengineer.errors import EnvEngineerError
 from envengineer.plugins.suite.launch.base import ray_nodes_offering
 
@@ -274,12 +275,6 @@ def node_ip() -> str:
     import ray.util
 
     return ray.util.get_node_ip_address()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
 
 
 def _listening(host: str, port: int | str) -> bool:
