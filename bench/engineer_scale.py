@@ -22,10 +22,10 @@ scored as ``fixed``) on every recorded round of the runs given:
   draws applied; one proposal a round).
 
 Per cell: kept/B − fixed (the expected kept prompts per budget against the round's own config) with its cluster-
-bootstrap interval over rounds, the runs above and below fixed, the fallback share, the **restate share** (proposals
-whose applied config equals the round's config), the self-prediction Brier against saying 0.5 and against copying
-the evidence (``--predict N``), and the cost per proposal: wall seconds, this process's CPU seconds and the server's
-(read from /proc). Each cell is written as it finishes (``OUTPUT/cells/<label>.json``; a rerun skips finished cells),
+bootstrap interval over rounds, the runs above and below fixed, the fallback share, the **restate share** (applied
+proposals whose config equals the round's config; a fallback counts as one, not as a restatement), the
+self-prediction Brier against saying 0.5 and against copying the evidence (``--predict N``), and the cost per
+proposal: wall seconds, this process's CPU seconds and the server's (read from /proc). Each cell is written as it finishes (``OUTPUT/cells/<label>.json``; a rerun skips finished cells),
 then ``OUTPUT/scale.md`` and ``OUTPUT/scale.png``. Every budget is a count (rounds, proposals, instances, samples).
 """
 
@@ -79,17 +79,11 @@ def llm_section(model: str, url: str, interface: str, decoding: str, args: argpa
     return served
 
 
-def restate_share(result: dict[str, Any], label: str) -> float | None:
-    reference = {(l["run"], l["round"]): l["config"] for l in result["lines"] if l["engineer"] == "reference"}
-    mine = [l for l in result["lines"] if l["engineer"] == label]
-    return sum(l["config"] == reference[l["run"], l["round"]] for l in mine) / len(mine) if mine else None
-
-
 def cell_figures(result: dict[str, Any], label: str, seconds: dict[str, float]) -> dict[str, Any]:
     s = result["summary"][label]
     proposals = s["proposals"]
     out = {"label": label, "proposals": proposals, "rounds": s["rounds"], "fallback": s["fallback_rate"],
-           "restate": restate_share(result, label), "vs_fixed": s.get("vs_fixed_kept_per_budget"),
+           "restate": s.get("restated"), "vs_fixed": s.get("vs_fixed_kept_per_budget"),
            "runs_above": s.get("runs_above_fixed"), "runs_below": s.get("runs_below_fixed"),
            "kept_per_budget": s["kept_per_budget"], "reference": result["summary"]["reference"]["kept_per_budget"],
            "per_proposal": {k: round(v / proposals, 2) for k, v in seconds.items()}}

@@ -155,6 +155,10 @@ def test_a_proposal_identical_to_fixed_scores_as_fixed(registry, sim_runs, tmp_p
             assert line["vs_fixed"] == {"kept_per_budget": 0.0, "learnability": 0.0, "mixed": 0.0}
     restating = [l for l in result["lines"] if l["engineer"] == "restating"]
     assert restating and all(not l["fallback"] for l in restating)  # applied (the whole table), not a fallback
+    # the restated share counts them; learnability's moved configs are not restatements
+    summary = result["summary"]
+    assert summary["restating"]["restated"] == 1.0 and summary["fixed"]["restated"] == 1.0
+    assert summary["learnability"]["restated"] < 1.0 and "restated" not in summary["reference"]
     # and the comparison can fail: learnability's configs differ, and so do its scores
     assert any(l["kept_per_budget"] != reference[l["run"], l["round"]]["kept_per_budget"]
                for l in result["lines"] if l["engineer"] == "learnability")
@@ -222,6 +226,32 @@ def test_the_command_end_to_end(sim_runs, tmp_path, capsys, monkeypatch):
     assert len(lines) == 3 * 2 and {l["instances"] for l in lines} == {16}
     assert (out / "score.png").stat().st_size > 0
     assert any((out / "cache").rglob("*.json"))
+    # the tables again from the files alone (an archive), the restated share among them
+    main(["engineers", "report", str(out)])
+    again = capsys.readouterr().out
+    table = again.split("share of the budget")[0]
+    assert "K=1 proposals, M=16 instances, S=4 draws" in " ".join(again.split()) and "inverted" in table
+    assert table == printed.split("share of the budget")[0]
+    # a score.json written before the restated share was summarised: computed from its lines, the rest kept
+    stored = json.loads((out / "score.json").read_text())
+    assert stored["summary"]["inverted"]["restated"] == 0.0
+    del stored["summary"]["inverted"]["restated"]
+    stored["summary"]["inverted"]["proposals"] = 99
+    (out / "score.json").write_text(json.dumps(stored))
+    from envengineer.plugins.engineer_bench.output import read_results
+
+    back = read_results(out)
+    assert back["summary"]["inverted"]["restated"] == 0.0 and back["summary"]["inverted"]["proposals"] == 99
+    # a folder the benchmark did not write, and a broken proposals file: refused by name, exit status 2
+    for broken, message in ((tmp_path / "empty", "empty/score.json: no such file"),):
+        broken.mkdir()
+        with pytest.raises(SystemExit) as exited:
+            main(["engineers", "report", str(broken)])
+        assert exited.value.code == 2 and message in " ".join(capsys.readouterr().err.split())
+    (out / "proposals.jsonl").write_text((out / "proposals.jsonl").read_text() + "{cut\n")
+    with pytest.raises(SystemExit) as exited:
+        main(["engineers", "report", str(out)])
+    assert exited.value.code == 2 and "proposals.jsonl, line 7: not valid JSON" in " ".join(capsys.readouterr().err.split())
     # the run keeps its slice, and its report shows it as a section with the run's own plot
     from envengineer.plugins.report.page import write_report
     from envengineer.registry import load_registry

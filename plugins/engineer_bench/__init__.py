@@ -49,10 +49,8 @@ def engineers_score(
                                                 "engineers' requests (repeatable), e.g. order=stable-first or preset=V4"),
 ) -> None:
     """Score engineers' proposals for each recorded round's checkpoint, without training (docs/engineer-score.md)."""
-    from rich.table import Table
-
     from envengineer.plugins.engineer_bench.output import write_results
-    from envengineer.plugins.engineer_bench.recorded import REFERENCE, ScoreSettings
+    from envengineer.plugins.engineer_bench.recorded import ScoreSettings
     from envengineer.plugins.engineer_bench.scoring import score_runs
     from envengineer.fileio import cache_root
     from envengineer.loop.runconfig import apply_overrides
@@ -67,13 +65,28 @@ def engineers_score(
         result = score_runs(state.registry, runs, engineer or [], settings, cache_dir, recorded=recorded,
                             progress=lambda text: status.update(escape(text)))
     written = write_results(result, output)
-    summary = result["summary"]
+    print_result(console, result, show_proposals=show_proposals)
+    console.print(f"cost: {result['cost']['samples_drawn']} samples drawn for {result['cost']['instances_sampled']} instances, "
+                  f"{result['cost']['instances_from_cache']} instances from the cache ({escape(str(cache_dir))}); "
+                  f"{result['cost']['cpu_s']:.1f} CPU s, {result['cost']['wall_s']:.1f} s wall", highlight=False)
+    console.print(f"wrote {', '.join(escape(str(p)) for p in written)}", highlight=False, soft_wrap=True)
+
+
+def print_result(console: Any, result: dict[str, Any], *, show_proposals: bool = False) -> None:
+    """The benchmark's tables for a scoring's result (what ``score_runs`` returns, or ``score.json`` with its
+    ``proposals.jsonl`` read back as ``lines``): per engineer, budget shares, per run, proposals, the predictive
+    check and self-knowledge, then the legend."""
+    from rich.table import Table
+
+    from envengineer.plugins.engineer_bench.recorded import REFERENCE
+
+    summary, settings = result["summary"], result["settings"]
     rounds = sum(len(r["rounds"]) for r in result["runs"])
     groups_g = ",".join(str(g) for g in dict.fromkeys(r["group_size"] for r in result["runs"]))
-    table = Table(title=f"engineer benchmark: {len(result['runs'])} run(s), {rounds} rounds; K={samples} proposals, M={instances} instances, "
-                        f"S={draws} draws, G={groups_g}",
+    table = Table(title=f"engineer benchmark: {len(result['runs'])} run(s), {rounds} rounds; K={settings['proposals']} proposals, "
+                        f"M={settings['instances']} instances, S={settings['draws']} draws, G={groups_g}",
                   title_justify="left")
-    for column in ("engineer", "n", "fb", "kept/B", "−fixed", "▲/▼", "Σp(1−p)", "R/W"):
+    for column in ("engineer", "n", "fb", "kept/B", "−fixed", "same", "▲/▼", "Σp(1−p)", "R/W"):
         table.add_column(column, justify="left" if column == "engineer" else "right", no_wrap=True)
     for name in result["engineers"]:
         entry = summary.get(name)
@@ -82,6 +95,7 @@ def engineers_score(
         table.add_row(
             escape(name), str(entry["proposals"]), f"{100 * entry['fallback_rate']:.0f}%",
             _interval(entry["kept_per_budget"]), _interval(entry.get("vs_fixed_kept_per_budget"), sign=True),
+            "" if entry.get("restated") is None else f"{100 * entry['restated']:.0f}%",
             "" if name == REFERENCE else f"{entry['runs_above_fixed']}/{entry['runs_below_fixed']}",
             f"{entry['learnability']['mean']:.3f}", f"{100 * entry['all_right']['mean']:.0f}%/{100 * entry['all_wrong']['mean']:.0f}%",
         )
@@ -142,20 +156,29 @@ def engineers_score(
                           "—" if b["mean"] is None else (f"{b['mean']:.3f}" + (f" [{b['ci95'][0]:.3f}, {b['ci95'][1]:.3f}]" if b["ci95"] else "")),
                           f"{entry['brier_half']:.3f}", "—" if entry["brier_evidence"] is None else f"{entry['brier_evidence']:.3f}")
         console.print(known)
-    cost = result["cost"]
     console.print(f"[dim]reference: the round's config unchanged (the fixed environment); n: proposals scored (rounds × K); fb: fallback rate; kept/B: expected kept (mixed) prompts per budget, the "
                   f"run's budget × the chance that G answers (the trainer's prefilter samples, else its GRPO group) are some right and some wrong; −fixed: minus the "
-                  f"reference of the same round; ▲/▼: runs (seeds) whose mean −fixed is above/below 0; Σp(1−p): per instance; R/W: shares "
+                  f"reference of the same round; same: applied proposals whose config is the round's own (restated); ▲/▼: runs (seeds) whose mean −fixed is above/below 0; Σp(1−p): per instance; R/W: shares "
                   f"of all-right and all-wrong prompts; second lines: 95% bootstrap interval over rounds[/]", highlight=False)
-    console.print(f"cost: {cost['samples_drawn']} samples drawn for {cost['instances_sampled']} instances, {cost['instances_from_cache']} instances from the cache "
-                  f"({escape(str(cache_dir))}); {cost['cpu_s']:.1f} CPU s, {cost['wall_s']:.1f} s wall", highlight=False)
-    console.print(f"wrote {', '.join(escape(str(p)) for p in written)}", highlight=False, soft_wrap=True)
+
+
+def engineers_report(
+    state: CommandState,
+    output: Path = typer.Argument(..., help="a finished scoring's folder (its score.json and proposals.jsonl)"),
+    show_proposals: bool = typer.Option(False, "--proposals", help="also print one row per scored proposal"),
+) -> None:
+    """Print a finished scoring's tables again from its files, without scoring (an archived score.json and
+    proposals.jsonl are enough)."""
+    from envengineer.plugins.engineer_bench.output import read_results
+
+    print_result(state.console, read_results(output), show_proposals=show_proposals)
 
 
 @hookimpl
 def register_commands(cli: Any, state: CommandState) -> None:
     engineers = typer.Typer(help="Engineers measured without training: the engineer benchmark (docs/engineer-score.md).", no_args_is_help=True)
     engineers.command("score")(state.command(engineers_score))
+    engineers.command("report")(state.command(engineers_report))
     cli.add_typer(engineers, name="engineers")
 
 

@@ -114,6 +114,37 @@ def write_results(result: Mapping[str, Any], output: str | Path) -> list[Path]:
     return written
 
 
+def read_results(output: str | Path) -> dict[str, Any]:
+    """A finished scoring read back from its folder: ``score.json`` with ``proposals.jsonl`` as ``lines`` (and
+    ``predictions.jsonl`` where written), what :func:`write_results` wrote. A missing or malformed file is refused by
+    name (and line); a summary figure the file predates is computed from the lines."""
+    from envengineer.errors import InputError
+    from envengineer.fileio import read_jsonl
+
+    out = Path(output)
+    path = out / "score.json"
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file (not a folder that `envengineer engineers score --output` wrote)") from None
+    except ValueError as exc:
+        raise InputError(f"{path}: not JSON ({exc})") from None
+    missing = [key for key in ("settings", "runs", "engineers", "summary") if not isinstance(result, dict) or key not in result]
+    if missing:
+        raise InputError(f"{path}: not an engineer-benchmark result (no {', '.join(missing)})")
+    result["lines"] = read_jsonl(out / "proposals.jsonl")
+    if (out / "predictions.jsonl").exists():
+        result["predictions"] = read_jsonl(out / "predictions.jsonl")
+    # a figure added to the summary after the scoring (the restated share, 2026-12-07) is computed from its lines;
+    # what score.json holds is kept as written
+    again = summarize(result["lines"], result["engineers"], seed=result["settings"].get("seed", 0))
+    for name, entry in again.items():
+        stored = result["summary"].setdefault(name, {})
+        for key, value in entry.items():
+            stored.setdefault(key, value)
+    return result
+
+
 def plot(result: Mapping[str, Any], path: Path) -> Path:
     """Each proposal as a point: its expected kept prompts minus the fixed reference's in the same round, against
     fallback (0: applied, 1: fell back; points spread sideways per engineer), each engineer's mean at its fallback

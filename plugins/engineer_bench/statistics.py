@@ -89,10 +89,12 @@ def cluster_bootstrap(clusters: Sequence[Sequence[float]], *, resamples: int = 2
 
 
 def summarize(lines: Sequence[Mapping[str, Any]], engineers: Sequence[str], *, seed: int = 0) -> dict[str, Any]:
-    """Per engineer: proposals, rounds, fallback rate; each figure's mean and cluster-bootstrap interval over rounds
+    """Per engineer: proposals, rounds, fallback rate, the restated share (applied proposals whose config is the
+    round's own, over all proposals); each figure's mean and cluster-bootstrap interval over rounds
     (the proposals of one round form a cluster); the difference from the fixed reference in the same round; the
     per-run mean difference (one run: one seed) and the mean share of the budget per group."""
     out: dict[str, Any] = {}
+    current = {(l["run"], l["round"]): l.get("config") for l in lines if l["engineer"] == REFERENCE}
     for engineer in engineers:
         mine = [line for line in lines if line["engineer"] == engineer]
         if not mine:
@@ -107,6 +109,11 @@ def summarize(lines: Sequence[Mapping[str, Any]], engineers: Sequence[str], *, s
             interval = cluster_bootstrap([[float(l[key]) for l in c] for c in rounds.values()], seed=seed)
             entry[key] = {"mean": round(sum(values) / len(values), 6), "ci95": None if interval is None else [round(x, 6) for x in interval]}
         if engineer != REFERENCE:
+            # restated: an applied proposal (not a fallback, which keeps the config by definition) whose config after
+            # projection is the round's own, value for value; over every proposal, beside the fallback rate
+            same = [not l["fallback"] and l.get("config") == current[l["run"], l["round"]] for l in mine
+                    if (l["run"], l["round"]) in current]
+            entry["restated"] = round(sum(same) / len(same), 6) if same else None
             for key in ("kept_per_budget", "learnability"):
                 values = [float(l["vs_fixed"][key]) for l in mine]
                 interval = cluster_bootstrap([[float(l["vs_fixed"][key]) for l in c] for c in rounds.values()], seed=seed)
