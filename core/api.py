@@ -57,6 +57,7 @@ from envengineer.fileio import (
     atomic_open,
     cache_root,
     fsync_dir,
+    read_json,
     read_jsonl,
     read_yaml,
     replace_folder,
@@ -217,7 +218,7 @@ __all__ = [
     # the lifecycle hooks' payloads (plugins, trackers)
     "BenchmarkPayload", "DesignPayload", "PAYLOADS", "RoundPayload", "RunEndPayload", "RunStartPayload", "watched",
     # run directories, files, checksums, caches
-    "RunDir", "SUMS", "atomic_open", "cache_root", "frozen_benchmark", "fsync_dir", "read_checksums", "read_jsonl",
+    "RunDir", "SUMS", "atomic_open", "cache_root", "frozen_benchmark", "fsync_dir", "read_checksums", "read_json", "read_jsonl",
     "read_yaml", "replace_folder", "sha256_file", "write_json", "write_jsonl", "write_text", "write_yaml",
     # commands a plugin adds (register_commands)
     "CommandState", "load_registry", "only_task", "stage_progress",

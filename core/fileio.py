@@ -152,6 +152,22 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             yield obj
 
 
+def read_json(path: str | os.PathLike[str], missing: str = "") -> Any:
+    """A JSON file's value; a missing, unreadable or malformed file is refused by name (``missing``: what to add in
+    parentheses when it does not exist, e.g. what writes it)."""
+    source = Path(path)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{source}: no such file" + (f" ({missing})" if missing else "")) from None
+    except (IsADirectoryError, UnicodeDecodeError) as exc:
+        raise InputError(f"{source}: cannot read ({exc})") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"{source}: not valid JSON ({exc})") from None
+
+
 def read_yaml(path: str | os.PathLike[str]) -> Any:
     source = Path(path)
     try:

@@ -56,6 +56,7 @@ from envengineer.api import (
     cache_root,
     fill_kept,
     hookimpl,
+    read_json,
     rollout_line,
     score_response,
     screening_samples,
@@ -92,12 +93,7 @@ class Student:
     @classmethod
     def load(cls, folder: str | Path, generator: Any) -> Student:
         path = Path(folder) / STUDENT_FILE
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InputError(f"{path}: no such file (a simulated student's checkpoint folder holds {STUDENT_FILE})") from None
-        except ValueError as exc:
-            raise InputError(f"{path}: not valid JSON ({exc})") from None
+        data = read_json(path, missing=f"a simulated student's checkpoint folder holds {STUDENT_FILE}")
         if not isinstance(data, dict) or not isinstance(data.get("params"), dict) or not isinstance(data.get("skills"), dict):
             raise InputError(f"{path}: expected an object with params and skills")
         return cls(data, generator)

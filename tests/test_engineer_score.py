@@ -243,8 +243,14 @@ def test_the_command_end_to_end(sim_runs, tmp_path, capsys, monkeypatch):
     back = read_results(out)
     assert back["summary"]["inverted"]["restated"] == 0.0 and back["summary"]["inverted"]["proposals"] == 99
     # a folder the benchmark did not write, and a broken proposals file: refused by name, exit status 2
-    for broken, message in ((tmp_path / "empty", "empty/score.json: no such file"),):
-        broken.mkdir()
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "score.json").write_text('{"settings": ')
+    (tmp_path / "other-json").mkdir()
+    (tmp_path / "other-json" / "score.json").write_text('{"settings": {}}')
+    for broken, message in ((tmp_path / "empty", "empty/score.json: no such file (not a folder that `envengineer engineers score"),
+                            (tmp_path / "cut", "cut/score.json: not valid JSON"),
+                            (tmp_path / "other-json", "other-json/score.json: not an engineer-benchmark result (no runs, engineers, summary)")):
+        broken.mkdir(exist_ok=True)
         with pytest.raises(SystemExit) as exited:
             main(["engineers", "report", str(broken)])
         assert exited.value.code == 2 and message in " ".join(capsys.readouterr().err.split())

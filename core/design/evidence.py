@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from envengineer.errors import ConfigError, InputError
+from envengineer.fileio import read_json, read_jsonl
 from envengineer.store.rundir import RunDir
 
 # ---------------------------------------------------------------------- evidence
@@ -66,17 +67,6 @@ def task_from_run(run: dict[str, Any], registry: Any) -> Any:
     return registry.create("generator", name, section, where="task")
 
 
-def _read_json(path: Path) -> Any:
-    import json
-
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not valid JSON ({exc})") from None
-
-
 def _read_text(path: Path) -> str | None:
     try:
         return path.read_text(encoding="utf-8").strip() or None
@@ -102,7 +92,7 @@ def load_signal(run: RunDir, round: int) -> dict[str, Any]:
     path = run.signal(round)
     if not path.exists():
         return {}
-    data = _read_json(path)
+    data = read_json(path)
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object")
     return data
@@ -111,12 +101,10 @@ def load_signal(run: RunDir, round: int) -> dict[str, Any]:
 def round_failures(run_dir: str | Path | RunDir, round: int) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
     """Round ``round``'s failure evidence in a run directory: its validation summary, failing examples ([] when
     none were recorded) and training signal ({} when none); a missing or unreadable summary is an InputError."""
-    from envengineer.fileio import read_jsonl
-
     folder = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     examples_path = folder.eval_examples(round)
     examples = read_jsonl(examples_path) if examples_path.exists() else []
-    return _read_json(folder.eval_summary(round)), examples, load_signal(folder, round)
+    return read_json(folder.eval_summary(round)), examples, load_signal(folder, round)
 
 
 def load_evidence(run_dir: str | Path, round: int, registry: Any, *, max_examples: int | None = None) -> Evidence:
@@ -142,7 +130,7 @@ def load_evidence(run_dir: str | Path, round: int, registry: Any, *, max_example
     if not run_dir_.round_dir(round).is_dir():
         raise InputError(f"{run_dir_.round_dir(round)}: no such round directory")
     history = [
-        RoundRecord(round=n, config=config_of(n), report=_read_json(run_dir_.eval_summary(n)), fallback=_was_fallback(run_dir_, n),
+        RoundRecord(round=n, config=config_of(n), report=read_json(run_dir_.eval_summary(n)), fallback=_was_fallback(run_dir_, n),
                     signal=load_signal(run_dir_, n))
         for n in range(round)
     ]
@@ -151,7 +139,7 @@ def load_evidence(run_dir: str | Path, round: int, registry: Any, *, max_example
     if max_examples is not None:
         examples = examples[:max_examples]
     details_path = run_dir_.train_details(round)
-    training = _read_json(details_path) if details_path.exists() else {}
+    training = read_json(details_path) if details_path.exists() else {}
     budget = int(run.get("budget") or 0)
     rounds_total = int(run.get("rounds") or round + 1)
     training.setdefault("bookkeeping", {"round": round, "rounds_total": rounds_total})
@@ -169,5 +157,5 @@ def load_evidence(run_dir: str | Path, round: int, registry: Any, *, max_example
         budget=budget,
         signal=signal,
         seed=run.get("seed") if isinstance(run.get("seed"), int) else None,
-        base_report=_read_json(run_dir_.eval_summary(None)) if run_dir_.eval_summary(None).exists() else {},
+        base_report=read_json(run_dir_.eval_summary(None)) if run_dir_.eval_summary(None).exists() else {},
     )

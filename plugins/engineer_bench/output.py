@@ -118,17 +118,11 @@ def read_results(output: str | Path) -> dict[str, Any]:
     """A finished scoring read back from its folder: ``score.json`` with ``proposals.jsonl`` as ``lines`` (and
     ``predictions.jsonl`` where written), what :func:`write_results` wrote. A missing or malformed file is refused by
     name (and line); a summary figure the file predates is computed from the lines."""
-    from envengineer.errors import InputError
-    from envengineer.fileio import read_jsonl
+    from envengineer.api import InputError, read_json, read_jsonl
 
     out = Path(output)
     path = out / "score.json"
-    try:
-        result = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file (not a folder that `envengineer engineers score --output` wrote)") from None
-    except ValueError as exc:
-        raise InputError(f"{path}: not JSON ({exc})") from None
+    result = read_json(path, missing="not a folder that `envengineer engineers score --output` wrote")
     missing = [key for key in ("settings", "runs", "engineers", "summary") if not isinstance(result, dict) or key not in result]
     if missing:
         raise InputError(f"{path}: not an engineer-benchmark result (no {', '.join(missing)})")
