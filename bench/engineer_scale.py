@@ -155,7 +155,9 @@ def run(args: argparse.Namespace, console: Console) -> None:
                     progress.advance(task)
             finally:
                 server.stop()
-    console.print(report(out))
+    table, text = report(out)
+    console.print(table)
+    console.print(text, highlight=False)
 
 
 def _cells(out: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -175,7 +177,59 @@ def _interval(value: dict[str, Any] | None) -> str:
     return f"{value['mean']:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "")
 
 
-def report(out: Path) -> Table:
+INTERFACE_ORDER = ("config", "changes", "decisions", "decisions-read")
+BIG, SMALL = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
+
+
+def _mean(cell: dict[str, Any]) -> float | None:
+    value = cell.get("vs_fixed")
+    return value.get("mean") if isinstance(value, dict) else None
+
+
+def _best(cells: list[dict[str, Any]], usable: bool) -> dict[str, Any] | None:
+    """The cell with the highest kept/B − fixed mean (ties: the lower restate share, then the interfaces' order); with
+    ``usable`` only cells whose fallback share is under 25%."""
+    pool = [c for c in cells if _mean(c) is not None and (not usable or c["fallback"] < 0.25)]
+    order = {name: i for i, name in enumerate(INTERFACE_ORDER)}
+    return min(pool, key=lambda c: (-_mean(c), c.get("restate") or 0.0, order.get(c["interface"], len(order))), default=None)
+
+
+def picks(llm: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rules docs/results-engineer-scale.md fixed before any run, applied to the cells finished so far:
+    ``expansion`` (per model, the interface sampled and criticised next: the highest greedy kept/B − fixed, ties by the
+    lower restate share, then the order config, changes, decisions, decisions-read), ``part2`` (the closed loops'
+    engineer: the 1.5B's best cell, any decoding, with fallback under 25%, if its mean is above 0; else the 0.5B's the same way; else
+    the 1.5B's highest all the same, said so) and ``part3`` (the 0.5B's interface for claim (c): its best greedy cell
+    with fallback under 25%, ``config`` if none)."""
+    models = list(dict.fromkeys(c.get("model") for c in llm))
+    every = {m: [c for c in llm if c.get("model") == m] for m in models}
+    greedy = {m: [c for c in cells if c.get("decoding") == "greedy"] for m, cells in every.items()}
+    out: dict[str, Any] = {"expansion": {}}
+    for model, cells in greedy.items():
+        best = _best(cells, usable=False)
+        out["expansion"][model] = best["interface"] if best else None
+    part2, why = None, ""
+    for model in (BIG, SMALL):  # every decoding of the model (the expansion's cells too)
+        best = _best(every.get(model, []), usable=True)
+        if best is not None and (_mean(best) or 0.0) > 0:
+            part2, why = best, f"{model}'s best cell with fallback under 25%, above fixed"
+            break
+    if part2 is None:
+        part2 = _best(every.get(BIG, []), usable=False)
+        why = "no cell of either Qwen model above fixed: the 1.5B's highest all the same (an engineer the instrument scores at or below fixed)"
+    out["part2"] = {"model": part2["model"], "interface": part2["interface"], "decoding": part2["decoding"], "vs_fixed": _mean(part2),
+                    "why": why} if part2 else None
+    small = _best(greedy.get(SMALL, []), usable=True)
+    out["part3"] = {"interface": small["interface"] if small else "config",
+                    "why": "the 0.5B's best greedy cell with fallback under 25%" if small else "no 0.5B cell with fallback under 25%: config"}
+    out["screen_cells"] = {m: len(cells) for m, cells in every.items()}
+    return out
+
+
+def report(out: Path) -> tuple[Table, str]:
+    """The table of every finished cell, and the registered rules' picks as text; writes scale.md, picks.json, the plot."""
+    from envengineer.fileio import write_json
+
     rules, llm = _cells(out)
     table = Table(title=f"{out}: kept/B − fixed per engineer (the same recorded rounds), restate and fallback shares, cost a proposal",
                   title_justify="left")
@@ -198,10 +252,23 @@ def report(out: Path) -> Table:
         table.add_row(*row)
         rows.append(row)
     header = "| " + " | ".join(c.header for c in table.columns) + " |\n|" + "---|" * len(table.columns) + "\n"
-    (out / "scale.md").write_text(header + "".join("| " + " | ".join(r) + " |\n" for r in rows))
+    chosen = picks(llm) if llm else None
+    lines = []
+    if chosen:
+        lines.append("\nThe registered rules on the cells so far (cells per model: "
+                     + ", ".join(f"{m} {n}" for m, n in chosen["screen_cells"].items()) + "):\n")
+        lines.append("- expansion (sampled and critic): " + ", ".join(f"{m} `{i}`" for m, i in chosen["expansion"].items()) + "\n")
+        if chosen["part2"]:
+            p2 = chosen["part2"]
+            lines.append(f"- part 2's engineer: {p2['model']} `{p2['interface']}` {p2['decoding']} ({_interval({'mean': p2['vs_fixed']})}; "
+                         f"{p2['why']})\n")
+        lines.append(f"- part 3's interface for the 0.5B: `{chosen['part3']['interface']}` ({chosen['part3']['why']})\n")
+    (out / "scale.md").write_text(header + "".join("| " + " | ".join(r) + " |\n" for r in rows) + "".join(lines))
+    if chosen:
+        write_json(out / "picks.json", chosen)
     if llm:
         plot(rules, llm, out / "scale.png")
-    return table
+    return table, "".join(lines)
 
 
 def plot(rules: list[dict[str, Any]], llm: list[dict[str, Any]], path: Path) -> None:
@@ -260,7 +327,9 @@ def main() -> None:
     args = parser.parse_args()
     console = Console(width=None if sys.stdout.isatty() else 200)
     if args.report:
-        console.print(report(Path(args.report)))
+        table, text = report(Path(args.report))
+        console.print(table)
+        console.print(text, highlight=False)
         return
     if not args.run:
         parser.error("give at least one --run")

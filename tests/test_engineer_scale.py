@@ -1,0 +1,63 @@
+"""bench/engineer_scale.py's registered rules (docs/results-engineer-scale.md): the interface each model is expanded
+in, part 2's engineer and part 3's interface, on hand-made cells; and the report written from cell files."""
+
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIG, SMALL, TINY = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct"
+
+
+def _bench():
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import engineer_scale
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    return engineer_scale
+
+
+def cell(model, interface, mean, fallback=0.0, restate=0.0, decoding="greedy"):
+    return {"label": f"{model}--{interface}--{decoding}", "model": model, "interface": interface, "decoding": decoding,
+            "parameters": 1e9, "proposals": 12, "rounds": 12, "fallback": fallback, "restate": restate,
+            "vs_fixed": {"mean": mean, "ci95": [mean - 1, mean + 1]}, "runs_above": 1, "runs_below": 1}
+
+
+def test_the_registered_picks():
+    bench = _bench()
+    cells = [cell(BIG, "config", 0.5, restate=0.9), cell(BIG, "changes", 0.5, restate=0.2), cell(BIG, "decisions", 2.0, fallback=0.5),
+             cell(SMALL, "config", 0.1), cell(SMALL, "decisions", 1.0, fallback=0.3), cell(SMALL, "decisions-read", 0.3),
+             cell(TINY, "config", -1.0), cell(TINY, "changes", -2.0)]
+    chosen = bench.picks(cells)
+    # the expansion ignores fallback; a tie goes to the lower restate share
+    assert chosen["expansion"] == {BIG: "decisions", SMALL: "decisions", TINY: "config"}
+    # part 2: the 1.5B's best cell under 25% fallback (decisions has 50%), the restate tie-break again
+    assert chosen["part2"]["model"] == BIG and chosen["part2"]["interface"] == "changes" and chosen["part2"]["vs_fixed"] == 0.5
+    # part 3: the 0.5B's best greedy cell under 25% fallback
+    assert chosen["part3"]["interface"] == "decisions-read"
+    # a sampled 1.5B cell above the greedy ones is part 2's pick (any decoding), not the expansion's
+    chosen = bench.picks(cells + [cell(BIG, "changes", 3.0, decoding="critic")])
+    assert chosen["part2"]["decoding"] == "critic" and chosen["expansion"][BIG] == "decisions"
+    # no usable 1.5B cell above fixed: the 0.5B's; none of either: the 1.5B's highest all the same, said so
+    low = [cell(BIG, "config", -0.5), cell(BIG, "changes", -0.2), cell(SMALL, "changes", 0.4), cell(SMALL, "config", 0.4, fallback=0.3)]
+    assert bench.picks(low)["part2"]["model"] == SMALL and bench.picks(low)["part2"]["interface"] == "changes"
+    none = [cell(BIG, "config", -0.5), cell(BIG, "changes", -0.2), cell(SMALL, "changes", -0.4)]
+    assert bench.picks(none)["part2"]["interface"] == "changes" and "all the same" in bench.picks(none)["part2"]["why"]
+    assert bench.picks(none)["part3"]["interface"] == "changes"
+    assert bench.picks([cell(SMALL, "decisions", 1.0, fallback=0.5)])["part3"]["interface"] == "config"
+
+
+def test_the_report_reads_the_cell_files(tmp_path):
+    bench = _bench()
+    (tmp_path / "cells").mkdir()
+    rules = {"label": "rules", "cells": [{**cell(None, None, 0.0), "label": "fixed"}, {**cell(None, None, 2.0), "label": "learnability"}]}
+    (tmp_path / "cells" / "rules.json").write_text(json.dumps(rules))
+    for c in (cell(BIG, "config", 0.5), cell(SMALL, "config", -0.5)):
+        (tmp_path / "cells" / f"{c['label']}.json").write_text(json.dumps(
+            {"label": c["label"], "cells": [c], **{k: c[k] for k in ("model", "parameters", "interface", "decoding")}}))
+    table, text = bench.report(tmp_path)
+    assert table.row_count == 4
+    assert f"part 2's engineer: {BIG} `config` greedy (+0.50" in text and "part 3's interface for the 0.5B: `config`" in text
+    assert json.loads((tmp_path / "picks.json").read_text())["part2"]["model"] == BIG
+    assert text in (tmp_path / "scale.md").read_text() and (tmp_path / "scale.png").stat().st_size > 0
