@@ -70,9 +70,14 @@ def engineer_file(folder: Path, label: str, section: dict[str, Any]) -> str:
 
 
 def llm_section(model: str, url: str, interface: str, decoding: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The engineer of one cell: the decoding ``greedy``, ``sampled`` or ``critic``, each also as ``NAME-compact`` (the
+    same under the context budget ``--compact-tokens``: docs/context.md#a-context-budget-max_prompt_tokens)."""
+    decoding, compact = decoding.removesuffix("-compact"), decoding.endswith("-compact")
     served = {"name": "openai-compatible", "model": model, "base_url": url + "/v1", "structured": True, **interface_options(interface),
               "analysis_chars": args.analysis_chars, "max_tokens": args.max_tokens, "timeout": 1800.0, "max_retries": 0,
               "temperature": 0.0 if decoding == "greedy" else args.temperature, "seed": 0}
+    if compact:
+        served["max_prompt_tokens"] = args.compact_tokens
     if decoding == "critic":
         return {"name": "critic", "engineer": served, "proposals": args.samples, "instances": args.instances, "draws": args.draws,
                 "seed": 1}
@@ -148,7 +153,7 @@ def run(args: argparse.Namespace, console: Console) -> None:
                     label = f"{model}--{interface}--{decoding}"
                     progress.update(task, description=label)
                     spec = engineer_file(work, label, llm_section(model, url, interface, decoding, args))
-                    proposals = args.samples if decoding == "sampled" else 1
+                    proposals = args.samples if decoding.removesuffix("-compact") == "sampled" else 1
                     cell = score_cell(registry, args, label, [spec], proposals, server.proc.pid, cache, args.predict)
                     cell.update(model=model, parameters=PARAMETERS.get(model), interface=interface, decoding=decoding)
                     write_json(out / "cells" / f"{label}.json", cell)
@@ -307,7 +312,10 @@ def main() -> None:
     parser.add_argument("--models", default="smollm2-135m-instruct,qwen2.5-coder-0.5b-instruct,qwen2.5-coder-1.5b-instruct")
     parser.add_argument("--interfaces", default="config,changes,decisions",
                         help="config, changes, decisions and/or decisions-read (decisions with read_first)")
-    parser.add_argument("--decodings", default="greedy,sampled,critic", help="greedy, sampled (--samples proposals) and/or critic")
+    parser.add_argument("--decodings", default="greedy,sampled,critic",
+                        help="greedy, sampled (--samples proposals) and/or critic; each also as NAME-compact, under --compact-tokens")
+    parser.add_argument("--compact-tokens", type=int, default=2048,
+                        help="the compact context's budget (the engineer's max_prompt_tokens, counted as characters / 4)")
     parser.add_argument("--samples", type=int, default=2, help="K: proposals a round when sampled; replies the critic chooses among")
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--instances", type=int, default=32, help="instances drawn per scored config")

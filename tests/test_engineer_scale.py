@@ -61,3 +61,14 @@ def test_the_report_reads_the_cell_files(tmp_path):
     assert f"part 2's engineer: {BIG} `config` greedy (+0.50" in text and "part 3's interface for the 0.5B: `config`" in text
     assert json.loads((tmp_path / "picks.json").read_text())["part2"]["model"] == BIG
     assert text in (tmp_path / "scale.md").read_text() and (tmp_path / "scale.png").stat().st_size > 0
+
+
+def test_a_compact_cell_is_its_decoding_under_the_context_budget():
+    import argparse
+
+    bench = _bench()
+    args = argparse.Namespace(analysis_chars=400, max_tokens=1024, temperature=0.7, compact_tokens=2048, samples=2, instances=32, draws=4)
+    full, compact = (bench.llm_section("m", "http://127.0.0.1:1", "decisions", d, args) for d in ("greedy", "greedy-compact"))
+    assert compact == {**full, "max_prompt_tokens": 2048} and "max_prompt_tokens" not in full
+    critic = bench.llm_section("m", "http://127.0.0.1:1", "changes", "critic-compact", args)
+    assert critic["name"] == "critic" and critic["engineer"]["max_prompt_tokens"] == 2048 and critic["engineer"]["temperature"] == 0.7
