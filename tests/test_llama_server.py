@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import urllib.request
 
 import pytest
 import yaml
+from envengineer.api import free_port
 from envengineer.design.step import design
 from envengineer.errors import ConfigError
 from envengineer.design.evidence import load_evidence
@@ -26,12 +26,6 @@ from envengineer.plugins.serve import llama_server
 from envengineer.design.prompts import build_request
 
 MODEL = "smollm2-135m-instruct"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _fake_binary(path):
@@ -152,7 +146,7 @@ def llama_exe():
 @contextlib.contextmanager
 def _serving(model: str, threads: int = 1):
     """``envengineer serve MODEL --server llama.cpp`` on a free port, until /health says ok; its URL."""
-    port = _free_port()
+    port = free_port("127.0.0.1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "envengineer.cli.commands", "serve", model, "--server", "llama.cpp", "--port", str(port),
          "--threads", str(threads)],
@@ -249,7 +243,7 @@ def test_qwen_05b_designs_through_llama_server_and_its_reply_is_applied(llama_ex
         pytest.skip(str(exc))
     evidence = load_evidence(recorded_run, 1, registry)
     request = build_request(evidence, registry, {"preset": "V1"})
-    with _serving(QWEN_SMALL, threads=2) as url:
+    with _serving(QWEN_SMALL, threads=1) as url:  # one thread: the other pytest worker has the second core
         engineer = registry.create("engineer", "openai-compatible", {
             "model": QWEN_SMALL, "base_url": url + "/v1", "structured": True, "max_tokens": 1024, "analysis_chars": 400,
             "temperature": 0.0, "timeout": 600.0, "max_retries": 0,

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import urllib.request
 
 import pytest
 import yaml
+from envengineer.api import free_port
 from envengineer.design.step import design
 from envengineer.design.evidence import load_evidence
 from envengineer.design.prompts import build_request
@@ -26,18 +26,12 @@ pytest.importorskip("uvicorn")
 MODEL = "smollm2-135m-instruct"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def server(smollm2_folder):
     if shutil.which("transformers") is None:
         pytest.skip("no `transformers` command")
     folder = smollm2_folder
-    port = _free_port()
+    port = free_port("127.0.0.1")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "envengineer.cli.commands", "serve", MODEL, "--port", str(port)],

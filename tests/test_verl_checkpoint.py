@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from envengineer.api import free_port
 from envengineer.errors import InputError
 from envengineer.plugins.trainers.verl_checkpoint import TRACKER, hand_off, latest_step
 
@@ -72,17 +72,11 @@ WRITER = textwrap.dedent('''
 ''')
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def verl_checkpoints(tmp_path_factory) -> Path:
     pytest.importorskip("verl")
     out = tmp_path_factory.mktemp("verl-ckpt")
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port("127.0.0.1")), "OMP_NUM_THREADS": "1",
            "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-c", WRITER, str(out)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
