@@ -231,6 +231,22 @@ def picks(llm: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _brier(brier: dict[str, Any]) -> float | None:
+    """The self-prediction Brier's mean: the scoring writes it as {mean, ci95} (a bare number in hand-made cells)."""
+    value = brier.get("brier")
+    return value.get("mean") if isinstance(value, dict) else value
+
+
+def _figure(cell: dict[str, Any], key: str) -> float | None:
+    """One plotted figure of a cell: a share, an interval's mean, the Brier's mean or wall seconds a proposal."""
+    if key == "brier":
+        return _brier(cell.get("brier") or {})
+    if key == "wall_s":
+        return (cell.get("per_proposal") or {}).get("wall_s")
+    value = cell.get(key)
+    return value.get("mean") if isinstance(value, dict) else value
+
+
 def report(out: Path) -> tuple[Table, str]:
     """The table of every finished cell, and the registered rules' picks as text; writes scale.md, picks.json, the plot."""
     from envengineer.fileio import write_json
@@ -245,8 +261,8 @@ def report(out: Path) -> tuple[Table, str]:
     for cell in rules + llm:
         params = f"{cell['parameters'] / 1e6:.0f}M" if cell.get("parameters") else ""
         brier = cell.get("brier") or {}
-        b = (f"{brier['brier']:.3f} ({brier['brier_half']:.3f}; {brier['brier_evidence']:.3f})"
-             if brier.get("brier") is not None and brier.get("brier_evidence") is not None else "—")
+        b = (f"{_brier(brier):.3f} ({brier['brier_half']:.3f}; {brier['brier_evidence']:.3f})"
+             if _brier(brier) is not None and brier.get("brier_evidence") is not None else "—")
         cost = cell.get("per_proposal") or {}
         row = [cell.get("model") or cell["label"], params, cell.get("interface") or "", cell.get("decoding") or "", str(cell["proposals"]),
                _interval(cell.get("vs_fixed")) if cell["label"] != "fixed" else "0 (the reference)",
@@ -282,13 +298,13 @@ def plot(rules: list[dict[str, Any]], llm: list[dict[str, Any]], path: Path) -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figures = (("vs_fixed", "kept/B − fixed"), ("restate", "restated share"), ("fallback", "fallback share"))
-    fig, axes = plt.subplots(1, len(figures), figsize=(15, 4.2))
+    figures = (("vs_fixed", "kept/B − fixed"), ("restate", "restated share"), ("fallback", "fallback share"),
+               ("brier", "self-prediction Brier (dotted: 0.5 everywhere)"), ("wall_s", "seconds a proposal (wall)"))
+    fig, axes = plt.subplots(1, len(figures), figsize=(24, 4.2))
     for axis, (key, title) in zip(axes, figures):
         for series in sorted({(c["interface"], c["decoding"]) for c in llm}):
-            points = sorted((c["parameters"], c[key]["mean"] if isinstance(c[key], dict) else c[key]) for c in llm
-                            if (c["interface"], c["decoding"]) == series and c.get("parameters") and c.get(key) is not None
-                            and (not isinstance(c[key], dict) or c[key].get("mean") is not None))
+            points = sorted((c["parameters"], _figure(c, key)) for c in llm
+                            if (c["interface"], c["decoding"]) == series and c.get("parameters") and _figure(c, key) is not None)
             if points:
                 axis.plot([p for p, _ in points], [v for _, v in points], marker="o", label=f"{series[0]}, {series[1]}")
         if key == "vs_fixed":
@@ -297,6 +313,9 @@ def plot(rules: list[dict[str, Any]], llm: list[dict[str, Any]], path: Path) -> 
                     axis.axhline(rule["vs_fixed"]["mean"], linestyle=":", color="grey")
                     axis.annotate(rule["label"], (axes[0].get_xlim()[0], rule["vs_fixed"]["mean"]), fontsize=7, color="grey")
             axis.axhline(0.0, color="black", linewidth=0.8)
+        if key == "brier":
+            for half in sorted({c["brier"]["brier_half"] for c in llm if (c.get("brier") or {}).get("brier_half") is not None}):
+                axis.axhline(half, linestyle=":", color="grey", linewidth=0.6)
         axis.set_xscale("log")
         axis.set_xlabel("parameters")
         axis.set_title(title)

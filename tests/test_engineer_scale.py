@@ -53,11 +53,16 @@ def test_the_report_reads_the_cell_files(tmp_path):
     (tmp_path / "cells").mkdir()
     rules = {"label": "rules", "cells": [{**cell(None, None, 0.0), "label": "fixed"}, {**cell(None, None, 2.0), "label": "learnability"}]}
     (tmp_path / "cells" / "rules.json").write_text(json.dumps(rules))
-    for c in (cell(BIG, "config", 0.5), cell(SMALL, "config", -0.5)):
+    # the Brier as the scoring writes it: its mean with an interval, 0.5's and the evidence copy's beside it
+    brier = {"brier": {"mean": 0.265, "ci95": [0.209, 0.329]}, "brier_half": 0.212, "brier_evidence": 0.004}
+    for c in ({**cell(BIG, "config", 0.5), "brier": brier, "per_proposal": {"wall_s": 90.0, "server_cpu_s": 170.0}},
+              cell(SMALL, "config", -0.5)):
         (tmp_path / "cells" / f"{c['label']}.json").write_text(json.dumps(
             {"label": c["label"], "cells": [c], **{k: c[k] for k in ("model", "parameters", "interface", "decoding")}}))
     table, text = bench.report(tmp_path)
     assert table.row_count == 4
+    scale = (tmp_path / "scale.md").read_text()
+    assert "| 0.265 (0.212; 0.004) |" in scale and "| 90, 170 |" in scale
     assert f"part 2's engineer: {BIG} `config` greedy (+0.50" in text and "part 3's interface for the 0.5B: `config`" in text
     assert json.loads((tmp_path / "picks.json").read_text())["part2"]["model"] == BIG
     assert text in (tmp_path / "scale.md").read_text() and (tmp_path / "scale.png").stat().st_size > 0
