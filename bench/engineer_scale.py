@@ -23,7 +23,8 @@ scored as ``fixed``) on every recorded round of the runs given:
 
 Per cell: kept/B − fixed (the expected kept prompts per budget against the round's own config) with its cluster-
 bootstrap interval over rounds, the runs above and below fixed, the fallback share, the **restate share** (applied
-proposals whose config equals the round's config; a fallback counts as one, not as a restatement), the
+proposals whose config equals the round's config; a fallback counts as one, not as a restatement), the **uniform
+share** (applied proposals that move every group's difficulty the same way and no budget: one word copied), the
 self-prediction Brier against saying 0.5 and against copying the evidence (``--predict N``), and the cost per
 proposal: wall seconds, this process's CPU seconds and the server's (read from /proc). Each cell is written as it finishes (``OUTPUT/cells/<label>.json``; a rerun skips finished cells),
 then ``OUTPUT/scale.md`` and ``OUTPUT/scale.png``. Every budget is a count (rounds, proposals, instances, samples).
@@ -88,7 +89,7 @@ def cell_figures(result: dict[str, Any], label: str, seconds: dict[str, float]) 
     s = result["summary"][label]
     proposals = s["proposals"]
     out = {"label": label, "proposals": proposals, "rounds": s["rounds"], "fallback": s["fallback_rate"],
-           "restate": s.get("restated"), "vs_fixed": s.get("vs_fixed_kept_per_budget"),
+           "restate": s.get("restated"), "uniform": s.get("uniform"), "vs_fixed": s.get("vs_fixed_kept_per_budget"),
            "runs_above": s.get("runs_above_fixed"), "runs_below": s.get("runs_below_fixed"),
            "kept_per_budget": s["kept_per_budget"], "reference": result["summary"]["reference"]["kept_per_budget"],
            "per_proposal": {k: round(v / proposals, 2) for k, v in seconds.items()}}
@@ -165,12 +166,58 @@ def run(args: argparse.Namespace, console: Console) -> None:
     console.print(text, highlight=False)
 
 
+def uniform_shares(data: dict[str, Any], generators: dict[str, Any]) -> dict[str, float | None]:
+    """Per engineer of a cell file: the share of its proposals (on runs of two groups or more) that are applied and
+    move every group's difficulty the same way and no budget (statistics.uniform_move). A line scored before the
+    scoring recorded ``moves`` gets them from its config and the round's, by the run's task (``generators``: run
+    path -> task, filled here from the recorded runs; a run that is not there leaves the share None)."""
+    from envengineer.api import config_moves
+    from envengineer.plugins.engineer_bench.recorded import REFERENCE, load_recorded_run
+    from envengineer.plugins.engineer_bench.statistics import uniform_move
+
+    reference = {(l["run"], l["round"]): l["config"] for l in data["lines"] if l["engineer"] == REFERENCE}
+    counted: dict[str, list[bool]] = {}
+    for line in data["lines"]:
+        if line["engineer"] == REFERENCE:
+            continue
+        moves = line.get("moves")
+        if moves is None:
+            if line["run"] not in generators:
+                try:
+                    generators[line["run"]] = load_recorded_run(_registry(), line["run"]).generator
+                except Exception:  # noqa: BLE001 - the run is not on this machine: no share
+                    generators[line["run"]] = None
+            task = generators[line["run"]]
+            if task is None:
+                counted.setdefault(line["engineer"], []).append(None)  # type: ignore[arg-type]
+                continue
+            moves = config_moves(task, reference[line["run"], line["round"]], line["config"])
+        if len(moves) > 1:
+            counted.setdefault(line["engineer"], []).append(not line["fallback"] and uniform_move(moves) is not None)
+    return {e: None if any(v is None for v in values) else round(sum(values) / len(values), 6) for e, values in counted.items()}
+
+
+_REGISTRY: list[Any] = []
+
+
+def _registry() -> Any:
+    if not _REGISTRY:
+        from envengineer.registry import load_registry
+
+        _REGISTRY.append(load_registry())
+    return _REGISTRY[0]
+
+
 def _cells(out: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     rules, llm = [], []
+    generators: dict[str, Any] = {}
     for path in sorted((out / "cells").glob("*.json")):
         data = json.loads(path.read_text())
+        uniform = uniform_shares(data, generators) if data.get("lines") else {}
         for cell in data["cells"]:
             entry = {**cell, **{k: data.get(k) for k in ("model", "parameters", "interface", "decoding")}}
+            if entry.get("uniform") is None:
+                entry["uniform"] = uniform.get(cell["label"])
             (rules if data["label"] == "rules" else llm).append(entry)
     return rules, llm
 
@@ -255,7 +302,7 @@ def report(out: Path) -> tuple[Table, str]:
     table = Table(title=f"{out}: kept/B − fixed per engineer (the same recorded rounds), restate and fallback shares, cost a proposal",
                   title_justify="left")
     for column in ("engineer", "params", "interface", "decoding", "proposals", "kept/B − fixed [95%]", "runs + / −", "restated",
-                   "fell back", "Brier (0.5; evidence)", "tokens / proposal (prompt, cached, new)", "s / proposal (wall, server CPU)"):
+                   "uniform", "fell back", "Brier (0.5; evidence)", "tokens / proposal (prompt, cached, new)", "s / proposal (wall, server CPU)"):
         table.add_column(column)
     rows = []
     for cell in rules + llm:
@@ -267,7 +314,8 @@ def report(out: Path) -> tuple[Table, str]:
         row = [cell.get("model") or cell["label"], params, cell.get("interface") or "", cell.get("decoding") or "", str(cell["proposals"]),
                _interval(cell.get("vs_fixed")) if cell["label"] != "fixed" else "0 (the reference)",
                f"{cell.get('runs_above') or 0} / {cell.get('runs_below') or 0}",
-               f"{100 * cell['restate']:.0f}%" if cell.get("restate") is not None else "—", f"{100 * cell['fallback']:.0f}%", b,
+               f"{100 * cell['restate']:.0f}%" if cell.get("restate") is not None else "—",
+               f"{100 * cell['uniform']:.0f}%" if cell.get("uniform") is not None else "—", f"{100 * cell['fallback']:.0f}%", b,
                "{prompt:.0f}, {cached:.0f}, {new:.0f}".format(**cell["tokens"]) if cell.get("tokens") else "—",
                f"{cost['wall_s']:.0f}, {cost['server_cpu_s']:.0f}" if cost else "—"]
         table.add_row(*row)
@@ -298,9 +346,10 @@ def plot(rules: list[dict[str, Any]], llm: list[dict[str, Any]], path: Path) -> 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figures = (("vs_fixed", "kept/B − fixed"), ("restate", "restated share"), ("fallback", "fallback share"),
+    figures = (("vs_fixed", "kept/B − fixed"), ("restate", "restated share"), ("uniform", "uniform share (one word copied)"),
+               ("fallback", "fallback share"),
                ("brier", "self-prediction Brier (dotted: 0.5 everywhere)"), ("wall_s", "seconds a proposal (wall)"))
-    fig, axes = plt.subplots(1, len(figures), figsize=(24, 4.2))
+    fig, axes = plt.subplots(1, len(figures), figsize=(28, 4.2))
     for axis, (key, title) in zip(axes, figures):
         for series in sorted({(c["interface"], c["decoding"]) for c in llm}):
             points = sorted((c["parameters"], _figure(c, key)) for c in llm

@@ -118,6 +118,7 @@ _LAZY: dict[str, str] = {
     "changes_schema": "envengineer.design.structured",
     "decisions_schema": "envengineer.design.structured",
     "decided_config": "envengineer.design.structured",
+    "config_moves": "envengineer.design.structured",
     "interface_schema": "envengineer.design.structured",
     "INTERFACES": "envengineer.design.structured",
     "InterfaceOptions": "envengineer.design.structured",
@@ -160,6 +161,7 @@ if TYPE_CHECKING:  # what static tools see; at run time these come through __get
         block_token_limit,
         INTERFACES,
         changes_schema,
+        config_moves,
         config_schema,
         decided_config,
         decisions_schema,
@@ -199,7 +201,7 @@ __all__ = [
     "DesignOutcome", "DesignRequest", "EngineerCallError", "EngineerReply", "UnusableProposal",
     "build_request", "extract_yaml_block", "factual_note", "load_prompt", "parse_proposal", "proposal_of", "summary_prompt",
     # structured replies (engineers)
-    "ANALYSIS_DESCRIPTION", "INTERFACES", "InterfaceOptions", "SCHEMA_NAME", "block_token_limit", "changes_schema", "config_schema",
+    "ANALYSIS_DESCRIPTION", "INTERFACES", "InterfaceOptions", "SCHEMA_NAME", "block_token_limit", "changes_schema", "config_moves", "config_schema",
     "decided_config", "decisions_schema", "interface_schema", "reply_schema", "structured_reply", "with_instruction",
     # prompt budgets and evidence (context modules, engineers)
     "Cut", "Evidence", "PromptBudgetOptions", "RoundRecord", "group_success", "load_signal", "round_failures",

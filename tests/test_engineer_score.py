@@ -159,6 +159,8 @@ def test_a_proposal_identical_to_fixed_scores_as_fixed(registry, sim_runs, tmp_p
     summary = result["summary"]
     assert summary["restating"]["restated"] == 1.0 and summary["fixed"]["restated"] == 1.0
     assert summary["learnability"]["restated"] < 1.0 and "restated" not in summary["reference"]
+    # every proposal records what it moved per group; a restatement moves nothing, so none is uniform
+    assert all(set(l["moves"]) == set(l["by_group"]) for l in restating) and summary["restating"]["uniform"] == 0.0
     # and the comparison can fail: learnability's configs differ, and so do its scores
     assert any(l["kept_per_budget"] != reference[l["run"], l["round"]]["kept_per_budget"]
                for l in result["lines"] if l["engineer"] == "learnability")

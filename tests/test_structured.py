@@ -444,6 +444,28 @@ def test_decisions_on_a_task_without_groups_move_its_one_set_of_knobs(flat_arith
     assert decided_config([], flat_arith, flat_arith.config_model(terms=4)) == ({}, None, [])
 
 
+def test_config_moves_reads_a_proposal_back_into_the_decisions_words(gridwalk, flat_arith):
+    """config_moves is decided_config's inverse on what moved: the words decided come back per group, whatever
+    interface wrote the config; every group harder with budgets untouched is the uniform move (a copied word)."""
+    from envengineer.design.structured import config_moves, decided_config
+    from envengineer.plugins.engineer_bench.statistics import uniform_move
+
+    current = gridwalk.default_config()
+    decided = [{"group": "k3", "difficulty": "harder", "budget": "less"}, {"group": "k9", "difficulty": "easier", "budget": "more"}]
+    partial, problem, _ = decided_config(decided, gridwalk, current)
+    moves = config_moves(gridwalk, current, gridwalk.project(partial, current).config)
+    assert problem is None and moves["k3"] == {"difficulty": "harder", "budget": "less"}
+    assert moves["k9"] == {"difficulty": "easier", "budget": "more"}
+    # the other groups' shares moved with the renormalisation, their difficulty did not
+    assert all(moves[g]["difficulty"] == "keep" for g in moves if g not in ("k3", "k9")) and uniform_move(moves) is None
+    every, _, _ = decided_config([{"group": f"k{k}", "difficulty": "harder"} for k in range(3, 11)], gridwalk, current)
+    moves = config_moves(gridwalk, current, gridwalk.project(every, current).config)
+    assert uniform_move(moves) == "harder" and all(m == {"difficulty": "harder", "budget": "same"} for m in moves.values())
+    assert uniform_move(config_moves(gridwalk, current, current)) is None  # a restatement moves nothing
+    # a task without a knob table: one group, `all`, and no budget word
+    assert config_moves(flat_arith, flat_arith.config_model(terms=4), flat_arith.config_model(terms=3)) == {"all": {"difficulty": "easier"}}
+
+
 @pytest.mark.parametrize("decisions, problem", [
     ({"k9": "harder"}, "the decision of k9 must be an object"),
     ("harder", "must be a list"),

@@ -401,6 +401,38 @@ def decided_config(decisions: Any, generator: Any, current: Any, *, step: float 
     return proposal, None, lines
 
 
+def config_moves(generator: Any, current: Any, proposed: Any) -> dict[str, dict[str, str]]:
+    """What a proposal moved, per group, in the ``decisions`` interface's words (whatever interface wrote it):
+    ``difficulty`` harder / easier / keep (the group's difficulty knobs' moves, each as a share of its declared range
+    and signed by its ``harder`` direction, summed) and ``budget`` more / less / same (its share knob), each present
+    when the task declares such a knob; a task without a knob table is one group, ``all``. The inverse of
+    :func:`decided_config`, for telling a design from a copy of one word (every group harder, budgets untouched)."""
+    from envengineer.components.knobs import WHOLE
+
+    fields = _decision_fields(generator)
+    before, after = generator.knob_rows(current), generator.knob_rows(proposed)
+    knobs = {k.name: k for k in generator.knobs}
+    out: dict[str, dict[str, str]] = {}
+    for group, values in before.items():
+        difficulty = budget = 0.0
+        for name, value in values.items():
+            knob, new = knobs.get(name), (after.get(group) or {}).get(name)
+            if knob is None or not isinstance(value, (int, float)) or not isinstance(new, (int, float)):
+                continue
+            delta = (float(new) - float(value)) / ((knob.high - knob.low) or 1.0)
+            if knob.share:
+                budget += delta
+            elif knob.harder != "none":
+                difficulty += delta if knob.harder == "up" else -delta
+        moved: dict[str, str] = {}
+        if "difficulty" in fields:
+            moved["difficulty"] = "harder" if difficulty > 1e-9 else "easier" if difficulty < -1e-9 else "keep"
+        if "budget" in fields:
+            moved["budget"] = "more" if budget > 1e-9 else "less" if budget < -1e-9 else "same"
+        out["all" if group == WHOLE else str(group)] = moved
+    return out
+
+
 def interface_schema(interface: str, generator: Any, current: Any = None, analysis_chars: int | None = None, *,
                      read_first: bool = False) -> tuple[dict[str, Any], str]:
     """The reply schema and the instruction of ``interface`` (:data:`INTERFACES`); ``analysis_chars``: the

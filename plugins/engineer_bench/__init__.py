@@ -86,7 +86,7 @@ def print_result(console: Any, result: dict[str, Any], *, show_proposals: bool =
     table = Table(title=f"engineer benchmark: {len(result['runs'])} run(s), {rounds} rounds; K={settings['proposals']} proposals, "
                         f"M={settings['instances']} instances, S={settings['draws']} draws, G={groups_g}",
                   title_justify="left")
-    for column in ("engineer", "n", "fb", "kept/B", "−fixed", "same", "▲/▼", "Σp(1−p)", "R/W"):
+    for column in ("engineer", "n", "fb", "kept/B", "−fixed", "same", "unif", "▲/▼", "Σp(1−p)", "R/W"):
         table.add_column(column, justify="left" if column == "engineer" else "right", no_wrap=True)
     for name in result["engineers"]:
         entry = summary.get(name)
@@ -96,6 +96,7 @@ def print_result(console: Any, result: dict[str, Any], *, show_proposals: bool =
             escape(name), str(entry["proposals"]), f"{100 * entry['fallback_rate']:.0f}%",
             _interval(entry["kept_per_budget"]), _interval(entry.get("vs_fixed_kept_per_budget"), sign=True),
             "" if entry.get("restated") is None else f"{100 * entry['restated']:.0f}%",
+            "" if entry.get("uniform") is None else f"{100 * entry['uniform']:.0f}%",
             "" if name == REFERENCE else f"{entry['runs_above_fixed']}/{entry['runs_below_fixed']}",
             f"{entry['learnability']['mean']:.3f}", f"{100 * entry['all_right']['mean']:.0f}%/{100 * entry['all_wrong']['mean']:.0f}%",
         )
@@ -158,7 +159,7 @@ def print_result(console: Any, result: dict[str, Any], *, show_proposals: bool =
         console.print(known)
     console.print(f"[dim]reference: the round's config unchanged (the fixed environment); n: proposals scored (rounds × K); fb: fallback rate; kept/B: expected kept (mixed) prompts per budget, the "
                   f"run's budget × the chance that G answers (the trainer's prefilter samples, else its GRPO group) are some right and some wrong; −fixed: minus the "
-                  f"reference of the same round; same: applied proposals whose config is the round's own (restated); ▲/▼: runs (seeds) whose mean −fixed is above/below 0; Σp(1−p): per instance; R/W: shares "
+                  f"reference of the same round; same: applied proposals whose config is the round's own (restated); unif: applied proposals that move every group's difficulty the same way and no budget (one word copied); ▲/▼: runs (seeds) whose mean −fixed is above/below 0; Σp(1−p): per instance; R/W: shares "
                   f"of all-right and all-wrong prompts; second lines: 95% bootstrap interval over rounds[/]", highlight=False)
 
 

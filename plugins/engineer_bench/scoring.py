@@ -190,6 +190,7 @@ def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequenc
     ``recorded``: also score, as engineer ``recorded``, the config each run actually trained on in the next round
     (its own engineer's design), with the next round's measured gain beside it (:func:`next_gain`), and report the
     rank correlation of the two (:func:`predictive_check`): does the score predict what training then did?"""
+    from envengineer.api import config_moves
     from envengineer.design.step import design
     from envengineer.loop.replay import offline_request
     from envengineer.store.rundir import RunDir
@@ -245,7 +246,9 @@ def score_runs(registry: Any, run_dirs: Sequence[str | Path], engineers: Sequenc
                         lines.append({
                             **where, "engineer": spec.label, "proposal": index, "fallback": bool(outcome.fallback), "reason": outcome.reason,
                             "changes": len(outcome.projection.changes) if outcome.projection is not None else 0,
-                            "config": _plain_config(outcome.config), **figures,
+                            "config": _plain_config(outcome.config),
+                            # per group, what the proposal moved in the decisions interface's words (a copy of one word shows)
+                            "moves": config_moves(run.generator, current, outcome.config), **figures,
                             "vs_fixed": {k: round(figures[k] - reference[k], 6) for k in ("kept_per_budget", "learnability", "mixed")},
                             **(call_cost(outcome.calls) if instance.uses_llm else {}),
                         })

@@ -88,9 +88,20 @@ def cluster_bootstrap(clusters: Sequence[Sequence[float]], *, resamples: int = 2
     return means[int(0.025 * resamples)], means[min(resamples - 1, int(0.975 * resamples))]
 
 
+def uniform_move(moves: Mapping[str, Mapping[str, str]]) -> str | None:
+    """``harder`` or ``easier`` when every group of ``moves`` (:func:`envengineer.api.config_moves`) moved its
+    difficulty that way and none its budget; None otherwise."""
+    words = {m.get("difficulty") for m in moves.values()}
+    if len(words) != 1 or any(m.get("budget", "same") != "same" for m in moves.values()):
+        return None
+    word = words.pop()
+    return word if word in ("harder", "easier") else None
+
+
 def summarize(lines: Sequence[Mapping[str, Any]], engineers: Sequence[str], *, seed: int = 0) -> dict[str, Any]:
     """Per engineer: proposals, rounds, fallback rate, the restated share (applied proposals whose config is the
-    round's own, over all proposals); each figure's mean and cluster-bootstrap interval over rounds
+    round's own, over all proposals), the uniform share (:func:`uniform_move`, over proposals on tasks of two groups
+    or more; None for lines scored before ``moves`` was recorded); each figure's mean and cluster-bootstrap interval over rounds
     (the proposals of one round form a cluster); the difference from the fixed reference in the same round; the
     per-run mean difference (one run: one seed) and the mean share of the budget per group."""
     out: dict[str, Any] = {}
@@ -114,6 +125,10 @@ def summarize(lines: Sequence[Mapping[str, Any]], engineers: Sequence[str], *, s
             same = [not l["fallback"] and l.get("config") == current[l["run"], l["round"]] for l in mine
                     if (l["run"], l["round"]) in current]
             entry["restated"] = round(sum(same) / len(same), 6) if same else None
+            # uniform: an applied proposal that moves every group's difficulty the same way (all harder or all easier)
+            # and no group's budget, on a task of two groups or more: one word copied, not a reading of the evidence
+            moved = [l for l in mine if isinstance(l.get("moves"), dict) and len(l["moves"]) > 1]
+            entry["uniform"] = round(sum(not l["fallback"] and uniform_move(l["moves"]) is not None for l in moved) / len(moved), 6) if moved else None
             for key in ("kept_per_budget", "learnability"):
                 values = [float(l["vs_fixed"][key]) for l in mine]
                 interval = cluster_bootstrap([[float(l["vs_fixed"][key]) for l in c] for c in rounds.values()], seed=seed)
