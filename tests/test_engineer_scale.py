@@ -77,3 +77,38 @@ def test_a_compact_cell_is_its_decoding_under_the_context_budget():
     assert compact == {**full, "max_prompt_tokens": 2048} and "max_prompt_tokens" not in full
     critic = bench.llm_section("m", "http://127.0.0.1:1", "changes", "critic-compact", args)
     assert critic["name"] == "critic" and critic["engineer"]["max_prompt_tokens"] == 2048 and critic["engineer"]["temperature"] == 0.7
+
+
+def test_part_2s_manifests_run_the_picked_engineer_as_its_cell_ran():
+    """examples/llm-engineer-qwen: every LLM arm is one engineer, the one picks.json names for part 2, with the options
+    its scale-curve cell sent (bench/engineer_scale.py's llm_section), through the llama-server engineer; the donor arm
+    reads the next seed of llm-v6 under the output the manifest's comment names; eight seeds, each its own policy seed."""
+    import argparse
+
+    from envengineer.plugins.suite.tables import plan
+
+    bench = _bench()
+    pick = json.loads((REPO / "bench/results/engineer-scale/picks.json").read_text())["part2"]
+    args = argparse.Namespace(analysis_chars=400, max_tokens=1024, temperature=0.7, compact_tokens=2048, samples=2, instances=32, draws=4)
+    cell = bench.llm_section(pick["model"], "http://127.0.0.1:1", pick["interface"], pick["decoding"], args)
+    assert cell["name"] == "openai-compatible"  # a critic pick would wrap it: this test would then need the wrapper
+    for name in ("sim", "gw"):
+        out = f"runs/llm-engineer-qwen/{name}"
+        suite = plan([REPO / f"examples/llm-engineer-qwen/{name}-suite.yaml"], output=out)
+        arms = {e.arm: e for e in suite.entries}
+        assert set(arms) == {"fixed", "learnability", "rlve", "window", "fixed-band", "llm-v6", "llm-v6-donor", "llm-no-f"}
+        assert all(tuple(e.seeds) == tuple(range(8)) for e in arms.values())
+        assert all(e.seed_configs[s].policy["seed"] == s for e in arms.values() for s in range(8))
+        engineers = [c.engineer for a in ("llm-v6", "llm-v6-donor", "llm-no-f") for c in (arms[a].config, *arms[a].seed_configs.values())]
+        assert all(engineer == engineers[0] for engineer in engineers)
+        engineer = engineers[0]
+        assert engineer["name"] == "llama-server" and engineer["model"] == pick["model"] and engineer["threads"] == 2
+        for key in ("structured", "interface", "read_first", "analysis_chars", "max_tokens", "max_retries", "temperature", "seed"):
+            assert engineer.get(key) == cell.get(key), key
+        assert all(e.config.context["order"] == "stable-first" for e in arms.values())
+        donor = arms["llm-v6-donor"].config.context["options"]["F"]
+        assert donor == {"donor": f"{out}/llm-v6/seed-{{other_seed}}", "donor_seeds": 8}
+        assert f"--output {out} --only llm-v6" in (REPO / f"examples/llm-engineer-qwen/{name}-suite.yaml").read_text()
+        assert "F" not in arms["llm-no-f"].config.context["modules"]
+        if name == "gw":
+            assert {(e.config.budget_mode, e.config.budget, e.config.rounds) for e in arms.values()} == {("kept_prompts", 96, 6)}
