@@ -351,6 +351,7 @@ def plot(rules: list[dict[str, Any]], llm: list[dict[str, Any]], path: Path) -> 
                ("brier", "self-prediction Brier (dotted: 0.5 everywhere)"), ("wall_s", "seconds a proposal (wall)"))
     fig, axes = plt.subplots(1, len(figures), figsize=(28, 4.2))
     for axis, (key, title) in zip(axes, figures):
+        axis.set_xscale("log")  # before the rules' labels are placed at the axis's left end
         for series in sorted({(c["interface"], c["decoding"]) for c in llm}):
             points = sorted((c["parameters"], _figure(c, key)) for c in llm
                             if (c["interface"], c["decoding"]) == series and c.get("parameters") and _figure(c, key) is not None)
@@ -360,7 +361,8 @@ def plot(rules: list[dict[str, Any]], llm: list[dict[str, Any]], path: Path) -> 
             for rule in rules:
                 if rule["label"] != "fixed" and rule.get("vs_fixed"):
                     axis.axhline(rule["vs_fixed"]["mean"], linestyle=":", color="grey")
-                    axis.annotate(rule["label"], (axes[0].get_xlim()[0], rule["vs_fixed"]["mean"]), fontsize=7, color="grey")
+                    axis.annotate(rule["label"], (axis.get_xlim()[0], rule["vs_fixed"]["mean"]), fontsize=7, color="grey",
+                                  xytext=(2, 2), textcoords="offset points")
             axis.axhline(0.0, color="black", linewidth=0.8)
         if key == "brier":
             for half in sorted({c["brier"]["brier_half"] for c in llm if (c.get("brier") or {}).get("brier_half") is not None}):
