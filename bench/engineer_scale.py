@@ -33,6 +33,7 @@ then ``OUTPUT/scale.md`` and ``OUTPUT/scale.png``. Every budget is a count (roun
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -166,54 +167,54 @@ def run(args: argparse.Namespace, console: Console) -> None:
     console.print(text, highlight=False)
 
 
-def uniform_shares(data: dict[str, Any], generators: dict[str, Any]) -> dict[str, float | None]:
-    """Per engineer of a cell file: the share of its proposals (on runs of two groups or more) that are applied and
-    move every group's difficulty the same way and no budget (statistics.uniform_move). A line scored before the
-    scoring recorded ``moves`` gets them from its config and the round's, by the run's task (``generators``: run
-    path -> task, filled here from the recorded runs; a run that is not there leaves the share None)."""
+def uniform_shares(data: dict[str, Any]) -> dict[str, float | None]:
+    """Per engineer of a cell file: its uniform share (statistics.uniform_share). A line scored before the scoring
+    recorded ``moves`` gets them from its config and the round's, by the recorded run's task; a run that is not on
+    this machine leaves that engineer's share None."""
     from envengineer.api import config_moves
-    from envengineer.plugins.engineer_bench.recorded import REFERENCE, load_recorded_run
-    from envengineer.plugins.engineer_bench.statistics import uniform_move
+    from envengineer.plugins.engineer_bench.recorded import REFERENCE
+    from envengineer.plugins.engineer_bench.statistics import uniform_share
 
     reference = {(l["run"], l["round"]): l["config"] for l in data["lines"] if l["engineer"] == REFERENCE}
-    counted: dict[str, list[bool]] = {}
+    lines: dict[str, list[dict[str, Any]]] = {}
+    missing: set[str] = set()
     for line in data["lines"]:
         if line["engineer"] == REFERENCE:
             continue
-        moves = line.get("moves")
-        if moves is None:
-            if line["run"] not in generators:
-                try:
-                    generators[line["run"]] = load_recorded_run(_registry(), line["run"]).generator
-                except Exception:  # noqa: BLE001 - the run is not on this machine: no share
-                    generators[line["run"]] = None
-            task = generators[line["run"]]
+        if line.get("moves") is None:
+            task = _task(line["run"])
             if task is None:
-                counted.setdefault(line["engineer"], []).append(None)  # type: ignore[arg-type]
+                missing.add(line["engineer"])
                 continue
-            moves = config_moves(task, reference[line["run"], line["round"]], line["config"])
-        if len(moves) > 1:
-            counted.setdefault(line["engineer"], []).append(not line["fallback"] and uniform_move(moves) is not None)
-    return {e: None if any(v is None for v in values) else round(sum(values) / len(values), 6) for e, values in counted.items()}
+            line = {**line, "moves": config_moves(task, reference[line["run"], line["round"]], line["config"])}
+        lines.setdefault(line["engineer"], []).append(line)
+    return {e: None if e in missing else uniform_share(mine) for e, mine in lines.items()}
 
 
-_REGISTRY: list[Any] = []
+@functools.cache
+def _task(run: str) -> Any:
+    """The task of a recorded run, read once per run (None when the run is not here)."""
+    from envengineer.errors import InputError
+    from envengineer.plugins.engineer_bench.recorded import load_recorded_run
+
+    try:
+        return load_recorded_run(_registry(), run).generator
+    except (InputError, OSError):
+        return None
 
 
+@functools.cache
 def _registry() -> Any:
-    if not _REGISTRY:
-        from envengineer.registry import load_registry
+    from envengineer.registry import load_registry
 
-        _REGISTRY.append(load_registry())
-    return _REGISTRY[0]
+    return load_registry()
 
 
 def _cells(out: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     rules, llm = [], []
-    generators: dict[str, Any] = {}
     for path in sorted((out / "cells").glob("*.json")):
         data = json.loads(path.read_text())
-        uniform = uniform_shares(data, generators) if data.get("lines") else {}
+        uniform = uniform_shares(data) if data.get("lines") else {}
         for cell in data["cells"]:
             entry = {**cell, **{k: data.get(k) for k in ("model", "parameters", "interface", "decoding")}}
             if entry.get("uniform") is None:

@@ -65,26 +65,23 @@ def readings(raw: str | None) -> dict[str, int]:
 
 def directions(request: Any, config: Any, low: float, high: float) -> dict[str, dict[str, Any]]:
     """Per group: the evidence's p and direction, the proposal's difficulty move, and the verdict."""
+    from envengineer.api import config_moves
     from envengineer.components.knobs import WHOLE
     from envengineer.plugins.engineers.baselines import Success
 
     generator = request.generator
-    before, after = generator.knob_rows(request.current_config), generator.knob_rows(config)
+    before = generator.knob_rows(request.current_config)
+    moves = config_moves(generator, request.current_config, config)
     success = Success(request, list(before), min_samples=16)
-    knobs = {k.name: k for k in generator.knobs if k.harder != "none" and not k.share}
     out: dict[str, dict[str, Any]] = {}
-    for group, values in before.items():
+    for group in before:
         if group not in success.p:
             continue
         p = success.p[group]
         wanted = "harder" if p >= high else "easier" if p <= low else "keep"
-        move = 0.0
-        for name, knob in knobs.items():
-            if name in values and name in (after.get(group) or {}):
-                delta = (float(after[group][name]) - float(values[name])) / ((knob.high - knob.low) or 1.0)
-                move += delta if knob.harder == "up" else -delta
-        moved = "harder" if move > 1e-9 else "easier" if move < -1e-9 else "keep"
-        out[group if group != WHOLE else "all"] = {"p": round(p, 3), "wanted": wanted, "moved": moved, "verdict": verdict(wanted, moved)}
+        name = group if group != WHOLE else "all"
+        moved = moves.get(name, {}).get("difficulty", "keep")
+        out[name] = {"p": round(p, 3), "wanted": wanted, "moved": moved, "verdict": verdict(wanted, moved)}
     return out
 
 

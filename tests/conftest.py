@@ -2,6 +2,7 @@ import atexit
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -58,6 +59,20 @@ def import_arith():
     finally:
         sys.path.remove(ARITH_EXAMPLE)
     return envengineer_arith.plugin
+
+
+def import_bench(name):
+    """A script of bench/ (``bench/NAME.py``) imported as a module, its folder on sys.path only while it loads (the
+    scripts import their neighbours by name)."""
+    import importlib
+    import sys
+
+    folder = str(Path(__file__).resolve().parents[1] / "bench")
+    sys.path.insert(0, folder)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(folder)
 
 
 @pytest.fixture
@@ -197,7 +212,6 @@ def recorded_run(tmp_path):
 def fake_llm():
     """A scripted OpenAI/Gemini wire-format server on 127.0.0.1 (tests/fake_llm_server.py)."""
     import importlib.util
-    from pathlib import Path
 
     path = Path(__file__).with_name("fake_llm_server.py")
     spec = importlib.util.spec_from_file_location("envengineer_tests_fake_llm_server", path)

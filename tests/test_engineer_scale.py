@@ -2,20 +2,16 @@
 in, part 2's engineer and part 3's interface, on hand-made cells; and the report written from cell files."""
 
 import json
-import sys
 from pathlib import Path
+
+from conftest import import_bench
 
 REPO = Path(__file__).resolve().parents[1]
 BIG, SMALL, TINY = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct"
 
 
 def _bench():
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        import engineer_scale
-    finally:
-        sys.path.remove(str(REPO / "bench"))
-    return engineer_scale
+    return import_bench("engineer_scale")
 
 
 def cell(model, interface, mean, fallback=0.0, restate=0.0, decoding="greedy"):

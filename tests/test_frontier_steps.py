@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import import_bench
+
 REPO = Path(__file__).resolve().parents[1]
 STEPS = REPO / "examples" / "frontier-steps"
 ARMS = ["fixed", "fixed-band", "window", "rlve", "learnability", "learnability-shares"]
@@ -150,11 +152,7 @@ def _steps_report(diffs: dict[tuple[str, str, str], list[float]], beyond_means: 
     family's rows tested by the real seed-level test and Holm, and rlve − fixed's per-size differences."""
     from envengineer.plugins.suite.arms.stats import seed_test
 
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        from llm_engineer_claims import holm
-    finally:
-        sys.path.remove(str(REPO / "bench"))
+    holm = import_bench("llm_engineer_claims").holm
     tests = []
     for family in ("k9-k10 target", "k11-k12 never trained"):
         rows = []

@@ -7,17 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import import_bench
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "bench" / "served_replies.py"
 
 
 def _bench():
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        import served_replies
-    finally:
-        sys.path.remove(str(REPO / "bench"))
-    return served_replies
+    return import_bench("served_replies")
 
 
 def test_readings_are_read_from_the_decisions_only():

@@ -98,6 +98,13 @@ def uniform_move(moves: Mapping[str, Mapping[str, str]]) -> str | None:
     return word if word in ("harder", "easier") else None
 
 
+def uniform_share(lines: Sequence[Mapping[str, Any]]) -> float | None:
+    """The share of ``lines`` (one engineer's proposals) on tasks of two groups or more that are applied and
+    :func:`uniform_move`: one word copied over every group. None without such a line holding ``moves``."""
+    moved = [l for l in lines if isinstance(l.get("moves"), Mapping) and len(l["moves"]) > 1]
+    return round(sum(not l["fallback"] and uniform_move(l["moves"]) is not None for l in moved) / len(moved), 6) if moved else None
+
+
 def summarize(lines: Sequence[Mapping[str, Any]], engineers: Sequence[str], *, seed: int = 0) -> dict[str, Any]:
     """Per engineer: proposals, rounds, fallback rate, the restated share (applied proposals whose config is the
     round's own, over all proposals), the uniform share (:func:`uniform_move`, over proposals on tasks of two groups
@@ -127,8 +134,7 @@ def summarize(lines: Sequence[Mapping[str, Any]], engineers: Sequence[str], *, s
             entry["restated"] = round(sum(same) / len(same), 6) if same else None
             # uniform: an applied proposal that moves every group's difficulty the same way (all harder or all easier)
             # and no group's budget, on a task of two groups or more: one word copied, not a reading of the evidence
-            moved = [l for l in mine if isinstance(l.get("moves"), dict) and len(l["moves"]) > 1]
-            entry["uniform"] = round(sum(not l["fallback"] and uniform_move(l["moves"]) is not None for l in moved) / len(moved), 6) if moved else None
+            entry["uniform"] = uniform_share(mine)
             for key in ("kept_per_budget", "learnability"):
                 values = [float(l["vs_fixed"][key]) for l in mine]
                 interval = cluster_bootstrap([[float(l["vs_fixed"][key]) for l in c] for c in rounds.values()], seed=seed)
