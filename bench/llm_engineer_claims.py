@@ -1,16 +1,24 @@
-"""The pre-registered tests of docs/results-llm-engineer.md, computed from a suite's run directories.
+"""The pre-registered tests of docs/results-llm-engineer.md and of docs/results-engineer-scale.md's part 2,
+computed from a suite's run directories.
 
     python bench/llm_engineer_claims.py runs/llm-engineer/sim --primary bench:mapf-2agents-test
     python bench/llm_engineer_claims.py runs/llm-engineer/gw --primary eval --secondary bench:grid-walk-target
+    # part 2 (the 1.5B): arms llm-v6, llm-v6-donor, llm-no-f; the seed-level test primary; learnability the control
+    python bench/llm_engineer_claims.py runs/llm-engineer-qwen/sim --primary bench:mapf-2agents-test --llm llm --test seeds \
+        --rule-arms learnability rlve window fixed-band --control learnability
 
 For every arm (a folder of seed-N runs under the suite's output) and seed: the primary outcome after the
 last round (``eval``: the validation set's greedy valid rate; ``bench:NAME``: that benchmark's), the design
 steps applied and fallen back, and the prompts trained on per round. Then the two families of the
 pre-registration, each comparison the paired sign test over instances seed by seed against the same seed,
 pooled over the seeds, Holm-adjusted within its family, and the rule "A beats B": higher at every seed and
-adjusted p < 0.05. Family (a): smollm2-v6 against fixed and against the strongest rule-based arm (the
-higher mean primary outcome among the arms given by --rule-arms); family (b): smollm2-v6 against
-smollm2-v6-donor and against smollm2-no-f. Writes claims.json beside the runs (atomically).
+adjusted p < 0.05 (``--test seeds``: the per-seed differences' exact sign-flip test decides, "A beats B" when
+the mean difference is positive and the adjusted p < 0.05). Family (a): LLM-v6 against fixed and against the
+strongest rule-based arm (the highest mean primary outcome among the arms given by --rule-arms); family (b):
+LLM-v6 against LLM-v6-donor and against LLM-no-f (LLM: --llm, smollm2 by default); the control family: each
+--control arm against fixed. Then the reading rules: the control detects (every control arm beats fixed), claim
+(a) supported (LLM-v6 beats fixed and the strongest), claim (b) supported, not supported or not testable (LLM-v6
+beats neither fixed nor the strongest). Writes claims.json beside the runs (atomically).
 """
 
 from __future__ import annotations
@@ -30,7 +38,32 @@ from envengineer.fileio import read_jsonl, write_text
 from envengineer.store.rundir import RunDir, Step
 from envengineer.plugins.suite.arms.paired import paired, pooled
 
-LLM, DONOR, NO_F, FIXED = "smollm2-v6", "smollm2-v6-donor", "smollm2-no-f", "fixed"
+FIXED = "fixed"
+
+
+def llm_arms(prefix: str) -> tuple[str, str, str]:
+    """The LLM arms of a claims suite named by ``prefix``: V6, V6 with a donor's F, and no F."""
+    return f"{prefix}-v6", f"{prefix}-v6-donor", f"{prefix}-no-f"
+
+
+def reading(rows: list[dict[str, Any]], prefix: str, strongest: str | None) -> dict[str, Any]:
+    """The pre-registrations' reading rules over the families' rows: ``control_detects`` (every control row beats
+    fixed; None without one), claim (a) ``supported`` when LLM-v6 beats fixed and the strongest rule arm (``beats
+    fixed only`` when it beats fixed alone), claim (b) ``supported`` when LLM-v6 beats its donor ablation, ``not
+    testable`` when LLM-v6 beats neither fixed nor the strongest (the engineer does not help, so what it reads cannot
+    be shown to matter), else ``not supported``. Nothing is read from the LLM arms when the control does not detect."""
+    def beats(family: str, a: str, b: str | None) -> bool | None:
+        row = next((r for r in rows if r["family"] == family and r["a"] == a and r["b"] == b), None)
+        return None if row is None else bool(row["beats"])
+
+    llm, donor, _ = llm_arms(prefix)
+    controls = [bool(r["beats"]) for r in rows if r["family"] == "control"]
+    detects = all(controls) if controls else None
+    over_fixed, over_strongest = beats("a", llm, FIXED), beats("a", llm, strongest)
+    a = ("supported" if over_fixed and over_strongest else "beats fixed only" if over_fixed else
+         "beats the strongest only" if over_strongest else "not supported")
+    b = "not testable" if not over_fixed and not over_strongest else ("supported" if beats("b", llm, donor) else "not supported")
+    return {"control_detects": detects, "read": detects is not False, "claim_a": a, "claim_b": b}
 
 
 def verdicts(run: Path, where: str) -> dict[str, dict[str, bool]]:
@@ -207,6 +240,12 @@ def main() -> None:
     parser.add_argument("--primary", default="eval", help="eval (validation) or bench:NAME")
     parser.add_argument("--secondary", default=None, help="another outcome reported the same way, not tested")
     parser.add_argument("--rule-arms", nargs="+", default=["learnability", "heuristic"], help="the rule-based arms")
+    parser.add_argument("--llm", default="smollm2", help="the LLM arms' prefix: PREFIX-v6, PREFIX-v6-donor, PREFIX-no-f")
+    parser.add_argument("--test", choices=["instances", "seeds"], default="instances",
+                        help="the test that decides 'A beats B': instances (pooled sign test, higher at every seed) or seeds "
+                             "(the per-seed differences' exact sign-flip test)")
+    parser.add_argument("--control", nargs="+", default=None, help="the control family's arms, each against fixed "
+                        "(default: every rule arm present)")
     parser.add_argument("--export", type=Path, default=None, help="also copy the finished runs' figures and engineer folders (no "
                         "checkpoints, no training records) into EXPORT/<suite folder name>/, for an archive the tables are remade from")
     args = parser.parse_args()
@@ -238,11 +277,21 @@ def main() -> None:
     console.print(table)
     rule = [a for a in args.rule_arms if a in result["arms"]]
     strongest = max(rule, key=lambda a: result["arms"][a]["mean"]) if rule else None
-    rows = family("a", [(LLM, FIXED)] + ([(LLM, strongest)] if strongest else []), outcomes)
-    rows += family("b", [(LLM, DONOR), (LLM, NO_F)], outcomes)
-    rows += family("control", [(a, FIXED) for a in rule], outcomes)
-    result["strongest_rule_arm"], result["tests"] = strongest, rows
-    console.print(tests_table(rows, "pre-registered tests: paired sign test over instances, pooled over seeds, Holm within the family"))
+    llm, donor, no_f = llm_arms(args.llm)
+    controls = [a for a in (args.control if args.control is not None else rule) if a in result["arms"]]
+    rows = family("a", [(llm, FIXED)] + ([(llm, strongest)] if strongest else []), outcomes, primary=args.test)
+    rows += family("b", [(llm, donor), (llm, no_f)], outcomes, primary=args.test)
+    rows += family("control", [(a, FIXED) for a in controls], outcomes, primary=args.test)
+    result["strongest_rule_arm"], result["tests"], result["test"] = strongest, rows, args.test
+    result["reading"] = reading(rows, args.llm, strongest)
+    title = ("pre-registered tests: the sign-flip test over seeds (primary) and the pooled sign test over instances, Holm within "
+             "the family" if args.test == "seeds" else
+             "pre-registered tests: paired sign test over instances, pooled over seeds, Holm within the family")
+    console.print(tests_table(rows, title))
+    r = result["reading"]
+    console.print(f"the control detects: {'—' if r['control_detects'] is None else 'yes' if r['control_detects'] else 'no'}"
+                  + ("" if r["read"] else " (nothing is read from the LLM arms)")
+                  + f"; claim (a): {r['claim_a']}; claim (b): {r['claim_b']} (strongest rule arm: {strongest})")
     write_text(args.output / "claims.json", json.dumps(result, indent=2, default=str) + "\n")
     console.print(f"wrote {args.output / 'claims.json'}")
     if args.export:
