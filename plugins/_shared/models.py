@@ -399,6 +399,7 @@ class SplitModel(GGUFModel):
         from filelock import FileLock
 
         target = self.fetched()
+        require_gguf(f"model {self.name!r}: checking the assembled file's architecture")  # before a part is downloaded
         target.parent.mkdir(parents=True, exist_ok=True)
         say = status or (lambda _text: None)
         with FileLock(str(target.parent / f".{target.name}.lock")):
@@ -437,6 +438,18 @@ class SplitModel(GGUFModel):
             finally:
                 shutil.rmtree(work, ignore_errors=True)
         return target
+
+
+#: the extra that brings the gguf package (models by name read GGUF metadata with it)
+GGUF_EXTRA = 'pip install -c requirements/lock.txt -e ".[models]" (from a clone; else pip install "envengineer[models]")'
+
+
+def require_gguf(what: str) -> None:
+    """Raise a ConfigError naming ``what`` and the extra to install when the gguf package is not importable."""
+    try:
+        import gguf  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"{what} needs the gguf package, which is not installed: {GGUF_EXTRA}") from None
 
 
 def gguf_architecture(path: Path) -> str | None:
